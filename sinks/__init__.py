@@ -1,0 +1,1 @@
+"""The ``delta-2pc`` streaming sink (installed as ``spark_ckpt.sinks``)."""

@@ -1,0 +1,97 @@
+"""What a ``txn-cdc`` connector provides to the reader framework.
+
+A connector knows its external system; the framework (:mod:`.reader`) knows Spark and the gate.
+Between them: JSON offsets, a *plan* (the complete units available after a start offset), the
+connector's FLIP-170 answer for a proposed cut, and picklable partition values that executors
+turn into Arrow record batches. Nothing here imports Spark.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_ckpt.availability import SnapshotAvailability
+
+from .gate import Cut
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["ChangeConnector", "Plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is available after a start offset.
+
+    Attributes
+    ----------
+    unit_sizes
+        Sizes of the complete units (transactions, snapshot chunks) after the start offset, in
+        stream order; the first may be the remainder of a unit already partly delivered.
+    held_back
+        When changes have been read that belong to no complete unit yet: why (a soft refusal
+        such as "transaction T waits for its END"). None when nothing is held back.
+    held_changes
+        How many change events are held back.
+    """
+
+    unit_sizes: list[int]
+    held_back: SnapshotAvailability | None
+    held_changes: int
+
+
+class ChangeConnector(abc.ABC):
+    """One external change source behind ``txn-cdc``.
+
+    The driver-side methods run in the query's long-lived reader process, once per trigger; the
+    instance may cache planning state between calls. :meth:`read` runs on executors from a
+    separately pickled copy: it must rely only on its partition value.
+    """
+
+    name: str
+    """The connector's option value (``connector=...``)."""
+
+    @abc.abstractmethod
+    def initial_offset(self) -> dict[str, Any]:
+        """Offset a new query starts from (driver, once per new query)."""
+
+    @abc.abstractmethod
+    def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
+        """Read ahead from ``start`` and report the complete units available (driver, per trigger).
+
+        Parameters
+        ----------
+        start
+            The start offset of the next batch.
+        max_changes
+            Read at least this many changes ahead when available (None: everything available).
+        """
+
+    @abc.abstractmethod
+    def availability(self, cut: Cut) -> SnapshotAvailability:
+        """FLIP-170: may a checkpoint be taken at ``cut`` of the last plan? (driver, per question)."""
+
+    @abc.abstractmethod
+    def end_offset(self, cut: Cut, checkpoint_id: int) -> dict[str, Any]:
+        """The offset at ``cut`` of the last plan, for checkpoint ``checkpoint_id`` (driver)."""
+
+    @abc.abstractmethod
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+        """Picklable partition values covering ``(start, end]`` (driver, per batch)."""
+
+    @abc.abstractmethod
+    def read(self, partition: object) -> Iterator[pa.RecordBatch]:
+        """Yield the rows of one partition as Arrow record batches (executor, per task)."""
+
+    def prepare_available_now(self) -> None:
+        """Fix the current end of the source as the target of ``Trigger.availableNow`` (driver)."""
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark has durably processed everything up to ``end`` (driver, per batch)."""
+
+    def stop(self) -> None:
+        """Release resources (driver, once when the query stops)."""

@@ -1,0 +1,127 @@
+"""The ``txn-cdc`` options, parsed once into a typed, frozen, self-validating config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from spark_ckpt.durations import UNLIMITED, parse_duration
+from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
+
+__all__ = ["CONNECTORS", "OPTION_NAMES", "SourceOptions"]
+
+Connector = Literal["debezium-json"]
+CONNECTORS: tuple[Connector, ...] = ("debezium-json",)
+
+# Documented spelling of every option. Spark hands options over lower-cased.
+OPTION_NAMES: dict[str, str] = {
+    name.lower(): name
+    for name in (
+        "connector",
+        "path",
+        "maxChangesPerTrigger",
+        "softDeclineTimeout",
+        "changesPerPartition",
+        "gate",
+    )
+}
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidOptionError(name, raw, "a positive integer")
+    return value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated options of one ``txn-cdc`` source.
+
+    Attributes
+    ----------
+    connector
+        Which connector reads the external system.
+    path
+        ``debezium-json``: the change-log directory.
+    max_changes_per_trigger
+        Soft cap on changes per batch (a batch ends at the last transaction boundary under it; a
+        larger transaction is delivered whole). None: no cap.
+    soft_decline_timeout
+        Seconds a streak of soft declines may last before it is reported as hard (inf: never).
+    changes_per_partition
+        Changes per Spark input partition (split at transaction boundaries).
+    gated
+        False cuts batches anywhere (splitting transactions): only for measuring the gate.
+    """
+
+    connector: Connector
+    path: str | None = None
+    max_changes_per_trigger: int | None = None
+    soft_decline_timeout: float = UNLIMITED
+    changes_per_partition: int = 50_000
+    gated: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Parse the options Spark passed to the data source (driver, once per query start).
+
+        Raises
+        ------
+        ConfigError
+            For an unknown option, a missing required one or a bad value; the message names the
+            option, the value and what is accepted.
+        """
+        lowered = {k.lower(): v for k, v in options.items()}
+        for key in lowered:
+            if key not in OPTION_NAMES:
+                raise UnknownOptionError(key, "txn-cdc", list(OPTION_NAMES.values()))
+        connector = lowered.get("connector")
+        if connector is None:
+            raise ConfigError(
+                "txn-cdc needs the option 'connector': one of " + ", ".join(CONNECTORS)
+            )
+        if connector not in CONNECTORS:
+            raise InvalidOptionError("connector", connector, "one of " + ", ".join(CONNECTORS))
+        path = lowered.get("path")
+        if connector == "debezium-json" and not path:
+            raise ConfigError(
+                "the debezium-json connector needs the option 'path': the directory of *.jsonl "
+                "change files (.option('path', '/data/changes') or .load('/data/changes'))"
+            )
+        gate = lowered.get("gate", "on").strip().lower()
+        if gate not in ("on", "off"):
+            raise InvalidOptionError("gate", lowered["gate"], "one of: on, off")
+        timeout = UNLIMITED
+        if "softdeclinetimeout" in lowered:
+            try:
+                timeout = parse_duration(
+                    lowered["softdeclinetimeout"],
+                    key="option 'softDeclineTimeout'",
+                    allow_unlimited=True,
+                )
+            except ConfigError as e:
+                raise InvalidOptionError(
+                    "softDeclineTimeout",
+                    lowered["softdeclinetimeout"],
+                    "a duration such as 500ms, 30s, 10min, 1h, or unlimited",
+                ) from e
+            if timeout <= 0:
+                raise InvalidOptionError(
+                    "softDeclineTimeout", lowered["softdeclinetimeout"], "a positive duration"
+                )
+        return cls(
+            connector=cast(Connector, connector),
+            path=path,
+            max_changes_per_trigger=_positive_int(lowered, "maxChangesPerTrigger"),
+            soft_decline_timeout=timeout,
+            changes_per_partition=_positive_int(lowered, "changesPerPartition") or 50_000,
+            gated=gate == "on",
+        )

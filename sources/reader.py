@@ -1,0 +1,172 @@
+"""The ``txn-cdc`` stream reader: Spark's streaming reader API around a connector and the gate.
+
+Every connector is driven by :class:`TxnCdcStreamReader`. On each trigger it asks the connector
+what complete units are available, lets :func:`~spark_ckpt.sources.gate.choose_cut` pick the cut
+(asking :meth:`TxnCdcStreamReader.is_snapshot_available`, the FLIP-170 provider), and either returns
+the new end offset or returns ``start`` unchanged and records a decline. Declines and their
+escalation are visible in :meth:`TxnCdcStreamReader.reportLatestOffset`, so they appear in every
+progress event's ``sources[i].latestOffset``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_ckpt.availability import (
+    CheckpointAvailabilityProvider,
+    SnapshotAvailability,
+)
+from spark_ckpt.declines import DeclineTracker
+from spark_ckpt.errors import ConfigError
+
+from .connector import ChangeConnector
+from .gate import Cut, GateDecision, choose_cut
+from .options import SourceOptions
+
+__all__ = ["TxnCdcStreamReader", "make_connector"]
+
+_log = logging.getLogger(__name__)
+
+
+def make_connector(options: SourceOptions) -> ChangeConnector:
+    """Build the connector the options name (driver; executors get a pickled copy)."""
+    if options.connector == "debezium-json":
+        from .debezium import DebeziumJsonConnector
+
+        assert options.path is not None
+        connector = DebeziumJsonConnector(options.path, options.changes_per_partition)
+        connector.check()
+        return connector
+    raise ConfigError(f"connector {options.connector!r} is not available")
+
+
+class TxnCdcStreamReader(
+    DataSourceStreamReader, SupportsTriggerAvailableNow, CheckpointAvailabilityProvider
+):
+    """Streams whole transactions from a connector; checkpoints only where snapshots are available.
+
+    Created by Spark once per query run, in the driver-side reader process; ``read`` runs on
+    executors from a separately pickled copy and uses only its partition.
+
+    Parameters
+    ----------
+    options
+        The parsed source options.
+    connector
+        The connector to read from.
+    """
+
+    def __init__(self, options: SourceOptions, connector: ChangeConnector) -> None:
+        self.options = options
+        self.connector = connector
+        self.declines = DeclineTracker(options.soft_decline_timeout)
+        self.last_decision: GateDecision | None = None
+        self._proposal: tuple[int, Cut] | None = None
+        self._last_checkpoint = -1
+
+    # -- FLIP-170 ---------------------------------------------------------------------------
+
+    def is_snapshot_available(self, checkpoint_id: int) -> SnapshotAvailability:
+        """Answer for the cut currently proposed for ``checkpoint_id`` (driver, per question).
+
+        The gate proposes cuts one at a time; the connector decides (a transaction boundary,
+        no non-resumable snapshot phase in progress, ...).
+        """
+        proposal = self._proposal
+        if proposal is None or proposal[0] != checkpoint_id:
+            return SnapshotAvailability.hard_failure(
+                f"no cut is proposed for checkpoint {checkpoint_id}"
+            )
+        return self.connector.availability(proposal[1])
+
+    def _ask(self, checkpoint_id: int, cut: Cut) -> SnapshotAvailability:
+        self._proposal = (checkpoint_id, cut)
+        return self.is_snapshot_available(checkpoint_id)
+
+    # -- Spark's streaming reader API (driver) ------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The connector's initial offset (driver, once for a new query)."""
+        return self.connector.initial_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxChangesPerTrigger`` as a row limit (driver, once per query run)."""
+        cap = self.options.max_changes_per_trigger
+        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """End of the next batch: the last available cut, or ``start`` (driver, per trigger).
+
+        ``ReadMaxRows`` is a soft cap: the batch ends at the last transaction boundary under it,
+        and a single larger transaction is delivered whole. ``ReadAllAvailable`` (what Spark
+        passes when a trigger must read everything) ignores ``maxChangesPerTrigger``.
+        """
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        checkpoint_id = int(start.get("checkpoint", -1)) + 1
+        self._last_checkpoint = checkpoint_id - 1
+        plan = self.connector.plan(start, cap)
+        decision = choose_cut(
+            plan.unit_sizes,
+            cap,
+            lambda cut: self._ask(checkpoint_id, cut),
+            gated=self.options.gated,
+        )
+        self.last_decision = decision
+        self._proposal = None
+        if decision.cut is not None:
+            self.declines.accept()
+            end = self.connector.end_offset(decision.cut, checkpoint_id)
+            self._last_checkpoint = checkpoint_id
+            return end
+        refusal = decision.refusal or plan.held_back
+        if refusal is None:
+            self.declines.idle()
+        else:
+            decline = self.declines.decline(checkpoint_id, refusal, plan.held_changes)
+            log = _log.warning if decline.availability.is_hard else _log.info
+            log("txn-cdc declined checkpoint %d: %s", checkpoint_id, decline.availability)
+        return start
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """Decline state for progress events (``sources[i].latestOffset``); driver, per trigger."""
+        current = self.declines.current
+        return {
+            "connector": self.connector.name,
+            "lastCheckpoint": self._last_checkpoint,
+            "softDeclines": self.declines.soft_declines,
+            "hardDeclines": self.declines.hard_declines,
+            "decline": current.to_json() if current is not None else None,
+        }
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the source's current end as the target of ``Trigger.availableNow`` (driver, once)."""
+        self.connector.prepare_available_now()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        """Input partitions of ``(start, end]`` (driver, per batch; ``[]`` when start == end)."""
+        return [InputPartition(value) for value in self.connector.partitions(start, end)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark has processed everything up to ``end`` (driver, per batch)."""
+        self.connector.commit(end)
+
+    def stop(self) -> None:
+        """Release the connector's resources (driver, once when the query stops)."""
+        self.connector.stop()
+
+    # -- executors ----------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield one partition's rows as Arrow record batches (executor, per task)."""
+        return self.connector.read(partition.value)

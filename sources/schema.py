@@ -1,0 +1,68 @@
+"""The output schema every ``txn-cdc`` connector produces (DESIGN.md §2), and its Arrow form."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer"]
+
+COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
+    ("source", "string", pa.string()),
+    ("txn_id", "string", pa.string()),
+    ("txn_order", "long", pa.int64()),
+    ("txn_size", "int", pa.int32()),
+    ("event_index", "int", pa.int32()),
+    ("commit_ts", "timestamp", pa.timestamp("us", tz="UTC")),
+    ("table", "string", pa.string()),
+    ("op", "string", pa.string()),
+    ("key", "string", pa.string()),
+    ("before", "string", pa.string()),
+    ("after", "string", pa.string()),
+)
+"""Name, Spark SQL type and Arrow type of each output column, in order."""
+
+SPARK_DDL = ", ".join(f"`{name}` {sql}" for name, sql, _ in COLUMNS)
+"""The schema as a Spark DDL string (``DataSource.schema()``)."""
+
+ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
+"""The schema of the Arrow record batches ``read()`` yields."""
+
+
+class RowBuffer:
+    """Collects output rows column by column and hands them out as Arrow record batches.
+
+    Runs on executors, inside ``read()``; one per task.
+
+    Parameters
+    ----------
+    batch_rows
+        Rows per record batch.
+    """
+
+    def __init__(self, batch_rows: int = 8192) -> None:
+        self._batch_rows = batch_rows
+        self._columns: list[list[object]] = [[] for _ in COLUMNS]
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def append(self, row: Sequence[object]) -> None:
+        """Add one row; ``commit_ts`` is given in epoch microseconds (or None)."""
+        for column, value in zip(self._columns, row, strict=True):
+            column.append(value)
+
+    @property
+    def full(self) -> bool:
+        """True when a record batch's worth of rows is buffered."""
+        return len(self) >= self._batch_rows
+
+    def flush(self) -> pa.RecordBatch:
+        """Return the buffered rows as one record batch and empty the buffer."""
+        arrays = [
+            pa.array(values, type=arrow)
+            for values, (_, _, arrow) in zip(self._columns, COLUMNS, strict=True)
+        ]
+        self._columns = [[] for _ in COLUMNS]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

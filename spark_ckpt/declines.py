@@ -1,0 +1,142 @@
+"""Source-side decline tracking with FLIP-170's local escalation.
+
+A source that refuses every cut beyond its start offset is *holding data back*. Each refusal is a
+decline: soft (expected to clear by itself, e.g. a transaction still waiting for its END) or hard
+(will not clear). A soft decline that has lasted longer than the configured bound is escalated to
+hard, so a source stuck on an unfinished transaction eventually counts as a failed checkpoint.
+
+Pure Python (no Spark import); the clock is injected so the rules are tested without waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spark_ckpt.availability import SnapshotAvailability
+from spark_ckpt.durations import UNLIMITED, format_duration
+
+__all__ = ["Decline", "DeclineTracker"]
+
+
+@dataclass(frozen=True)
+class Decline:
+    """One refused checkpoint, as the source reports it.
+
+    Attributes
+    ----------
+    checkpoint_id
+        The checkpoint that was refused.
+    availability
+        The effective answer (soft, or hard after escalation).
+    held_since
+        Wall-clock time (epoch seconds) since which data has been held back without a cut.
+    held_for
+        Seconds data has been held back, at the time of this decline.
+    held_changes
+        Change events read but held back, when the source knows it.
+    escalated
+        True when a soft decline became hard because it lasted too long.
+    """
+
+    checkpoint_id: int
+    availability: SnapshotAvailability
+    held_since: float
+    held_for: float
+    held_changes: int | None
+    escalated: bool
+
+    def to_json(self) -> dict[str, object]:
+        """Render for ``reportLatestOffset`` (stable keys, JSON primitives only)."""
+        return {
+            "checkpoint": self.checkpoint_id,
+            "kind": "hard" if self.availability.is_hard else "soft",
+            "reason": self.availability.message,
+            "heldSinceMs": round(self.held_since * 1000),
+            "heldForMs": round(self.held_for * 1000),
+            "heldChanges": self.held_changes,
+            "escalated": self.escalated,
+        }
+
+
+class DeclineTracker:
+    """Tracks the current streak of declines of one source and escalates long soft ones.
+
+    Lives in the driver-side reader process; called once per trigger.
+
+    Parameters
+    ----------
+    soft_decline_timeout
+        Seconds a streak of soft declines may last before they are reported as hard
+        (``math.inf``: never escalate).
+    clock
+        Returns the current time in epoch seconds.
+    """
+
+    def __init__(
+        self,
+        soft_decline_timeout: float = UNLIMITED,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if soft_decline_timeout <= 0:
+            raise ValueError(f"soft_decline_timeout must be positive, got {soft_decline_timeout}")
+        self._timeout = soft_decline_timeout
+        self._clock = clock
+        self._held_since: float | None = None
+        self.current: Decline | None = None
+        """The latest decline of the running streak (None when the last trigger cut or idled)."""
+        self.soft_declines = 0
+        """Soft declines reported since the reader started."""
+        self.hard_declines = 0
+        """Hard declines reported (including escalated ones) since the reader started."""
+
+    def decline(
+        self, checkpoint_id: int, availability: SnapshotAvailability, held_changes: int | None
+    ) -> Decline:
+        """Record that ``checkpoint_id`` was refused; escalate a soft refusal that lasted too long.
+
+        Parameters
+        ----------
+        checkpoint_id
+            The refused checkpoint.
+        availability
+            The source's answer; must not be available.
+        held_changes
+            Change events held back, if known.
+
+        Returns
+        -------
+        Decline
+            What was recorded, with the effective (possibly escalated) availability.
+        """
+        if availability.is_available:
+            raise ValueError("an AVAILABLE answer is not a decline")
+        now = self._clock()
+        if self._held_since is None:
+            self._held_since = now
+        held_for = now - self._held_since
+        escalated = not availability.is_hard and held_for > self._timeout
+        effective = availability
+        if escalated:
+            effective = SnapshotAvailability.hard_failure(
+                f"soft declines for {format_duration(held_for)} exceeded softDeclineTimeout="
+                f"{format_duration(self._timeout)}: {availability.message}"
+            )
+        if effective.is_hard:
+            self.hard_declines += 1
+        else:
+            self.soft_declines += 1
+        self.current = Decline(
+            checkpoint_id, effective, self._held_since, held_for, held_changes, escalated
+        )
+        return self.current
+
+    def accept(self) -> None:
+        """A cut was made: the streak of declines (if any) ends."""
+        self._held_since = None
+        self.current = None
+
+    def idle(self) -> None:
+        """Nothing is held back (no new data): an idle source is not declining."""
+        self.accept()

@@ -1,0 +1,118 @@
+"""One error tree for spark-ckpt.
+
+Every error the project raises on purpose derives from :class:`SparkCkptError`. Each specific
+error also subclasses the matching builtin (``ValueError``, ``OSError``, ``RuntimeError``) so a
+caller can catch either. Messages answer three questions, as Spark's error guidelines ask: what
+was wrong, where (file and line, or option and value), and how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChangeLogError",
+    "ConfigError",
+    "DuplicateTransactionError",
+    "EventCountMismatchError",
+    "InvalidOptionError",
+    "LogRewrittenError",
+    "MalformedEventError",
+    "SourcePathError",
+    "SparkCkptError",
+    "UnknownOptionError",
+    "UnknownOperationError",
+]
+
+
+class SparkCkptError(Exception):
+    """Root of every error raised by spark-ckpt."""
+
+
+class ConfigError(SparkCkptError, ValueError):
+    """A configuration value (a ``spark.ckpt.*`` key or a data source option) is invalid."""
+
+
+class InvalidOptionError(ConfigError):
+    """A data source option has a value that is not accepted.
+
+    Parameters
+    ----------
+    option
+        The option's name as the user wrote it (Spark lower-cases option keys; the message
+        uses the documented spelling).
+    value
+        The rejected value.
+    expected
+        What is accepted, in words (``"a positive integer"``, ``"one of: on, off"``).
+    """
+
+    def __init__(self, option: str, value: object, expected: str) -> None:
+        self.option = option
+        self.value = value
+        self.expected = expected
+        super().__init__(
+            f"option {option!r} has the invalid value {value!r}: expected {expected}. "
+            f"Fix the value passed with .option({option!r}, ...)."
+        )
+
+
+class UnknownOptionError(ConfigError):
+    """A data source received an option it does not know (usually a typo)."""
+
+    def __init__(self, option: str, source: str, known: list[str]) -> None:
+        self.option = option
+        self.known = sorted(known)
+        super().__init__(
+            f"{source} does not know the option {option!r}. "
+            f"Known options: {', '.join(self.known)}. Check the spelling or remove it."
+        )
+
+
+class SourcePathError(SparkCkptError, OSError):
+    """A source's input path is missing, not a directory, or unreadable."""
+
+
+class ChangeLogError(SparkCkptError, ValueError):
+    """The change log itself is invalid at a known place.
+
+    Parameters
+    ----------
+    file
+        The file that holds the bad record.
+    line
+        The 1-based line number of the bad record in that file.
+    problem
+        What is wrong with it.
+    expected
+        What a valid record looks like, or how to repair the log.
+    """
+
+    def __init__(self, file: str, line: int, problem: str, expected: str) -> None:
+        self.file = file
+        self.line = line
+        self.problem = problem
+        self.expected = expected
+        super().__init__(f"{file}:{line}: {problem}. Expected {expected}.")
+
+
+class MalformedEventError(ChangeLogError):
+    """A line is not JSON, or not a Debezium change or transaction-metadata event."""
+
+
+class UnknownOperationError(ChangeLogError):
+    """A change event's ``op`` is not one of ``r``, ``c``, ``u``, ``d``."""
+
+
+class EventCountMismatchError(ChangeLogError):
+    """A transaction's ``END`` disagrees with the change events seen for it."""
+
+
+class DuplicateTransactionError(ChangeLogError):
+    """A transaction id was begun, ended or written to again after it was complete."""
+
+
+class LogRewrittenError(SparkCkptError, RuntimeError):
+    """Replaying a logged offset range did not reproduce what was planned.
+
+    The change log was modified in place (files may only be appended or added), so the same
+    ``(start, end)`` would no longer yield the same rows.
+    """
