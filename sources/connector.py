@@ -73,7 +73,7 @@ class ChangeConnector(abc.ABC):
 
     @abc.abstractmethod
     def availability(self, cut: Cut) -> SnapshotAvailability:
-        """FLIP-170: may a checkpoint be taken at ``cut`` of the last plan? (driver, per question)."""
+        """FLIP-170: whether a checkpoint may be taken at ``cut`` of the last plan (driver)."""
 
     @abc.abstractmethod
     def end_offset(self, cut: Cut, checkpoint_id: int) -> dict[str, Any]:
@@ -87,11 +87,11 @@ class ChangeConnector(abc.ABC):
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:
         """Yield the rows of one partition as Arrow record batches (executor, per task)."""
 
-    def prepare_available_now(self) -> None:
+    def prepare_available_now(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Fix the current end of the source as the target of ``Trigger.availableNow`` (driver)."""
 
-    def commit(self, end: dict[str, Any]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Spark has durably processed everything up to ``end`` (driver, per batch)."""
 
-    def stop(self) -> None:
+    def stop(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release resources (driver, once when the query stops)."""

@@ -19,6 +19,7 @@ same rows, because the log is append-only.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -302,7 +303,7 @@ class DebeziumJsonConnector(ChangeConnector):
         source = os.path.basename(os.path.normpath(self.directory))
         return [
             DebeziumPartition(self.directory, source, lo, hi)
-            for lo, hi in zip(bounds, bounds[1:], strict=False)
+            for lo, hi in itertools.pairwise(bounds)
         ]
 
     def _replan_splits(self, start: LogOffset, end: LogOffset) -> list[dict[str, Any]]:

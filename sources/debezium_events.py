@@ -105,10 +105,12 @@ def _parse_marker(line: LogLine, obj: dict[str, Any]) -> TransactionMarker:
         raise _malformed(line, f"{status} event without a transaction id (field 'id')")
     if status == "BEGIN":
         return TransactionMarker("BEGIN", txn_id, None, None, _int_or_none(obj.get("ts_ms")))
-    count = obj.get("event_count")
-    if _int_or_none(count) is None or count < 0:
+    count = _int_or_none(obj.get("event_count"))
+    if count is None or count < 0:
         raise _malformed(
-            line, f"END of transaction {txn_id!r} has no valid event_count (got {count!r})"
+            line,
+            f"END of transaction {txn_id!r} has no valid event_count "
+            f"(got {obj.get('event_count')!r})",
         )
     collections: dict[str, int] | None = None
     raw = obj.get("data_collections")

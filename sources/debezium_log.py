@@ -9,6 +9,7 @@ was written: the order ``txn-cdc`` must emit them in.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -174,7 +175,7 @@ def write_log(
     os.makedirs(directory, exist_ok=True)
     bounds = [0, *sorted({s for s in splits if 0 < s < len(records)}), len(records)]
     paths = []
-    for number, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False), start=first_file):
+    for number, (lo, hi) in enumerate(itertools.pairwise(bounds), start=first_file):
         path = os.path.join(directory, f"{number:08d}.jsonl")
         lines = [json.dumps(r, separators=(",", ":")) for r in records[lo:hi]]
         text = "\n".join(lines) + ("\n" if trailing_newline and lines else "")

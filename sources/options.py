@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
@@ -88,7 +88,8 @@ class SourceOptions:
             raise ConfigError(
                 "txn-cdc needs the option 'connector': one of " + ", ".join(CONNECTORS)
             )
-        if connector not in CONNECTORS:
+        by_name: dict[str, Connector] = {name: name for name in CONNECTORS}
+        if connector not in by_name:
             raise InvalidOptionError("connector", connector, "one of " + ", ".join(CONNECTORS))
         path = lowered.get("path")
         if connector == "debezium-json" and not path:
@@ -118,7 +119,7 @@ class SourceOptions:
                     "softDeclineTimeout", lowered["softdeclinetimeout"], "a positive duration"
                 )
         return cls(
-            connector=cast(Connector, connector),
+            connector=by_name[connector],
             path=path,
             max_changes_per_trigger=_positive_int(lowered, "maxChangesPerTrigger"),
             soft_decline_timeout=timeout,

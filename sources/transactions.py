@@ -293,7 +293,9 @@ class TransactionAssembler:
                 )
                 events = tuple(e for _, e in ranked)
             ts = head.end.ts_ms if head.end.ts_ms is not None else head.max_ts
-            out.append(Transaction(self.next_order, head.txn_id, head.count, head.first, ts, events))
+            out.append(
+                Transaction(self.next_order, head.txn_id, head.count, head.first, ts, events)
+            )
             self.next_order += 1
         return out
 

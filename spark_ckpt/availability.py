@@ -1,4 +1,4 @@
-"""FLIP-170 checkpoint availability: may a checkpoint be taken at this point?
+"""FLIP-170 checkpoint availability: whether a checkpoint may be taken at a given point.
 
 Flink's FLIP-170 proposed ``CheckpointAvailabilityProvider.isSnapshotAvailable(checkpointId)``
 so a source can refuse a checkpoint that would fall somewhere it cannot be restored from (inside

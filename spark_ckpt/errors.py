@@ -18,8 +18,8 @@ __all__ = [
     "MalformedEventError",
     "SourcePathError",
     "SparkCkptError",
-    "UnknownOptionError",
     "UnknownOperationError",
+    "UnknownOptionError",
 ]
 
 

@@ -1,0 +1,32 @@
+"""Shared test configuration.
+
+Tests import the *installed* package (``pip install .``): ``sources/`` and ``sinks/`` only exist
+as ``spark_ckpt.sources`` / ``spark_ckpt.sinks`` after installation. Run pytest through the
+README's test command, which installs first.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile(
+    "soak", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark everything under tests/integration as ``integration``."""
+    for item in items:
+        if f"{os.sep}integration{os.sep}" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)

@@ -1,0 +1,102 @@
+"""Source-side decline tracking and FLIP-170 local escalation."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_ckpt import SnapshotAvailability as SA
+from spark_ckpt.declines import DeclineTracker
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_streak_reports_how_long_data_has_been_held() -> None:
+    """Held-for grows from the first decline of a streak."""
+    clock = FakeClock()
+    tracker = DeclineTracker(clock=clock)
+    first = tracker.decline(1, SA.soft_failure("waiting for END"), 5)
+    clock.now += 7
+    second = tracker.decline(1, SA.soft_failure("waiting for END"), 6)
+    assert first.held_for == 0
+    assert second.held_for == 7
+    assert second.held_since == 1000.0
+    assert second.held_changes == 6
+    assert tracker.soft_declines == 2
+
+
+def test_soft_decline_past_the_bound_becomes_hard() -> None:
+    """A soft decline lasting longer than softDeclineTimeout is reported hard, with both reasons."""
+    clock = FakeClock()
+    tracker = DeclineTracker(10.0, clock=clock)
+    assert not tracker.decline(3, SA.soft_failure("txn t1 open"), 1).availability.is_hard
+    clock.now += 10
+    at_bound = tracker.decline(3, SA.soft_failure("txn t1 open"), 1)
+    clock.now += 0.5
+    past = tracker.decline(3, SA.soft_failure("txn t1 open"), 1)
+    assert not at_bound.escalated
+    assert past.escalated
+    assert past.availability.is_hard
+    assert "softDeclineTimeout=10s" in past.availability.message
+    assert "txn t1 open" in past.availability.message
+    assert tracker.hard_declines == 1
+
+
+def test_a_cut_ends_the_streak() -> None:
+    """After a cut, the next decline starts a new streak (no escalation carried over)."""
+    clock = FakeClock()
+    tracker = DeclineTracker(10.0, clock=clock)
+    tracker.decline(1, SA.soft_failure("x"), 1)
+    clock.now += 9
+    tracker.accept()
+    assert tracker.current is None
+    clock.now += 5
+    again = tracker.decline(2, SA.soft_failure("x"), 1)
+    assert again.held_for == 0
+    assert not again.escalated
+
+
+def test_idle_is_not_a_decline() -> None:
+    """An idle source clears the streak and counts nothing."""
+    tracker = DeclineTracker(clock=FakeClock())
+    tracker.decline(1, SA.soft_failure("x"), 1)
+    tracker.idle()
+    assert tracker.current is None
+    assert tracker.hard_declines == 0
+
+
+def test_hard_decline_stays_hard_and_is_counted() -> None:
+    """A hard refusal is reported as is."""
+    tracker = DeclineTracker(clock=FakeClock())
+    decline = tracker.decline(1, SA.hard_failure("slot dropped"), None)
+    assert decline.availability.is_hard
+    assert not decline.escalated
+    assert decline.to_json()["kind"] == "hard"
+    assert tracker.hard_declines == 1
+
+
+def test_available_is_not_a_decline() -> None:
+    """Recording AVAILABLE as a decline is a programming error."""
+    from spark_ckpt import AVAILABLE
+
+    with pytest.raises(ValueError, match="not a decline"):
+        DeclineTracker().decline(1, AVAILABLE, 0)
+
+
+def test_json_form_has_stable_keys() -> None:
+    """The progress-event form has the documented keys."""
+    decline = DeclineTracker(clock=FakeClock()).decline(4, SA.soft_failure("r"), 2)
+    assert list(decline.to_json()) == [
+        "checkpoint",
+        "kind",
+        "reason",
+        "heldSinceMs",
+        "heldForMs",
+        "heldChanges",
+        "escalated",
+    ]

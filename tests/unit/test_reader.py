@@ -1,0 +1,174 @@
+"""The reader framework: declines, escalation, read limits and availableNow, without a JVM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from spark_ckpt import SnapshotAvailability
+from spark_ckpt.declines import DeclineTracker
+from spark_ckpt.sources.gate import Cut
+
+from driver_loop import make_reader, run
+
+
+def txn(txn_id: str, size: int) -> list[dict[str, Any]]:
+    events = [
+        {
+            "op": "c",
+            "before": None,
+            "after": {"n": i},
+            "source": {"schema": "s", "table": "t", "ts_ms": 5},
+            "transaction": {"id": txn_id, "total_order": i + 1, "data_collection_order": i + 1},
+        }
+        for i in range(size)
+    ]
+    return [
+        {"status": "BEGIN", "id": txn_id},
+        *events,
+        {"status": "END", "id": txn_id, "event_count": size},
+    ]
+
+
+def write(directory: Path, name: str, records: list[dict[str, Any]]) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def options(directory: Path, **extra: str) -> dict[str, str]:
+    return {"connector": "debezium-json", "path": str(directory), **extra}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_open_transaction_is_held_back_with_a_soft_decline(tmp_path: Path) -> None:
+    """Data waiting for an END is not emitted; the decline says which transaction and how much."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 2)[:-1])  # END missing
+    opts = options(log)
+    reader = make_reader(opts)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    report = reader.reportLatestOffset()
+    decline = report["decline"]
+    assert decline["kind"] == "soft"
+    assert "'a'" in decline["reason"]
+    assert "END has not been read" in decline["reason"]
+    assert decline["heldChanges"] == 2
+    assert decline["checkpoint"] == 0
+    assert report["softDeclines"] == 1
+
+
+def test_soft_decline_escalates_after_soft_decline_timeout(tmp_path: Path) -> None:
+    """Holding data back longer than softDeclineTimeout turns the decline hard."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 1)[:-1])
+    reader = make_reader(options(log, softDeclineTimeout="30s"))
+    clock = FakeClock()
+    reader.declines = DeclineTracker(30.0, clock=clock)
+    start = reader.initialOffset()
+    reader.latestOffset(start, ReadAllAvailable())
+    clock.now += 31
+    reader.latestOffset(start, ReadAllAvailable())
+    decline = reader.reportLatestOffset()["decline"]
+    assert decline["kind"] == "hard"
+    assert decline["escalated"] is True
+    assert decline["heldForMs"] == 31_000
+
+
+def test_completion_ends_the_decline_and_cuts(tmp_path: Path) -> None:
+    """When the END arrives the transaction is cut and the decline clears."""
+    log = tmp_path / "log"
+    records = txn("a", 2)
+    write(log, "0001.jsonl", records[:-1])
+    opts = options(log)
+    reader = make_reader(opts)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    write(log, "0002.jsonl", records[-1:])
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end != start
+    assert end["checkpoint"] == 0
+    report = reader.reportLatestOffset()
+    assert report["decline"] is None
+    assert report["lastCheckpoint"] == 0
+
+
+def test_idle_source_does_not_decline(tmp_path: Path) -> None:
+    """No data at all is idle, not a decline."""
+    (tmp_path / "log").mkdir()
+    reader = make_reader(options(tmp_path / "log"))
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    assert reader.reportLatestOffset()["decline"] is None
+
+
+def test_default_read_limit_is_the_soft_cap(tmp_path: Path) -> None:
+    """MaxChangesPerTrigger becomes ReadMaxRows; without it everything is read."""
+    (tmp_path / "log").mkdir()
+    assert make_reader(options(tmp_path / "log")).getDefaultReadLimit() == ReadAllAvailable()
+    capped = make_reader(options(tmp_path / "log", maxChangesPerTrigger="7"))
+    assert capped.getDefaultReadLimit() == ReadMaxRows(7)
+
+
+def test_read_all_available_overrides_the_option(tmp_path: Path) -> None:
+    """Spark's ReadAllAvailable means everything, whatever maxChangesPerTrigger says."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 3) + txn("b", 3))
+    opts = options(log, maxChangesPerTrigger="3")
+    batches, _ = run(make_reader(opts), opts, limit=ReadAllAvailable())
+    assert [len(b.rows) for b in batches] == [6]
+    batches, _ = run(make_reader(opts), opts)
+    assert [len(b.rows) for b in batches] == [3, 3]
+
+
+def test_available_now_stops_at_the_end_seen_when_prepared(tmp_path: Path) -> None:
+    """After prepareForTriggerAvailableNow, data appended later is not read."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 2))
+    opts = options(log)
+    reader = make_reader(opts)
+    reader.prepareForTriggerAvailableNow()
+    with (log / "0001.jsonl").open("a") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in txn("b", 2)))
+    write(log, "0002.jsonl", txn("c", 1))
+    batches, _ = run(reader, opts)
+    assert {row["txn_id"] for b in batches for row in b.rows} == {"a"}
+
+
+def test_is_snapshot_available_answers_for_the_proposed_cut_only(tmp_path: Path) -> None:
+    """The FLIP-170 provider answers about the cut proposed for that checkpoint id."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 3))
+    reader = make_reader(options(log))
+    reader.connector.plan(reader.initialOffset(), None)
+    assert reader.is_snapshot_available(0).is_hard  # nothing proposed yet
+    assert reader._ask(0, Cut(0, 3, 3, True)).is_available
+    inside = reader._ask(0, Cut(0, 1, 1, False))
+    assert inside == SnapshotAvailability.soft_failure(
+        "the cut would split transaction 'a' after 1 of its 3 change events"
+    )
+    assert reader.is_snapshot_available(1).is_hard  # a different checkpoint id
+
+
+def test_offsets_are_stable_json(tmp_path: Path) -> None:
+    """Offsets serialise with a fixed key order and round-trip through JSON."""
+    log = tmp_path / "log"
+    a, b = txn("a", 1), txn("b", 1)
+    write(log, "0001.jsonl", [a[0], b[0], *a[1:], b[1]])  # b begins before a ends; b's END missing
+    reader = make_reader(options(log))
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert list(end) == ["v", "checkpoint", "emitted", "partial", "scan", "open"]
+    assert json.loads(json.dumps(end)) == end
+    begin_b = len(json.dumps(a[0])) + 1
+    assert end["open"] == [["b", "0001.jsonl", begin_b, 1]]
+    assert end["scan"][2] == 4  # consumed up to and including a's END
