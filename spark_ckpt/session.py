@@ -66,7 +66,8 @@ def local_session(
     """Build (or get) a local SparkSession ready for spark-ckpt and Delta Lake.
 
     Runs on the driver, once per process. Sets ``PYSPARK_PYTHON`` to the running interpreter
-    (so Python workers can import spark-ckpt), adds Delta's SQL extension and catalog and its jar
+    (so Python workers can import spark-ckpt) and ``PYTHONSAFEPATH`` (so they import the
+    installed package, not a source checkout in the working directory), adds Delta's SQL extension and catalog and its jar
     (resolved from Maven Central on first use and cached under ``~/.ivy2*``), turns the UI and the
     console progress bar off and keeps shuffles small.
 
@@ -82,6 +83,11 @@ def local_session(
     check_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python workers start as ``python -m pyspark.daemon`` in the driver's working directory,
+    # which puts that directory first on their sys.path. Started inside a source checkout, they
+    # would import the checkout's spark_ckpt/ (which lacks the installed spark_ckpt.sources)
+    # instead of the installed package. PYTHONSAFEPATH (Python 3.11+) keeps it off sys.path.
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 

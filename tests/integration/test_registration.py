@@ -1,0 +1,60 @@
+"""The formats are available after pip install (static registration) and after install()."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import spark_ckpt
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def test_static_registration_needs_no_register_call(tmp_path: Path) -> None:
+    """A fresh process that never calls install() can use format('txn-cdc')."""
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "0001.jsonl").write_text(
+        '{"op": "c", "before": null, "after": {"id": 1}, "source": {"table": "t"}}\n'
+    )
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master("local[1]")
+                 .config("spark.ui.enabled", "false").getOrCreate())
+        frame = (spark.readStream.format("txn-cdc").option("connector", "debezium-json")
+                 .load({str(tmp_path / "log")!r}))
+        query = (frame.writeStream.format("memory").queryName("out")
+                 .trigger(availableNow=True)
+                 .option("checkpointLocation", {str(tmp_path / "ckpt")!r}).start())
+        query.awaitTermination(120)
+        print("ROWS", spark.table("out").count())
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert "ROWS 1" in result.stdout, result.stderr[-3000:]
+
+
+def test_install_registers_the_formats(spark: SparkSession, tmp_path: Path) -> None:
+    """install(spark) registers txn-cdc through the session as well."""
+    control = spark_ckpt.install(spark)
+    assert "txn-cdc" in control.formats
+    (tmp_path / "log").mkdir()
+    frame = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .load(str(tmp_path / "log"))
+    )
+    assert frame.isStreaming
