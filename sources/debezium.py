@@ -141,6 +141,7 @@ class _Planner:
         self.base = base
         self.assembler = TransactionAssembler(base.emitted, keep_events=False)
         self.units: list[_Unit] = []
+        self._unit_changes = 0  # sum of the units' sizes, kept up to date (checked per line)
         only = {txn_id for txn_id, _ in base.open}
         released: list[Transaction] = []
         if only:
@@ -155,10 +156,11 @@ class _Planner:
         still_open = tuple(self.assembler.open_items())
         for index, txn in enumerate(group):
             self.units.append(_Unit(txn, scan, still_open, tuple(group[index + 1 :])))
+            self._unit_changes += txn.size
 
     @property
     def pending_changes(self) -> int:
-        return sum(u.txn.size for u in self.units) - self.base.partial
+        return self._unit_changes - self.base.partial
 
     def unit_sizes(self) -> list[int]:
         sizes = [u.txn.size for u in self.units]
@@ -191,9 +193,15 @@ class _Planner:
             unit.open_after(include_self=True),
         )
 
+    def truncate(self, units: int) -> None:
+        """Forget planned units beyond the first ``units``."""
+        self._unit_changes -= sum(u.txn.size for u in self.units[units:])
+        del self.units[units:]
+
     def advance(self, cut: Cut, end: LogOffset) -> None:
         """Make ``end`` (the offset at ``cut``) the new base, dropping delivered units."""
         drop = cut.unit + 1 if cut.at_boundary else cut.unit
+        self._unit_changes -= sum(u.txn.size for u in self.units[:drop])
         del self.units[:drop]
         self.base = end
 
@@ -318,7 +326,7 @@ class DebeziumJsonConnector(ChangeConnector):
                 f"complete transactions after the start offset, not {needed}: the change log in "
                 f"{self.directory!r} was modified in place (files may only be appended or added)"
             )
-        del planner.units[needed:]
+        planner.truncate(needed)
         sizes = planner.unit_sizes()
         if not sizes:
             return []
