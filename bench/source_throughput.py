@@ -74,7 +74,8 @@ def main() -> None:
             order = ["on", "off"] if pair % 2 == 0 else ["off", "on"]
             pair_rate = {}
             for gate in order:
-                seconds, rows = run_once(spark, log, Path(tmp) / f"ckpt-{gate}-{pair}", gate, args.cap)
+                checkpoint = Path(tmp) / f"ckpt-{gate}-{pair}"
+                seconds, rows = run_once(spark, log, checkpoint, gate, args.cap)
                 if rows != changes:
                     raise SystemExit(f"gate={gate} delivered {rows} rows, expected {changes}")
                 pair_rate[gate] = rows / seconds

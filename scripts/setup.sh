@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Shared setup for the README's commands: a virtualenv in .venv with spark-ckpt installed,
+# and a Java check. Source it: `source scripts/setup.sh [extra]` (extra: "test" for test tools).
+# Safe to run again: everything it does is idempotent and quick once done.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+EXTRA="${1:-}"
+
+say() { printf '\033[1m[spark-ckpt]\033[0m %s\n' "$*"; }
+die() { printf '\033[1;31m[spark-ckpt] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# --- Python ------------------------------------------------------------------------------------
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  for candidate in python3.11 python3.12 python3.13 python3.10 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then PYTHON="$(command -v "$candidate")"; break; fi
+  done
+fi
+[ -n "$PYTHON" ] || die "no python3 found: install Python 3.10-3.13 (Debian: apt-get install python3 python3-venv)"
+"$PYTHON" - <<'PY' || die "spark-ckpt needs Python 3.10 to 3.13 (PySpark 4.2); set PYTHON=/path/to/python3.11"
+import sys
+sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 13) else 1)
+PY
+
+# --- Java (Spark 4 needs 17 or 21) -------------------------------------------------------------
+JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+if ! command -v "$JAVA" >/dev/null 2>&1; then
+  die "Spark needs Java 17 or 21 and none was found: install it (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+fi
+JAVA_MAJOR="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)[".].*/\1/p' | head -n1)"
+if [ -z "$JAVA_MAJOR" ] || [ "$JAVA_MAJOR" -lt 17 ]; then
+  die "Spark 4 needs Java 17 or 21, found '$("$JAVA" -version 2>&1 | head -n1)': install openjdk-17 and set JAVA_HOME"
+fi
+
+# --- virtualenv and packages -------------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating virtualenv in $VENV"
+  "$PYTHON" -m venv "$VENV" || die "could not create a virtualenv (Debian: apt-get install python3-venv)"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+SPEC="$ROOT"
+[ -n "$EXTRA" ] && SPEC="$ROOT[$EXTRA]"
+say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
+# A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$SPEC"
+
+export PYSPARK_PYTHON="$VENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
+export PYTHONSAFEPATH=1

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test suite: lint, types, unit tests (no JVM) and integration tests (real Spark + Delta).
+# Sets up .venv and checks Java on first use. Extra arguments go to pytest.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" test
+cd "$ROOT"
+
+say "ruff"
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+
+say "mypy --strict on the installed packages"
+# Checked as installed: sources/ and sinks/ only exist as spark_ckpt.sources / .sinks there.
+(cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" -p spark_ckpt)
+
+say "pytest (unit, then integration)"
+export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
+"$VENV/bin/pytest" -p no:cacheprovider "$@"
