@@ -67,9 +67,9 @@ def local_session(
 
     Runs on the driver, once per process. Sets ``PYSPARK_PYTHON`` to the running interpreter
     (so Python workers can import spark-ckpt) and ``PYTHONSAFEPATH`` (so they import the
-    installed package, not a source checkout in the working directory), adds Delta's SQL extension and catalog and its jar
-    (resolved from Maven Central on first use and cached under ``~/.ivy2*``), turns the UI and the
-    console progress bar off and keeps shuffles small.
+    installed package, not a source checkout in the working directory); adds Delta's SQL
+    extension, catalog and jar (resolved from Maven Central on first use and cached under
+    ``~/.ivy2*``); turns the UI and the console progress bar off and keeps shuffles small.
 
     Parameters
     ----------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import threading
@@ -107,13 +106,29 @@ def test_growing_directory_never_emits_a_partial_transaction(
     collector = BatchCollector()
     query = start(stream(spark, log, maxChangesPerTrigger="40"), collector, tmp_path / "ckpt")
     try:
-        # Deliver the log in chunks; the last chunk holds only the END of a transaction whose
-        # events were all delivered earlier, so that transaction ends in a later file.
-        last_end = max(i for i, r in enumerate(records) if r.get("status") == "END")
-        chunks = [0, len(records) // 3, 2 * len(records) // 3, last_end, len(records)]
-        for number, (lo, hi) in enumerate(itertools.pairwise(chunks)):
-            write_log(str(log), records[lo:hi], [], first_file=number)
-            query.processAllAvailable()
+        # Deliver the log in three steps: a first file, then more lines appended to that same
+        # file (it grows), then a new file that starts with the END of a transaction whose
+        # change events all came earlier (its END arrives in a later file).
+        split_end = next(
+            i
+            for i, r in enumerate(records)
+            if r.get("status") == "END"
+            and i > len(records) // 2
+            and all(
+                records.index(event) < i
+                for txn in expected
+                if txn.txn_id == r["id"]
+                for event in txn.events
+            )
+        )
+        third = len(records) // 3
+        write_log(str(log), records[:third], [])
+        query.processAllAvailable()
+        with (log / "00000000.jsonl").open("a") as handle:
+            handle.write("".join(json.dumps(r) + "\n" for r in records[third:split_end]))
+        query.processAllAvailable()
+        write_log(str(log), records[split_end:], [], first_file=1)
+        query.processAllAvailable()
         wait_until(
             lambda: collector.row_count() >= len(expected_notes(expected)),
             120,
