@@ -10,14 +10,17 @@ from __future__ import annotations
 
 __all__ = [
     "ChangeLogError",
+    "CheckpointLocationError",
     "ConfigError",
     "DuplicateTransactionError",
     "EventCountMismatchError",
     "InvalidOptionError",
     "LogRewrittenError",
     "MalformedEventError",
+    "PublishError",
     "SourcePathError",
     "SparkCkptError",
+    "TableIncompatibleError",
     "UnknownOperationError",
     "UnknownOptionError",
 ]
@@ -116,3 +119,15 @@ class LogRewrittenError(SparkCkptError, RuntimeError):
     The change log was modified in place (files may only be appended or added), so the same
     ``(start, end)`` would no longer yield the same rows.
     """
+
+
+class CheckpointLocationError(SparkCkptError, OSError):
+    """A query's checkpoint location is missing, unreadable, or not what was expected."""
+
+
+class TableIncompatibleError(SparkCkptError, ValueError):
+    """The target Delta table cannot take this stream's data (schema or table features)."""
+
+
+class PublishError(SparkCkptError, RuntimeError):
+    """A complete batch could not be published to the Delta table (retried on the next trigger)."""

@@ -1,0 +1,190 @@
+"""The Delta table side of the sink, through delta-rs: checks before staging, one commit per batch.
+
+Every Delta log entry is written by delta-rs (``create_table_with_add_actions`` for the first
+batch, ``DeltaTable.create_write_transaction`` after); this module only decides what to commit.
+Each commit carries ``txn(appId=query id, version=batch id)``, so a batch is never published twice:
+a publisher that finds the table's recorded version at or past N has nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    PostCommitHookProperties,
+    RemoveAction,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from spark_ckpt.errors import TableIncompatibleError
+
+from .manifest import Manifest
+
+__all__ = [
+    "check_writable",
+    "commit_manifest",
+    "load_table",
+    "table_partition_columns",
+]
+
+# Table features delta-rs cannot write correctly; refuse before anything is staged.
+_UNSUPPORTED_FEATURES = {
+    "deletionVectors": "deletion vectors",
+    "columnMapping": "column mapping",
+}
+
+
+def load_table(uri: str) -> DeltaTable | None:
+    """The table at ``uri``, or None when there is no Delta table there yet."""
+    if not os.path.isdir(os.path.join(uri, "_delta_log")):
+        return None
+    try:
+        return DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+
+
+def table_partition_columns(table: DeltaTable) -> list[str]:
+    """The table's partition columns."""
+    return list(table.metadata().partition_columns)
+
+
+def _fields(schema_json: str) -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in json.loads(schema_json)["fields"]}
+
+
+def check_writable(
+    uri: str,
+    table: DeltaTable | None,
+    incoming: pa.Schema,
+    partition_by: Sequence[str],
+    merge_schema: bool,
+) -> tuple[str, ...]:
+    """Refuse a table this stream cannot write; return the partition columns to use.
+
+    Runs on the driver when the query starts (before any file is staged) and in each commit.
+
+    Raises
+    ------
+    TableIncompatibleError
+        Unsupported table features, a schema mismatch (new columns without ``mergeSchema``,
+        changed types, missing non-nullable columns), or partition columns that differ.
+    """
+    names = set(incoming.names)
+    for column in partition_by:
+        if column not in names:
+            raise TableIncompatibleError(
+                f"partitionBy names {column!r}, which is not a column of the stream "
+                f"({', '.join(incoming.names)})"
+            )
+    if table is None:
+        return tuple(partition_by)
+    protocol = table.protocol()
+    features = set(protocol.writer_features or []) | set(protocol.reader_features or [])
+    configuration = table.metadata().configuration
+    if configuration.get("delta.enableDeletionVectors", "false").lower() == "true":
+        features.add("deletionVectors")
+    if configuration.get("delta.columnMapping.mode", "none").lower() != "none":
+        features.add("columnMapping")
+    for feature, words in _UNSUPPORTED_FEATURES.items():
+        if feature in features:
+            raise TableIncompatibleError(
+                f"the Delta table at {uri} uses {words} ({feature}), which delta-2pc cannot "
+                f"write (delta-rs does not support it). Write to a table without it, or disable "
+                f"it (for deletion vectors: ALTER TABLE ... SET TBLPROPERTIES "
+                f"('delta.enableDeletionVectors' = false) and REORG TABLE ... APPLY (PURGE))"
+            )
+    existing_partitions = table_partition_columns(table)
+    if partition_by and list(partition_by) != existing_partitions:
+        raise TableIncompatibleError(
+            f"partitionBy={','.join(partition_by)} but the table at {uri} is partitioned by "
+            f"{','.join(existing_partitions) or 'nothing'}: use the table's partitioning"
+        )
+    table_fields = _fields(table.schema().to_json())
+    stream_fields = _fields(Schema.from_arrow(incoming).to_json())
+    problems = []
+    for name, field in stream_fields.items():
+        have = table_fields.get(name)
+        if have is None:
+            if not merge_schema:
+                problems.append(f"new column {name!r} (set mergeSchema=true to add it)")
+        elif have["type"] != field["type"]:
+            problems.append(
+                f"column {name!r} is {json.dumps(have['type'])} in the table but "
+                f"{json.dumps(field['type'])} in the stream"
+            )
+        elif field["nullable"] and not have["nullable"]:
+            problems.append(f"column {name!r} is NOT NULL in the table but nullable in the stream")
+    for name, have in table_fields.items():
+        if name not in stream_fields and not have["nullable"]:
+            problems.append(f"the stream lacks the table's NOT NULL column {name!r}")
+    if problems:
+        raise TableIncompatibleError(
+            f"the stream's schema does not fit the Delta table at {uri}: " + "; ".join(problems)
+        )
+    return tuple(existing_partitions)
+
+
+def commit_manifest(uri: str, manifest: Manifest) -> None:
+    """Publish one batch as one Delta commit carrying ``txn(query id, batch id)``.
+
+    Runs on the driver (any publisher process). Raises :class:`CommitFailedError` when another
+    publisher committed concurrently (the caller re-checks the table's txn version).
+    """
+    adds = [
+        AddAction(
+            f.path,
+            f.size,
+            f.partition_values,
+            f.modification_time,
+            True,
+            f.stats,
+        )
+        for f in manifest.files
+    ]
+    properties = CommitProperties(
+        custom_metadata={
+            "spark-ckpt.sink": "delta-2pc",
+            "spark-ckpt.queryId": manifest.query_id,
+            "spark-ckpt.batchId": manifest.batch_id,
+            "spark-ckpt.rows": manifest.rows,
+        },
+        app_transactions=[Transaction(manifest.query_id, manifest.batch_id)],
+    )
+    schema = Schema.from_json(manifest.schema_json)
+    hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+    table = load_table(uri)
+    if table is None:
+        try:
+            create_table_with_add_actions(
+                uri,
+                schema,
+                adds,
+                mode="error",
+                partition_by=list(manifest.partition_by) or None,
+                commit_properties=properties,
+                post_commithook_properties=hooks,
+            )
+        except DeltaError as e:
+            if load_table(uri) is None:
+                raise
+            raise CommitFailedError(f"the table was created concurrently: {e}") from e
+        return
+    actions: list[AddAction | RemoveAction] = list(adds)
+    table.create_write_transaction(
+        actions,
+        "append",
+        schema,
+        partition_by=list(manifest.partition_by) or None,
+        commit_properties=properties,
+        post_commithook_properties=hooks,
+    )

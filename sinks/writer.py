@@ -1,0 +1,136 @@
+"""The ``delta-2pc`` stream writer: stage on executors, pre-commit on the driver, publish later.
+
+Spark's order for batch N (REFERENCE.md): executors ``write()`` (stage Parquet files), the driver
+``commit(messages, N)`` (here: write N's manifest; publish earlier complete batches), then Spark
+writes ``commits/N``. N itself is published by whichever trigger comes first afterwards: the next
+batch's commit, the control plane's listener, or recovery when the query restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import Schema
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from spark_ckpt.checkpoint_dir import SparkCheckpoint
+
+from .manifest import Manifest, ManifestStore
+from .options import SinkOptions
+from .publisher import discard_attempt, precommit, publish_completed
+from .staging import StagedFile, StagingWriter
+from .table import check_writable, load_table
+
+__all__ = ["Delta2pcStreamWriter", "StagedFiles"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class StagedFiles(WriterCommitMessage):
+    """One task's commit message: the files it staged (picklable)."""
+
+    batch_id: int
+    partition_id: int
+    files: list[StagedFile]
+
+
+class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
+    """Two-phase-commit writer into a Delta table.
+
+    Built by Spark on the driver when the query starts (the table is checked then, before anything
+    is staged), pickled to executors for ``write``, and built again in a fresh driver process for
+    every ``commit`` / ``abort``.
+
+    Parameters
+    ----------
+    options
+        The parsed sink options.
+    schema
+        The stream's schema.
+    """
+
+    def __init__(self, options: SinkOptions, schema: StructType) -> None:
+        self.options = options
+        # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        table = load_table(options.path)
+        partition_by = check_writable(
+            options.path, table, self.arrow_schema, options.partition_by, options.merge_schema
+        )
+        self.partition_by = partition_by
+        # The table keeps the stream's column order; partition columns are not in the files.
+        self.schema_json = Schema.from_arrow(self.arrow_schema).to_json()
+
+    def _store(self) -> ManifestStore:
+        return ManifestStore(SparkCheckpoint(self.options.checkpoint_location))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
+        """Stage this task's rows as Parquet files (executor, once per task per batch)."""
+        context = TaskContext.get()
+        assert context is not None, "write() runs in a Spark task"
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        if query_id is None or batch is None:
+            raise RuntimeError(
+                "delta-2pc is a streaming sink: write() ran outside a streaming micro-batch "
+                "(no query or batch id in the task's properties)"
+            )
+        batch_id = int(batch)
+        store = self._store()
+        staging = StagingWriter(
+            self.options.path,
+            self.partition_by,
+            self.options.target_file_size,
+            query_id,
+            batch_id,
+            context.partitionId(),
+            store.intents_dir(batch_id),
+        )
+        files = staging.write(iterator)
+        return StagedFiles(batch_id, context.partitionId(), files)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Pre-commit batch ``batchId`` and publish earlier complete batches (driver, per batch).
+
+        ``commits/<batchId - 1>`` exists by now (Spark wrote it before starting this batch), so
+        everything up to ``batchId - 1`` may be published.
+        """
+        store = self._store()
+        files: list[StagedFile] = []
+        for message in messages:
+            if message is None:
+                continue  # a failed task's message; Spark would not commit then, but be strict
+            assert isinstance(message, StagedFiles)
+            if message.batch_id != batchId:
+                raise ValueError(f"commit message of batch {message.batch_id} in batch {batchId}")
+            files += message.files
+        manifest = Manifest(
+            batchId,
+            store.checkpoint.query_id(),
+            self.options.path,
+            self.schema_json,
+            self.partition_by,
+            tuple(sorted(files, key=lambda f: f.path)),
+        )
+        precommit(store, manifest)
+        published = publish_completed(store, self.options.path, upto=batchId - 1)
+        if published:
+            _log.info("delta-2pc published batches %s", published)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Delete what this attempt of ``batchId`` staged (driver, when a batch fails)."""
+        store = self._store()
+        keep: set[str] = set()
+        old = store.read(batchId)
+        if old is not None:
+            keep = {f.path for f in old.files}  # a durable manifest is not this attempt's to undo
+        removed = discard_attempt(store, self.options.path, batchId, keep)
+        store.drop_intents(batchId)
+        _log.info("delta-2pc aborted batch %d: removed %d staged files", batchId, removed)
