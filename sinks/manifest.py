@@ -11,39 +11,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.files import write_atomically
 
 from .staging import StagedFile
 
-__all__ = ["Manifest", "ManifestStore", "write_atomically"]
+__all__ = ["Manifest", "ManifestStore"]
 
 _VERSION = 1
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a part."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass(frozen=True)

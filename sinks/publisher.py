@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Iterator
 from urllib.parse import unquote
 
@@ -25,7 +26,7 @@ from .manifest import Manifest, ManifestStore
 from .staging import StagedFile, parse_staged_name
 from .table import commit_manifest, load_table
 
-__all__ = ["discard_attempt", "precommit", "publish_completed"]
+__all__ = ["clean_orphans", "discard_attempt", "precommit", "publish_completed"]
 
 _log = logging.getLogger(__name__)
 _RETAIN_PUBLISHED = 100  # manifests kept after publishing, like Spark's minBatchesToRetain
@@ -152,7 +153,52 @@ def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = N
         return published
 
 
-def is_own_staged_file(name: str, query_id: str) -> bool:
-    """True for a file this query's sink staged (recognised by name)."""
-    parsed = parse_staged_name(name)
-    return parsed is not None and parsed[0] == query_id
+def clean_orphans(store: ManifestStore, table_uri: str, grace_period: float) -> list[str]:
+    """Delete this query's staged files that nothing references, once they are old enough.
+
+    A file is an orphan when its name marks it as staged by this query (other writers' files are
+    never touched), no Delta version references it, no manifest lists it, and it is older than
+    ``grace_period`` seconds (a task of a live attempt may still be about to report it). Runs on
+    the driver when a query starts, at most once per grace period. Returns the deleted paths.
+    """
+    marker = os.path.join(store.root, "orphan-scan")
+    now = time.time()
+    try:
+        if now - os.path.getmtime(marker) < grace_period:
+            return []
+    except FileNotFoundError:
+        pass
+    query_id = store.checkpoint.query_id()
+    with _publish_lock(store):
+        table = load_table(table_uri)
+        live = table.file_uris() if table is not None else []
+        root = os.path.abspath(table_uri)
+        referenced = {os.path.relpath(p, root).replace(os.sep, "/") for p in live}
+        for batch_id in store.batch_ids():
+            manifest = store.read(batch_id)
+            if manifest is not None:
+                referenced |= {unquote(f.path) for f in manifest.files}
+        deleted = []
+        for directory, dirs, names in os.walk(table_uri):
+            dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+            for name in names:
+                parsed = parse_staged_name(name)
+                if parsed is None or parsed[0] != query_id:
+                    continue
+                path = os.path.join(directory, name)
+                rel = os.path.relpath(path, table_uri).replace(os.sep, "/")
+                if rel in referenced:
+                    continue
+                try:
+                    if now - os.path.getmtime(path) < grace_period:
+                        continue
+                except FileNotFoundError:
+                    continue
+                _remove(path)
+                deleted.append(rel)
+        os.makedirs(store.root, exist_ok=True)
+        with open(marker, "w", encoding="utf-8") as handle:
+            handle.write(str(now))
+    if deleted:
+        _log.info("delta-2pc removed %d orphaned staged files from %s", len(deleted), table_uri)
+    return deleted

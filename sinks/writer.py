@@ -20,10 +20,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.registry import ControlState, Registration
 
 from .manifest import Manifest, ManifestStore
 from .options import SinkOptions
-from .publisher import discard_attempt, precommit, publish_completed
+from .publisher import clean_orphans, discard_attempt, precommit, publish_completed
 from .staging import StagedFile, StagingWriter
 from .table import check_writable, load_table
 
@@ -54,10 +55,15 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         The parsed sink options.
     schema
         The stream's schema.
+    control
+        The control plane's state when the sink was registered by ``spark_ckpt.install``.
     """
 
-    def __init__(self, options: SinkOptions, schema: StructType) -> None:
+    def __init__(
+        self, options: SinkOptions, schema: StructType, control: ControlState | None = None
+    ) -> None:
         self.options = options
+        self.control = control
         # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         table = load_table(options.path)
@@ -67,6 +73,22 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         self.partition_by = partition_by
         # The table keeps the stream's column order; partition columns are not in the files.
         self.schema_json = Schema.from_arrow(self.arrow_schema).to_json()
+        self._recover()
+
+    def _recover(self) -> None:
+        """Publish what completed before a restart; clean up orphans (driver, at construction).
+
+        Spark constructs the writer when the query starts and again in every commit process, so
+        complete batches left unpublished by a crash are published as soon as the query is back,
+        even before it runs another batch.
+        """
+        store = self._store()
+        if not store.batch_ids():
+            return
+        published = publish_completed(store, self.options.path)
+        if published:
+            _log.info("delta-2pc recovered and published batches %s", published)
+        clean_orphans(store, self.options.path, self.options.orphan_grace_period)
 
     def _store(self) -> ManifestStore:
         return ManifestStore(SparkCheckpoint(self.options.checkpoint_location))
@@ -119,6 +141,18 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             self.partition_by,
             tuple(sorted(files, key=lambda f: f.path)),
         )
+        if self.control is not None:
+            # Lets the control plane's listener publish N as soon as checkpoint N completes.
+            self.control.register(
+                Registration(
+                    "delta-2pc",
+                    manifest.query_id,
+                    {
+                        "checkpointLocation": self.options.checkpoint_location,
+                        "path": self.options.path,
+                    },
+                )
+            )
         precommit(store, manifest)
         published = publish_completed(store, self.options.path, upto=batchId - 1)
         if published:

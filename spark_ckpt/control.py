@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import logging
+import math
+import tempfile
+import time
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from spark_ckpt.listener import CheckpointListener, load_hooks
+from spark_ckpt.registry import ControlState
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["DATA_SOURCE_GROUP", "Control", "install"]
 
@@ -30,20 +37,55 @@ class Control:
     ----------
     spark
         The session it was installed into.
+    state
+        The driver-local state directory components register with.
+    listener
+        The checkpoint listener added to the session.
     formats
         The data source format names registered with the session.
     """
 
     spark: SparkSession
+    state: ControlState
+    listener: CheckpointListener
     formats: list[str] = field(default_factory=list)
+
+    def await_termination(self, query: StreamingQuery, timeout: float | None = None) -> bool:
+        """Wait for ``query`` to end and for its components to finish up (driver).
+
+        After it returns True, everything the query completed is published: a bounded run
+        (``Trigger.availableNow``) leaves no tail behind.
+
+        Parameters
+        ----------
+        query
+            A query started in this session.
+        timeout
+            Seconds to wait in all (None: no limit).
+
+        Returns
+        -------
+        bool
+            False when the timeout passed first. The query's own failure is raised, as by
+            ``StreamingQuery.awaitTermination``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is None:
+            query.awaitTermination()
+        elif not query.awaitTermination(max(1, math.ceil(timeout))):
+            return False
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self.listener.finished(str(query.id)).wait(remaining)
 
 
 def install(spark: SparkSession) -> Control:
-    """Install spark-ckpt into ``spark``: register the ``txn-cdc`` and ``delta-2pc`` formats.
+    """Install spark-ckpt into ``spark``.
 
-    Runs on the driver, once per session; calling it again re-registers (harmless). The formats
-    also work without it (Spark registers ``pyspark_*`` modules statically); registering through
-    the session makes them available even when the static lookup ran before installation.
+    Registers the ``txn-cdc`` and ``delta-2pc`` formats through the session (as subclasses that
+    carry the control plane's state directory) and adds the checkpoint listener. Runs on the
+    driver, once per session. The formats also work without it (Spark registers ``pyspark_*``
+    modules statically); what install adds is policy: low-latency publishing and publishing
+    the tail of a query when it ends.
 
     Parameters
     ----------
@@ -55,10 +97,16 @@ def install(spark: SparkSession) -> Control:
     Control
         Handle to what was installed.
     """
-    control = Control(spark)
+    state = ControlState(tempfile.mkdtemp(prefix="spark-ckpt-control-"))
+    listener = CheckpointListener(state, load_hooks())
+    control = Control(spark, state, listener)
     for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
         data_source = entry.load()
-        spark.dataSource.register(data_source)
+        # A subclass defined here is pickled by value, class attributes included, so every
+        # process that runs it (reader, executors, sink commits) sees this session's state.
+        bound = type(data_source.__name__, (data_source,), {"control_state": state})
+        spark.dataSource.register(bound)
         control.formats.append(data_source.name())
         _log.debug("registered data source %s from %s", data_source.name(), entry.value)
+    spark.streams.addListener(listener)
     return control

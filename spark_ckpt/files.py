@@ -1,0 +1,35 @@
+"""Atomic file replacement, shared by everything that persists small state files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+__all__ = ["write_atomically"]
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a part.
+
+    Writes a temporary file in the same directory, fsyncs it, renames it over ``path`` and
+    fsyncs the directory, so the new content survives a crash once this returns.
+    """
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,106 @@
+"""The control plane's ``StreamingQueryListener``.
+
+Listener callbacks run on Spark's listener bus (a Py4J callback thread in classic mode) and must
+stay short, so every callback only hands work to one background thread. That thread runs the
+*completion hooks* of the components a query registered (see :mod:`spark_ckpt.registry`): after
+the progress event of batch N (checkpoint N is complete) and after the query terminated (publish
+everything complete: no tail left behind). Hooks are found through the entry-point group
+``spark_ckpt.completion_hooks``, so this module imports no source or sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from importlib.metadata import entry_points
+
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+
+from spark_ckpt.registry import ControlState, Registration
+
+__all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "load_hooks"]
+
+HOOK_GROUP = "spark_ckpt.completion_hooks"
+"""Entry-point group of completion hooks, keyed by the registering component's format name."""
+
+CompletionHook = Callable[[Registration, "int | None"], None]
+"""``hook(registration, batch_id)``: checkpoint ``batch_id`` completed (None: query ended)."""
+
+_log = logging.getLogger(__name__)
+
+
+def load_hooks() -> dict[str, CompletionHook]:
+    """The installed completion hooks by format name."""
+    return {entry.name: entry.load() for entry in entry_points(group=HOOK_GROUP)}
+
+
+class CheckpointListener(StreamingQueryListener):
+    """Runs completion hooks after each completed checkpoint and after termination.
+
+    Parameters
+    ----------
+    state
+        Where components register the queries they serve.
+    hooks
+        Completion hooks by format name.
+    """
+
+    def __init__(self, state: ControlState, hooks: dict[str, CompletionHook]) -> None:
+        self._state = state
+        self._hooks = hooks
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-ckpt-hooks")
+        self._lock = threading.Lock()
+        self._finished: dict[str, threading.Event] = {}
+        self.errors: list[tuple[str, int | None, BaseException]] = []
+        """Hook failures as ``(query id, batch id, error)``, newest last."""
+
+    def finished(self, query_id: str) -> threading.Event:
+        """Set once the termination hooks of ``query_id`` have run."""
+        with self._lock:
+            return self._finished.setdefault(query_id, threading.Event())
+
+    def _run_hooks(self, query_id: str, batch_id: int | None) -> None:
+        for registration in self._state.registrations(query_id):
+            hook = self._hooks.get(registration.kind)
+            if hook is None:
+                continue
+            try:
+                hook(registration, batch_id)
+            except Exception as e:  # a failed hook must not stop the listener thread
+                _log.exception(
+                    "completion hook of %s failed for query %s batch %s",
+                    registration.kind,
+                    query_id,
+                    batch_id,
+                )
+                self.errors.append((query_id, batch_id, e))
+
+    def _submit(self, query_id: str, batch_id: int | None) -> Future[None]:
+        future = self._worker.submit(self._run_hooks, query_id, batch_id)
+        if batch_id is None:
+            future.add_done_callback(lambda _: self.finished(query_id).set())
+        return future
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        """A query (re)started: arm its termination signal (query thread; keep it short)."""
+        with self._lock:
+            self._finished[str(event.id)] = threading.Event()
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        """Checkpoint ``batchId`` completed: run the hooks in the background (listener bus)."""
+        self._submit(str(event.progress.id), int(event.progress.batchId))
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        """Nothing to do on idle triggers."""
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        """The query ended: run the hooks for everything complete (listener bus)."""
+        self._submit(str(event.id), None)
