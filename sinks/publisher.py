@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import PublishError
+from spark_ckpt.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
 from .staging import StagedFile, parse_staged_name
@@ -70,6 +71,7 @@ def discard_attempt(store: ManifestStore, table: str, batch_id: int, keep: set[s
     for rel in sorted(doomed - keep_plain):
         _remove(_local(table, rel))
         removed += 1
+        crash_point("during_abort", batch_id)
     return removed
 
 
@@ -134,6 +136,7 @@ def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = N
                     f"{missing[0]}); was VACUUM run with a retention shorter than the time the "
                     f"batch waited to be published? The batch cannot be published"
                 )
+            crash_point("before_publish", batch_id)
             try:
                 commit_manifest(table_uri, manifest)
             except CommitFailedError as e:
@@ -144,6 +147,7 @@ def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = N
                     raise PublishError(
                         f"publishing batch {batch_id} to {table_uri} failed: {e}"
                     ) from e
+            crash_point("during_publish", batch_id)
             version = batch_id
             published.append(batch_id)
         if version is not None:

@@ -20,6 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.faults import crash_point
 from spark_ckpt.registry import ControlState, Registration
 
 from .manifest import Manifest, ManifestStore
@@ -116,6 +117,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             store.intents_dir(batch_id),
         )
         files = staging.write(iterator)
+        crash_point("after_staging", batch_id)
         return StagedFiles(batch_id, context.partitionId(), files)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -154,6 +156,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 )
             )
         precommit(store, manifest)
+        crash_point("after_manifest", batchId)
         published = publish_completed(store, self.options.path, upto=batchId - 1)
         if published:
             _log.info("delta-2pc published batches %s", published)
