@@ -268,3 +268,48 @@ def test_missing_checkpoint_location_is_a_clear_error(spark: SparkSession, tmp_p
             query.awaitTermination(120)
     finally:
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
+
+
+def test_delta_spark_reads_the_table_after_a_delta_rs_checkpoint(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """Checkpoints written by delta-rs (the sink's commits) are readable by delta-spark."""
+    log, expected = generated(tmp_path, 8, 30)
+    table = tmp_path / "table"
+    query = (
+        changes(spark, log, 50)
+        .writeStream.format("delta-2pc")
+        .option("path", str(table))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert control.await_termination(query, 180)
+    DeltaTable(str(table)).create_checkpoint()
+    assert any(name.endswith(".checkpoint.parquet") for name in os.listdir(table / "_delta_log"))
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # type: ignore[union-attr]
+    assert notes_of(spark.read.format("delta").load(str(table))) == expected_notes(expected)
+
+
+def test_timestamp_without_time_zone_round_trips_through_delta_spark(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """A TIMESTAMP_NTZ column written by delta-rs gets a protocol delta-spark accepts."""
+    log, _ = generated(tmp_path, 9, 10)
+    table = tmp_path / "table"
+    frame = changes(spark, log, 1000).selectExpr(
+        "txn_id", "event_index", "CAST(commit_ts AS TIMESTAMP_NTZ) AS local_ts", "commit_ts"
+    )
+    query = (
+        frame.writeStream.format("delta-2pc")
+        .option("path", str(table))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert control.await_termination(query, 180)
+    written = spark.read.format("delta").load(str(table))
+    assert dict(written.dtypes)["local_ts"] == "timestamp_ntz"
+    mismatched = written.filter("CAST(local_ts AS TIMESTAMP) != commit_ts").count()
+    assert written.count() > 0
+    assert mismatched == 0

@@ -186,3 +186,14 @@ def test_orphans_are_removed_only_after_the_grace_period(harness: Harness) -> No
     assert clean_orphans(harness.store, harness.table, 3600) == [orphan.path]
     assert foreign.exists()
     assert harness.rows() == [1]
+
+
+def test_empty_batches_are_published_as_empty_commits(harness: Harness) -> None:
+    """A batch without rows still gets its Delta commit and txn version (first and later)."""
+    for batch_id, ids in enumerate([[], [5], []]):
+        precommit(harness.store, harness.stage(batch_id, ids))
+        harness.complete(batch_id)
+    assert publish_completed(harness.store, harness.table) == [0, 1, 2]
+    assert harness.rows() == [5]
+    assert harness.versions() == 3
+    assert DeltaTable(harness.table).transaction_version(QUERY) == 2
