@@ -134,6 +134,27 @@ def check_writable(
     return tuple(existing_partitions)
 
 
+def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> None:
+    """Evolve the table's schema first when the batch brings new columns (``mergeSchema``).
+
+    delta-rs keeps the table's schema on an append whose schema is wider, which would make the
+    new columns' data invisible; so the new columns are added in a metadata-only commit before the
+    batch's own commit. Re-running it after a crash finds the columns there and adds nothing.
+    """
+    existing = {field.name for field in table.schema().fields}
+    new = [field for field in schema.fields if field.name not in existing]
+    if new:
+        table.alter.add_columns(
+            new,
+            commit_properties=CommitProperties(
+                custom_metadata={
+                    "spark-ckpt.sink": "delta-2pc",
+                    "spark-ckpt.schemaChangeForBatch": manifest.batch_id,
+                }
+            ),
+        )
+
+
 def commit_manifest(uri: str, manifest: Manifest) -> None:
     """Publish one batch as one Delta commit carrying ``txn(query id, batch id)``.
 
@@ -179,6 +200,7 @@ def commit_manifest(uri: str, manifest: Manifest) -> None:
                 raise
             raise CommitFailedError(f"the table was created concurrently: {e}") from e
         return
+    _add_new_columns(table, schema, manifest)
     actions: list[AddAction | RemoveAction] = list(adds)
     table.create_write_transaction(
         actions,

@@ -66,8 +66,14 @@ class Control:
         Returns
         -------
         bool
-            False when the timeout passed first. The query's own failure is raised, as by
-            ``StreamingQuery.awaitTermination``.
+            False when the timeout passed first.
+
+        Raises
+        ------
+        StreamingQueryException
+            The query's own failure, as ``StreamingQuery.awaitTermination`` raises it.
+        spark_ckpt.errors.PublishError
+            When the final publish of what the query completed failed.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         if timeout is None:
@@ -75,7 +81,14 @@ class Control:
         elif not query.awaitTermination(max(1, math.ceil(timeout))):
             return False
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self.listener.finished(str(query.id)).wait(remaining)
+        if not self.listener.finished(str(query.id)).wait(remaining):
+            return False
+        failure = self.listener.final_error(str(query.id))
+        if failure is not None:
+            # The query ended but what it completed could not all be published: never report
+            # a clean end with a tail left behind.
+            raise failure
+        return True
 
 
 def install(spark: SparkSession) -> Control:

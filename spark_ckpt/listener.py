@@ -61,6 +61,12 @@ class CheckpointListener(StreamingQueryListener):
         self._finished: dict[str, threading.Event] = {}
         self.errors: list[tuple[str, int | None, BaseException]] = []
         """Hook failures as ``(query id, batch id, error)``, newest last."""
+        self._final_errors: dict[str, BaseException] = {}
+
+    def final_error(self, query_id: str) -> BaseException | None:
+        """The failure of ``query_id``'s termination hooks (its final publish), if any."""
+        with self._lock:
+            return self._final_errors.get(query_id)
 
     def finished(self, query_id: str) -> threading.Event:
         """Set once the termination hooks of ``query_id`` have run."""
@@ -82,6 +88,9 @@ class CheckpointListener(StreamingQueryListener):
                     batch_id,
                 )
                 self.errors.append((query_id, batch_id, e))
+                if batch_id is None:
+                    with self._lock:
+                        self._final_errors[query_id] = e
 
     def _submit(self, query_id: str, batch_id: int | None) -> Future[None]:
         future = self._worker.submit(self._run_hooks, query_id, batch_id)
@@ -93,6 +102,7 @@ class CheckpointListener(StreamingQueryListener):
         """A query (re)started: arm its termination signal (query thread; keep it short)."""
         with self._lock:
             self._finished[str(event.id)] = threading.Event()
+            self._final_errors.pop(str(event.id), None)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         """Checkpoint ``batchId`` completed: run the hooks in the background (listener bus)."""

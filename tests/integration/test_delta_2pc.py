@@ -313,3 +313,31 @@ def test_timestamp_without_time_zone_round_trips_through_delta_spark(
     mismatched = written.filter("CAST(local_ts AS TIMESTAMP) != commit_ts").count()
     assert written.count() > 0
     assert mismatched == 0
+
+
+def test_merge_schema_adds_the_streams_new_columns(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """With mergeSchema, new columns are added to the table and their values are visible."""
+    log, expected = generated(tmp_path, 10, 10)
+    table = tmp_path / "table"
+    spark.sql(f"CREATE TABLE delta.`{table}` (txn_id STRING, after STRING) USING delta")
+    frame = changes(spark, log, 1000).select("txn_id", "after", "txn_order", "event_index")
+
+    def run(merge: str, checkpoint: str) -> Any:
+        return (
+            frame.writeStream.format("delta-2pc")
+            .option("path", str(table))
+            .option("checkpointLocation", str(tmp_path / checkpoint))
+            .option("mergeSchema", merge)
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    refused = run("false", "ckpt-refused")
+    with pytest.raises(StreamingQueryException, match="new column 'txn_order'"):
+        refused.awaitTermination(120)
+    assert control.await_termination(run("true", "ckpt"), 180)
+    written = spark.read.format("delta").load(str(table))
+    assert written.columns == ["txn_id", "after", "txn_order", "event_index"]
+    assert notes_of(written) == expected_notes(expected)
