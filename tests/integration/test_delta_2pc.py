@@ -38,6 +38,18 @@ def changes(spark: SparkSession, log: Path, cap: int) -> DataFrame:
     )
 
 
+def write_2pc(frame: DataFrame, table: Path, checkpoint: Path, **options: str) -> Any:
+    """Start a bounded (availableNow) query writing ``frame`` with delta-2pc."""
+    writer = (
+        frame.writeStream.format("delta-2pc")
+        .option("path", str(table))
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer.trigger(availableNow=True).start()
+
+
 def generated(tmp_path: Path, seed: int, transactions: int) -> tuple[Path, list[GeneratedTxn]]:
     rng = random.Random(seed)
     records, expected = random_log(rng, transactions, max_size=12, interleave=4)
@@ -65,14 +77,7 @@ def test_bounded_run_is_fully_visible_when_it_ends(
     """AvailableNow into delta-2pc: after await_termination every batch is a Delta version."""
     log, expected = generated(tmp_path, 1, 50)
     table, checkpoint = tmp_path / "table", tmp_path / "ckpt"
-    query = (
-        changes(spark, log, 60)
-        .writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(changes(spark, log, 60), table, checkpoint)
     assert control.await_termination(query, 180), "the bounded run did not finish"
     written = spark.read.format("delta").load(str(table))
     assert notes_of(written) == expected_notes(expected)
@@ -89,14 +94,7 @@ def test_every_delta_version_adds_whole_transactions(
     """Reading version by version, no source transaction is ever visible in part."""
     log, _ = generated(tmp_path, 2, 40)
     table = tmp_path / "table"
-    query = (
-        changes(spark, log, 60)
-        .writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(changes(spark, log, 60), table, tmp_path / "ckpt")
     assert control.await_termination(query, 180)
     versions = len(spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect())
     assert versions > 2
@@ -115,15 +113,7 @@ def test_table_matches_the_source_rows_exactly(
     """The Delta table equals what txn-cdc produced, row for row and type for type."""
     log, _ = generated(tmp_path, 3, 40)
     table = tmp_path / "table"
-    query = (
-        changes(spark, log, 1000)
-        .writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .option("partitionBy", "table")
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(changes(spark, log, 1000), table, tmp_path / "ckpt", partitionBy="table")
     assert control.await_termination(query, 180)
     collected: list[Any] = []
     probe = changes(spark, log, 1000).writeStream.foreachBatch(
@@ -190,14 +180,7 @@ def test_appends_to_a_table_made_by_delta_spark(
     table = tmp_path / "table"
     schema = changes(spark, log, 1).schema
     spark.createDataFrame([], schema).write.format("delta").save(str(table))
-    query = (
-        changes(spark, log, 1000)
-        .writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(changes(spark, log, 1000), table, tmp_path / "ckpt")
     assert control.await_termination(query, 180)
     assert notes_of(spark.read.format("delta").load(str(table))) == expected_notes(expected)
 
@@ -237,14 +220,7 @@ def test_unwritable_table_is_refused_before_anything_is_staged(
     log, _ = generated(tmp_path, 6, 10)
     table = tmp_path / "table"
     spark.sql(prepare.format(table=table))
-    query = (
-        changes(spark, log, 1000)
-        .writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(changes(spark, log, 1000), table, tmp_path / "ckpt")
     with pytest.raises(StreamingQueryException) as info:
         query.awaitTermination(120)
     assert "TableIncompatibleError" in str(info.value)
@@ -276,14 +252,7 @@ def test_delta_spark_reads_the_table_after_a_delta_rs_checkpoint(
     """Checkpoints written by delta-rs (the sink's commits) are readable by delta-spark."""
     log, expected = generated(tmp_path, 8, 30)
     table = tmp_path / "table"
-    query = (
-        changes(spark, log, 50)
-        .writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(changes(spark, log, 50), table, tmp_path / "ckpt")
     assert control.await_termination(query, 180)
     DeltaTable(str(table)).create_checkpoint()
     assert any(name.endswith(".checkpoint.parquet") for name in os.listdir(table / "_delta_log"))
@@ -300,13 +269,7 @@ def test_timestamp_without_time_zone_round_trips_through_delta_spark(
     frame = changes(spark, log, 1000).selectExpr(
         "txn_id", "event_index", "CAST(commit_ts AS TIMESTAMP_NTZ) AS local_ts", "commit_ts"
     )
-    query = (
-        frame.writeStream.format("delta-2pc")
-        .option("path", str(table))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = write_2pc(frame, table, tmp_path / "ckpt")
     assert control.await_termination(query, 180)
     written = spark.read.format("delta").load(str(table))
     assert dict(written.dtypes)["local_ts"] == "timestamp_ntz"
@@ -324,20 +287,11 @@ def test_merge_schema_adds_the_streams_new_columns(
     spark.sql(f"CREATE TABLE delta.`{table}` (txn_id STRING, after STRING) USING delta")
     frame = changes(spark, log, 1000).select("txn_id", "after", "txn_order", "event_index")
 
-    def run(merge: str, checkpoint: str) -> Any:
-        return (
-            frame.writeStream.format("delta-2pc")
-            .option("path", str(table))
-            .option("checkpointLocation", str(tmp_path / checkpoint))
-            .option("mergeSchema", merge)
-            .trigger(availableNow=True)
-            .start()
-        )
-
-    refused = run("false", "ckpt-refused")
+    refused = write_2pc(frame, table, tmp_path / "ckpt-refused", mergeSchema="false")
     with pytest.raises(StreamingQueryException, match="new column 'txn_order'"):
         refused.awaitTermination(120)
-    assert control.await_termination(run("true", "ckpt"), 180)
+    merged = write_2pc(frame, table, tmp_path / "ckpt", mergeSchema="true")
+    assert control.await_termination(merged, 180)
     written = spark.read.format("delta").load(str(table))
     assert written.columns == ["txn_id", "after", "txn_order", "event_index"]
     assert notes_of(written) == expected_notes(expected)
