@@ -74,9 +74,9 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         self.partition_by = partition_by
         # The table keeps the stream's column order; partition columns are not in the files.
         self.schema_json = Schema.from_arrow(self.arrow_schema).to_json()
-        self._recover()
+        self._recovered = self._recover()
 
-    def _recover(self) -> None:
+    def _recover(self) -> bool:
         """Publish what completed before a restart; clean up orphans (driver, at construction).
 
         Spark constructs the writer when the query starts and again in every commit process, so
@@ -85,11 +85,12 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         """
         store = self._store()
         if not store.batch_ids():
-            return
+            return False
         published = publish_completed(store, self.options.path)
         if published:
             _log.info("delta-2pc recovered and published batches %s", published)
         clean_orphans(store, self.options.path, self.options.orphan_grace_period)
+        return True
 
     def _store(self) -> ManifestStore:
         return ManifestStore(SparkCheckpoint(self.options.checkpoint_location))
@@ -157,9 +158,12 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             )
         precommit(store, manifest)
         crash_point("after_manifest", batchId)
-        published = publish_completed(store, self.options.path, upto=batchId - 1)
-        if published:
-            _log.info("delta-2pc published batches %s", published)
+        if not self._recovered:
+            # This process did not just publish everything complete while constructing the
+            # writer, so publish what commits/<batchId - 1> (written before this batch) allows.
+            published = publish_completed(store, self.options.path, upto=batchId - 1)
+            if published:
+                _log.info("delta-2pc published batches %s", published)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Delete what this attempt of ``batchId`` staged (driver, when a batch fails)."""
