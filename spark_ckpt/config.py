@@ -1,0 +1,176 @@
+"""The ``spark.ckpt.*`` configuration keys: defaults, parsing and validation (pure).
+
+Every key of DESIGN.md §2 with Flink's default where Flink has one. Values are read through a
+getter (``spark.conf.get``), so this module imports nothing from Spark; a bad value is a
+:class:`~spark_ckpt.errors.ConfigError` that names the key, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from spark_ckpt.durations import UNLIMITED, parse_duration
+from spark_ckpt.errors import ConfigError
+from spark_ckpt.restart import (
+    ExponentialDelay,
+    FailureRate,
+    FixedDelay,
+    NoRestart,
+    RestartStrategy,
+)
+
+__all__ = ["DEFAULTS", "PREFIX", "CkptConfig"]
+
+PREFIX = "spark.ckpt."
+
+StrategyName = Literal["none", "fixed-delay", "exponential-delay", "failure-rate"]
+_STRATEGIES: tuple[StrategyName, ...] = ("none", "fixed-delay", "exponential-delay", "failure-rate")
+
+DEFAULTS: dict[str, str] = {
+    "spark.ckpt.tolerableFailedCheckpoints": "0",
+    "spark.ckpt.tolerableFailureTimeout": "unlimited",
+    "spark.ckpt.checkpointTimeout": "10min",
+    "spark.ckpt.restartStrategy": "exponential-delay",
+    "spark.ckpt.restartStrategy.fixedDelay.attempts": "1",
+    "spark.ckpt.restartStrategy.fixedDelay.delay": "1s",
+    "spark.ckpt.restartStrategy.exponentialDelay.initialBackoff": "1s",
+    "spark.ckpt.restartStrategy.exponentialDelay.maxBackoff": "1min",
+    "spark.ckpt.restartStrategy.exponentialDelay.backoffMultiplier": "1.5",
+    "spark.ckpt.restartStrategy.exponentialDelay.jitterFactor": "0.1",
+    "spark.ckpt.restartStrategy.exponentialDelay.resetBackoffThreshold": "1h",
+    "spark.ckpt.restartStrategy.exponentialDelay.attempts": "unlimited",
+    "spark.ckpt.restartStrategy.failureRate.maxFailuresPerInterval": "1",
+    "spark.ckpt.restartStrategy.failureRate.failureRateInterval": "1min",
+    "spark.ckpt.restartStrategy.failureRate.delay": "1s",
+}
+"""Every key and its default, as ``conf/spark-defaults.conf`` lists them."""
+
+
+def _int(key: str, raw: str, *, minimum: int, unlimited: bool = False) -> float:
+    text = raw.strip().lower()
+    if unlimited and text in ("unlimited", "inf"):
+        return math.inf
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        accepted = f"an integer >= {minimum}" + (", or unlimited" if unlimited else "")
+        raise ConfigError(f"{key} has the invalid value {raw!r}: expected {accepted}.")
+    return value
+
+
+def _float(key: str, raw: str, *, low: float, high: float = math.inf) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:
+        bound = f"between {low:g} and {high:g}" if high != math.inf else f">= {low:g}"
+        raise ConfigError(f"{key} has the invalid value {raw!r}: expected a number {bound}.")
+    return value
+
+
+@dataclass(frozen=True)
+class CkptConfig:
+    """The parsed ``spark.ckpt.*`` settings (driver, once per ``install``).
+
+    Attributes mirror the keys; durations are seconds (``math.inf`` for unlimited).
+    """
+
+    tolerable_failed_checkpoints: int
+    tolerable_failure_timeout: float
+    checkpoint_timeout: float
+    restart_strategy: StrategyName
+    values: dict[str, str]
+
+    @classmethod
+    def from_conf(cls, get: Callable[[str], str | None]) -> CkptConfig:
+        """Read every key through ``get`` (None: unset, use the default) and validate it.
+
+        Raises
+        ------
+        ConfigError
+            Naming the key, the value and the accepted forms.
+        """
+        values = {key: (get(key) or default) for key, default in DEFAULTS.items()}
+        config = cls(
+            tolerable_failed_checkpoints=int(
+                _int(
+                    "spark.ckpt.tolerableFailedCheckpoints",
+                    values["spark.ckpt.tolerableFailedCheckpoints"],
+                    minimum=0,
+                )
+            ),
+            tolerable_failure_timeout=cls._duration(values, "spark.ckpt.tolerableFailureTimeout"),
+            checkpoint_timeout=cls._duration(values, "spark.ckpt.checkpointTimeout"),
+            restart_strategy=cls._strategy(values["spark.ckpt.restartStrategy"]),
+            values=values,
+        )
+        config.restart_strategy_factory()  # validate the chosen strategy's keys now
+        return config
+
+    @staticmethod
+    def _duration(values: dict[str, str], key: str, *, allow_zero: bool = False) -> float:
+        seconds = parse_duration(values[key], key=key, allow_unlimited=not allow_zero)
+        if seconds < 0 or (seconds == 0 and not allow_zero):
+            raise ConfigError(f"{key} has the invalid value {values[key]!r}: expected > 0.")
+        return seconds
+
+    @staticmethod
+    def _strategy(raw: str) -> StrategyName:
+        by_name: dict[str, StrategyName] = {name: name for name in _STRATEGIES}
+        name = raw.strip().lower()
+        if name not in by_name:
+            raise ConfigError(
+                f"spark.ckpt.restartStrategy has the invalid value {raw!r}: expected one of "
+                f"{', '.join(_STRATEGIES)}."
+            )
+        return by_name[name]
+
+    def restart_strategy_factory(
+        self,
+        clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+    ) -> Callable[[], RestartStrategy]:
+        """A factory of fresh strategy instances configured by these settings."""
+        v = self.values
+        p = "spark.ckpt.restartStrategy."
+        now = clock or time.monotonic
+        if self.restart_strategy == "none":
+            return NoRestart
+        if self.restart_strategy == "fixed-delay":
+            attempts = int(_int(p + "fixedDelay.attempts", v[p + "fixedDelay.attempts"], minimum=0))
+            delay = self._duration(v, p + "fixedDelay.delay", allow_zero=True)
+            return lambda: FixedDelay(attempts, delay)
+        if self.restart_strategy == "failure-rate":
+            failures = int(
+                _int(
+                    p + "failureRate.maxFailuresPerInterval",
+                    v[p + "failureRate.maxFailuresPerInterval"],
+                    minimum=1,
+                )
+            )
+            interval = self._duration(v, p + "failureRate.failureRateInterval")
+            delay = self._duration(v, p + "failureRate.delay", allow_zero=True)
+            return lambda: FailureRate(failures, interval, delay, clock=now)
+        e = p + "exponentialDelay."
+        initial = self._duration(v, e + "initialBackoff")
+        maximum = self._duration(v, e + "maxBackoff")
+        if initial > maximum or maximum == UNLIMITED:
+            raise ConfigError(
+                f"{e}initialBackoff ({v[e + 'initialBackoff']}) must not exceed a finite "
+                f"{e}maxBackoff ({v[e + 'maxBackoff']})."
+            )
+        multiplier = _float(e + "backoffMultiplier", v[e + "backoffMultiplier"], low=1.0)
+        jitter = _float(e + "jitterFactor", v[e + "jitterFactor"], low=0.0, high=1.0)
+        reset = self._duration(v, e + "resetBackoffThreshold")
+        before_reset = _int(e + "attempts", v[e + "attempts"], minimum=0, unlimited=True)
+        return lambda: ExponentialDelay(
+            initial, maximum, multiplier, jitter, reset, before_reset, clock=now, rng=rng
+        )
