@@ -1,0 +1,117 @@
+"""The checkpoint listener, driven with real event objects built by fromJson (no JVM)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql.streaming.listener import (
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+
+from spark_ckpt.listener import CheckpointListener
+from spark_ckpt.registry import ControlState, Registration
+
+QUERY = str(uuid.UUID(int=7))
+RUN = str(uuid.UUID(int=8))
+
+
+def started() -> QueryStartedEvent:
+    return QueryStartedEvent.fromJson(
+        {"id": QUERY, "runId": RUN, "name": None, "timestamp": "2026-11-21T00:00:00.000Z"}
+    )
+
+
+def progress(batch_id: int) -> QueryProgressEvent:
+    return QueryProgressEvent.fromJson(
+        {
+            "progress": {
+                "id": QUERY,
+                "runId": RUN,
+                "name": None,
+                "timestamp": "2026-11-21T00:00:00.000Z",
+                "batchId": batch_id,
+                "batchDuration": 10,
+                "stateOperators": [],
+                "sources": [],
+                "sink": {"description": "delta-2pc", "numOutputRows": 1},
+            }
+        }
+    )
+
+
+def terminated(exception: str | None = None) -> QueryTerminatedEvent:
+    return QueryTerminatedEvent.fromJson(
+        {"id": QUERY, "runId": RUN, "exception": exception, "errorClassOnException": None}
+    )
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.seen: list[int | None] = []
+        self.done = threading.Event()
+        self.fail_on: set[int | None] = set()
+
+    def __call__(self, registration: Registration, batch_id: int | None) -> None:
+        assert registration.settings == {"path": "/t"}
+        self.seen.append(batch_id)
+        if batch_id in self.fail_on:
+            raise OSError("disk full")
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> ControlState:
+    state = ControlState(str(tmp_path))
+    state.register(Registration("delta-2pc", QUERY, {"path": "/t"}))
+    return state
+
+
+def test_hooks_run_after_each_progress_event_and_after_termination(state: ControlState) -> None:
+    """Completed checkpoints and the end of the query reach the registered hook, in order."""
+    calls = Calls()
+    listener = CheckpointListener(state, {"delta-2pc": calls})
+    listener.onQueryStarted(started())
+    listener.onQueryProgress(progress(0))
+    listener.onQueryProgress(progress(1))
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(QUERY).wait(10), "termination hooks did not run"
+    assert calls.seen == [0, 1, None]
+    assert listener.final_error(QUERY) is None
+
+
+def test_queries_without_registrations_are_left_alone(tmp_path: Path) -> None:
+    """A query that registered nothing runs no hook but still signals its end."""
+    calls = Calls()
+    listener = CheckpointListener(ControlState(str(tmp_path)), {"delta-2pc": calls})
+    listener.onQueryStarted(started())
+    listener.onQueryProgress(progress(0))
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(QUERY).wait(10)
+    assert calls.seen == []
+
+
+def test_hook_failures_are_kept_and_a_failed_final_hook_is_reported(state: ControlState) -> None:
+    """A failing hook does not stop the listener; the final one's error is kept for the query."""
+    calls = Calls()
+    calls.fail_on = {0, None}
+    listener = CheckpointListener(state, {"delta-2pc": calls})
+    listener.onQueryStarted(started())
+    listener.onQueryProgress(progress(0))
+    listener.onQueryProgress(progress(1))
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(QUERY).wait(10)
+    assert calls.seen == [0, 1, None]
+    assert [(q, b) for q, b, _ in listener.errors] == [(QUERY, 0), (QUERY, None)]
+    assert isinstance(listener.final_error(QUERY), OSError)
+    listener.onQueryStarted(started())  # a restart clears the previous run's final error
+    assert listener.final_error(QUERY) is None
+
+
+def test_registration_is_idempotent(state: ControlState) -> None:
+    """Registering the same component again changes nothing."""
+    state.register(Registration("delta-2pc", QUERY, {"path": "/t"}))
+    assert state.registrations(QUERY) == [Registration("delta-2pc", QUERY, {"path": "/t"})]
