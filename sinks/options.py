@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from spark_ckpt.durations import parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
+from spark_ckpt.files import local_path
 
 __all__ = ["SinkOptions"]
 
@@ -113,8 +114,8 @@ class SinkOptions:
                 lowered["orphangraceperiod"], key="option 'orphanGracePeriod'", default_unit="s"
             )
         return cls(
-            path=path,
-            checkpoint_location=checkpoint,
+            path=local_path("path", path),
+            checkpoint_location=local_path("checkpointLocation", checkpoint),
             partition_by=columns,
             target_file_size=_size(lowered["targetfilesize"])
             if "targetfilesize" in lowered

@@ -8,6 +8,7 @@ from typing import Literal
 
 from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
+from spark_ckpt.files import local_path
 
 __all__ = ["CONNECTORS", "OPTION_NAMES", "SourceOptions"]
 
@@ -120,7 +121,7 @@ class SourceOptions:
                 )
         return cls(
             connector=by_name[connector],
-            path=path,
+            path=local_path("path", path) if path else None,
             max_changes_per_trigger=_positive_int(lowered, "maxChangesPerTrigger"),
             soft_decline_timeout=timeout,
             changes_per_partition=_positive_int(lowered, "changesPerPartition") or 50_000,

@@ -12,6 +12,7 @@ import json
 import os
 
 from spark_ckpt.errors import CheckpointLocationError
+from spark_ckpt.files import local_path
 
 __all__ = ["SparkCheckpoint"]
 
@@ -34,11 +35,7 @@ class SparkCheckpoint:
     """
 
     def __init__(self, location: str) -> None:
-        if location.startswith("file://"):
-            location = location[len("file://") :]
-        elif location.startswith("file:"):
-            location = location[len("file:") :]
-        self.location = location
+        self.location = local_path("checkpointLocation", location)
 
     def path(self, *parts: str) -> str:
         """A path inside the checkpoint location."""

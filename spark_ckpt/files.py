@@ -1,4 +1,4 @@
-"""Atomic file replacement, shared by everything that persists small state files."""
+"""Small file-system helpers shared by the control plane, sources and sinks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import contextlib
 import os
 import tempfile
 
-__all__ = ["write_atomically"]
+from spark_ckpt.errors import InvalidOptionError
+
+__all__ = ["local_path", "write_atomically"]
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -33,3 +35,23 @@ def write_atomically(path: str, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def local_path(option: str, raw: str) -> str:
+    """A local path from a path or ``file:`` URI given as ``option``; other schemes are refused.
+
+    Raises
+    ------
+    InvalidOptionError
+        For a URI of another scheme (``s3://...``): spark-ckpt reads and writes local (or
+        mounted) file systems only.
+    """
+    if raw.startswith("file://"):
+        return raw[len("file://") :]
+    if raw.startswith("file:"):
+        return raw[len("file:") :]
+    if "://" in raw:
+        raise InvalidOptionError(
+            option, raw, "a local (or mounted) path or a file: URI; object stores are not supported"
+        )
+    return raw

@@ -1,0 +1,65 @@
+"""delta-2pc options: parsed once, validated, errors naming option and value."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
+from spark_ckpt.sinks.options import SinkOptions
+
+
+def parse(**options: str) -> SinkOptions:
+    base = {"path": "/lake/t", "checkpointlocation": "/ckpt/q"}
+    return SinkOptions.parse({**base, **options})
+
+
+def test_defaults() -> None:
+    """Unpartitioned, 128 MiB files, no schema merge, one hour of orphan grace."""
+    options = parse()
+    assert (options.partition_by, options.target_file_size, options.merge_schema) == (
+        (),
+        128 << 20,
+        False,
+    )
+    assert options.orphan_grace_period == 3600.0
+
+
+def test_values_are_parsed() -> None:
+    """Sizes take units, partition columns are a comma list, file: URIs become paths."""
+    options = parse(
+        path="file:///lake/t",
+        partitionBy=" a, b ",
+        targetFileSize="64m",
+        mergeSchema="TRUE",
+        orphanGracePeriod="10min",
+    )
+    assert options.path == "/lake/t"
+    assert options.partition_by == ("a", "b")
+    assert options.target_file_size == 64 << 20
+    assert options.merge_schema is True
+    assert options.orphan_grace_period == 600.0
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "needle"),
+    [
+        ({"targetFileSize": "big"}, InvalidOptionError, "positive size"),
+        ({"mergeSchema": "yes"}, InvalidOptionError, "true or false"),
+        ({"partitionBy": "a,a"}, InvalidOptionError, "distinct"),
+        ({"path": "s3://bucket/t"}, InvalidOptionError, "object stores"),
+        ({"mergeschemma": "true"}, UnknownOptionError, "mergeSchema"),
+        ({"orphanGracePeriod": "later"}, ConfigError, "orphanGracePeriod"),
+    ],
+)
+def test_bad_options(options: dict[str, str], error: type[ConfigError], needle: str) -> None:
+    """Bad values and unknown options say what is accepted."""
+    with pytest.raises(error, match=needle):
+        parse(**options)
+
+
+def test_required_options() -> None:
+    """Path and checkpointLocation are required, with how to give them."""
+    with pytest.raises(ConfigError, match="needs the option 'path'"):
+        SinkOptions.parse({"checkpointlocation": "/c"})
+    with pytest.raises(ConfigError, match="checkpoint location as a writer option"):
+        SinkOptions.parse({"path": "/t"})
