@@ -21,6 +21,8 @@ _NAMES = (
     "orphanGracePeriod",
 )
 _OPTION_NAMES = {name.lower(): name for name in _NAMES}
+# Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
+_SPARK_OPTIONS = {"queryname"}
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
     "": 1,
@@ -89,7 +91,7 @@ class SinkOptions:
         """
         lowered = {k.lower(): v for k, v in options.items()}
         for key in lowered:
-            if key not in _OPTION_NAMES:
+            if key not in _OPTION_NAMES and key not in _SPARK_OPTIONS:
                 raise UnknownOptionError(key, "delta-2pc", list(_NAMES))
         path = lowered.get("path")
         if not path:

@@ -10,12 +10,17 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from spark_ckpt.config import CkptConfig
 from spark_ckpt.listener import CheckpointListener, load_hooks
 from spark_ckpt.registry import ControlState
+from spark_ckpt.supervisor import SupervisedQuery
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 __all__ = ["DATA_SOURCE_GROUP", "Control", "install"]
 
@@ -48,7 +53,33 @@ class Control:
     spark: SparkSession
     state: ControlState
     listener: CheckpointListener
+    config: CkptConfig
     formats: list[str] = field(default_factory=list)
+
+    def read_config(self) -> CkptConfig:
+        """The ``spark.ckpt.*`` settings as ``spark.conf`` holds them now (validated)."""
+        return CkptConfig.from_conf(lambda key: self.spark.conf.get(key, None))
+
+    def supervise(
+        self,
+        build: Callable[[], DataStreamWriter],
+        *,
+        checkpoint_location: str,
+        name: str,
+    ) -> SupervisedQuery:
+        """Start ``build()``'s query under supervision (driver).
+
+        The query is restarted from its checkpoint on failure as ``spark.ckpt.restartStrategy``
+        allows (settings read from ``spark.conf`` now). ``build`` is called for every attempt and
+        must return a fresh ``DataStreamWriter``; the supervisor sets the checkpoint location and
+        the query name.
+        """
+        return SupervisedQuery(self, build, checkpoint_location, name, self.read_config()).start()
+
+    def watch(self, supervised: SupervisedQuery) -> None:
+        """Route the listener's completed checkpoints of a supervised query's attempt to it."""
+        assert supervised.query is not None
+        self.listener.watch(str(supervised.query.id), supervised.checkpoint_completed)
 
     def await_termination(self, query: StreamingQuery, timeout: float | None = None) -> bool:
         """Wait for ``query`` to end and for its components to finish up (driver).
@@ -110,9 +141,10 @@ def install(spark: SparkSession) -> Control:
     Control
         Handle to what was installed.
     """
+    config = CkptConfig.from_conf(lambda key: spark.conf.get(key, None))  # fail early if bad
     state = ControlState(tempfile.mkdtemp(prefix="spark-ckpt-control-"))
     listener = CheckpointListener(state, load_hooks())
-    control = Control(spark, state, listener)
+    control = Control(spark, state, listener, config)
     for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
         data_source = entry.load()
         # A subclass defined here is pickled by value, class attributes included, so every

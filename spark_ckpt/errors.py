@@ -8,6 +8,8 @@ was wrong, where (file and line, or option and value), and how to fix it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "ChangeLogError",
     "CheckpointLocationError",
@@ -20,6 +22,7 @@ __all__ = [
     "PublishError",
     "SourcePathError",
     "SparkCkptError",
+    "SupervisedQueryError",
     "TableIncompatibleError",
     "UnknownOperationError",
     "UnknownOptionError",
@@ -131,3 +134,27 @@ class TableIncompatibleError(SparkCkptError, ValueError):
 
 class PublishError(SparkCkptError, RuntimeError):
     """A complete batch could not be published to the Delta table (retried on the next trigger)."""
+
+
+class SupervisedQueryError(SparkCkptError, RuntimeError):
+    """A supervised query failed and its restart strategy allows no more restarts.
+
+    Parameters
+    ----------
+    name
+        The supervised query's name.
+    chain
+        The failures that led to the last failover, oldest first (``CheckpointFailure``).
+    reason
+        Why the restart strategy gave up.
+    """
+
+    def __init__(self, name: str, chain: Sequence[object], reason: str) -> None:
+        self.name = name
+        self.chain = chain
+        self.reason = reason
+        reasons = "; ".join(str(failure) for failure in chain) or "unknown"
+        super().__init__(
+            f"supervised query {name!r} failed and will not be restarted ({reason}). "
+            f"Reason chain: {reasons}"
+        )

@@ -62,6 +62,12 @@ class CheckpointListener(StreamingQueryListener):
         self.errors: list[tuple[str, int | None, BaseException]] = []
         """Hook failures as ``(query id, batch id, error)``, newest last."""
         self._final_errors: dict[str, BaseException] = {}
+        self._watchers: dict[str, Callable[[int], None]] = {}
+
+    def watch(self, query_id: str, on_completed: Callable[[int], None]) -> None:
+        """Call ``on_completed(batch_id)`` (on the listener bus, so it must be quick)."""
+        with self._lock:
+            self._watchers[query_id] = on_completed
 
     def final_error(self, query_id: str) -> BaseException | None:
         """The failure of ``query_id``'s termination hooks (its final publish), if any."""
@@ -106,7 +112,12 @@ class CheckpointListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         """Checkpoint ``batchId`` completed: run the hooks in the background (listener bus)."""
-        self._submit(str(event.progress.id), int(event.progress.batchId))
+        query_id, batch_id = str(event.progress.id), int(event.progress.batchId)
+        with self._lock:
+            watcher = self._watchers.get(query_id)
+        if watcher is not None:
+            watcher(batch_id)
+        self._submit(query_id, batch_id)
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         """Nothing to do on idle triggers."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import spark_ckpt
 from spark_ckpt import local_session
 
 if TYPE_CHECKING:
@@ -22,6 +23,12 @@ def spark() -> Iterator[SparkSession]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def control(spark: SparkSession) -> spark_ckpt.Control:
+    """The control plane, installed once into the shared session."""
+    return spark_ckpt.install(spark)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:

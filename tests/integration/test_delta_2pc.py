@@ -24,11 +24,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-@pytest.fixture(scope="module")
-def control(spark: SparkSession) -> spark_ckpt.Control:
-    return spark_ckpt.install(spark)
-
-
 def changes(spark: SparkSession, log: Path, cap: int) -> DataFrame:
     return (
         spark.readStream.format("txn-cdc")

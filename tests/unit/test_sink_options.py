@@ -24,6 +24,11 @@ def test_defaults() -> None:
     assert options.orphan_grace_period == 3600.0
 
 
+def test_options_spark_adds_are_accepted() -> None:
+    """DataStreamWriter.queryName reaches Python sinks as an option; it is not a typo."""
+    assert parse(queryname="orders").path == "/lake/t"
+
+
 def test_values_are_parsed() -> None:
     """Sizes take units, partition columns are a comma list, file: URIs become paths."""
     options = parse(

@@ -1,0 +1,202 @@
+"""Supervised queries: started, watched and restarted by the control plane (driver).
+
+``control.supervise(build, checkpoint_location=..., name=...)`` starts the query that ``build()``
+describes on a thread of its own. When the query fails, the failure manager records it (a failed
+query fails over at once, DESIGN.md §5) and the restart strategy decides whether and when to start
+it again from its checkpoint; when no restart is left, the supervised query fails with an error
+naming the chain of reasons. Restarts never happen inside a listener callback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pyspark.errors import StreamingQueryException
+
+from spark_ckpt.config import CkptConfig
+from spark_ckpt.errors import SupervisedQueryError
+from spark_ckpt.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    from spark_ckpt.control import Control
+
+__all__ = ["SupervisedQuery"]
+
+_log = logging.getLogger(__name__)
+_POLL = 0.2  # seconds between checks of the running query; bounds stop and failover latency
+
+
+class SupervisedQuery:
+    """One supervised streaming query and its restarts.
+
+    Parameters
+    ----------
+    control
+        The installed control plane.
+    build
+        Returns the ``DataStreamWriter`` to start (called again for every restart).
+    checkpoint_location
+        The query's checkpoint location (set on the writer by the supervisor).
+    name
+        The query name.
+    config
+        The ``spark.ckpt.*`` settings in force when supervision began.
+    """
+
+    def __init__(
+        self,
+        control: Control,
+        build: Callable[[], DataStreamWriter],
+        checkpoint_location: str,
+        name: str,
+        config: CkptConfig,
+    ) -> None:
+        self._control = control
+        self._build = build
+        self.checkpoint_location = checkpoint_location
+        self.name = name
+        self._strategy = config.restart_strategy_factory()()
+        self._failover_chain: list[CheckpointFailure] | None = None
+        self.failures = CheckpointFailureManager(
+            config.tolerable_failed_checkpoints,
+            config.tolerable_failure_timeout,
+            self._request_failover,
+        )
+        self.restarts = 0
+        """Times the query was started again after a failover."""
+        self.query: StreamingQuery | None = None
+        """The query of the current attempt."""
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._supervise, name=f"spark-ckpt-supervisor-{name}", daemon=True
+        )
+
+    # -- called by the control plane --------------------------------------------------------
+
+    def start(self) -> SupervisedQuery:
+        """Start the first attempt and return at once (driver)."""
+        self._start_attempt()
+        self._thread.start()
+        return self
+
+    def checkpoint_completed(self, batch_id: int) -> None:
+        """Checkpoint ``batch_id`` completed (listener thread)."""
+        with self._lock:
+            self.failures.handle_completed(batch_id)
+
+    def _request_failover(self, chain: list[CheckpointFailure]) -> None:
+        self._failover_chain = chain
+
+    # -- the supervision loop (its own thread) ----------------------------------------------
+
+    def _start_attempt(self) -> None:
+        # Spark resolves Python data sources through the JVM thread's *active* session; the
+        # supervisor's thread (a JVM thread of its own under Py4J's pinned-thread mode) has none,
+        # so a restart would not find format("delta-2pc") without this.
+        spark = self._control.spark
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        writer = self._build().option("checkpointLocation", self.checkpoint_location)
+        self.query = writer.queryName(self.name).start()
+        self._control.watch(self)
+
+    def _supervise(self) -> None:
+        try:
+            while True:
+                query = self.query
+                assert query is not None
+                failure = self._wait(query)
+                if failure is None:
+                    return  # stopped by the user, or a bounded run ended
+                decision = self._strategy.on_failure()
+                if not decision.restart:
+                    self._error = SupervisedQueryError(self.name, failure, decision.reason)
+                    return
+                _log.warning(
+                    "restarting supervised query %s in %.1fs after: %s",
+                    self.name,
+                    decision.delay,
+                    "; ".join(map(str, failure)),
+                )
+                if self._stop.wait(decision.delay):
+                    return
+                self.restarts += 1
+                self._start_attempt()
+        except BaseException as e:  # the supervisor must end, and say why
+            self._error = e
+        finally:
+            self._done.set()
+
+    def _wait(self, query: StreamingQuery) -> list[CheckpointFailure] | None:
+        """Wait for the attempt to end; return the failover chain, or None for a clean end."""
+        while True:
+            if self._stop.is_set():
+                return None
+            try:
+                ended = query.awaitTermination(1)
+            except StreamingQueryException:
+                ended = True  # it failed: query.exception() below says how
+            if self._stop.is_set():
+                return None
+            if self._failover_chain is not None:
+                chain, self._failover_chain = self._failover_chain, None
+                query.stop()
+                return chain
+            if ended or not query.isActive:
+                break
+            time.sleep(_POLL)
+        error = query.exception()
+        if error is None:
+            return None
+        with self._lock:
+            self.failures.handle_failure(FailureReason.QUERY_FAILED, None, str(error)[:2000])
+        chain, self._failover_chain = self._failover_chain or [], None
+        return chain
+
+    # -- public -----------------------------------------------------------------------------
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until supervision ends and the last attempt's completed batches are published.
+
+        Returns False when ``timeout`` passed first. Raises :class:`SupervisedQueryError` when
+        the query failed and no restart was left.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._done.wait(timeout):
+            return False
+        query = self.query
+        if query is not None:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._control.listener.finished(str(query.id)).wait(remaining):
+                return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def stop(self, timeout: float = 600.0) -> None:
+        """Stop supervising: let a running batch finish, stop the query, publish what completed.
+
+        Waits (at most ``timeout`` seconds) for the trigger in progress to end before stopping,
+        so a batch is not cancelled half-way, then for the final publish.
+        """
+        self._stop.set()
+        query = self.query
+        if query is not None and query.isActive:
+            deadline = time.monotonic() + timeout
+            while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            query.stop()
+        self._done.wait(timeout)
+        if query is not None:
+            self._control.listener.finished(str(query.id)).wait(timeout)

@@ -1,0 +1,169 @@
+"""Supervised queries: restarts after real query failures, exact results, independence."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from pyspark.sql.functions import col, udf
+
+import spark_ckpt
+from spark_ckpt.errors import SupervisedQueryError
+from spark_ckpt.sources.debezium_log import GeneratedTxn, random_log, write_log
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+
+@pytest.fixture
+def restart_conf(spark: SparkSession) -> Iterator[Callable[..., None]]:
+    """Set spark.ckpt.* keys for one test; unset them afterwards."""
+    touched: list[str] = []
+
+    def set_conf(**settings: str) -> None:
+        for key, value in settings.items():
+            name = "spark.ckpt." + key.replace("__", ".")
+            spark.conf.set(name, value)
+            touched.append(name)
+
+    yield set_conf
+    for name in touched:
+        spark.conf.unset(name)
+
+
+def generated(directory: Path, seed: int) -> list[GeneratedTxn]:
+    rng = random.Random(seed)
+    records, expected = random_log(rng, 40, max_size=8, interleave=3)
+    write_log(str(directory), records, [len(records) // 2])
+    return expected
+
+
+def failing_writer(
+    spark: SparkSession, log: Path, table: Path, marker: Path | None, always: bool = False
+) -> Callable[[], DataStreamWriter]:
+    """build() for a txn-cdc -> delta-2pc query whose tasks raise while ``marker`` exists."""
+    marker_path = str(marker) if marker else ""
+
+    def guard(order, after):  # type: ignore[no-untyped-def]  # hints make PySpark guess a pandas UDF
+        if marker_path and order >= 15 and os.path.exists(marker_path):
+            if not always:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(marker_path)
+            raise RuntimeError(f"injected failure at txn_order {order}")
+        return after
+
+    guarded = udf(guard, "string")
+
+    def build() -> DataStreamWriter:
+        frame = (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "debezium-json")
+            .option("maxChangesPerTrigger", "30")
+            .load(str(log))
+        )
+        frame = frame.withColumn("after", guarded(col("txn_order"), col("after")))
+        return (
+            frame.writeStream.format("delta-2pc")
+            .option("path", str(table))
+            .trigger(availableNow=True)
+        )
+
+    return build
+
+
+def table_notes(spark: SparkSession, table: Path) -> list[str]:
+    rows = spark.read.format("delta").load(str(table)).orderBy("txn_order", "event_index").collect()
+    return [json.loads(row.after)["note"] for row in rows]
+
+
+def expected_notes(expected: list[GeneratedTxn]) -> list[str]:
+    return [event["after"]["note"] for txn in expected for event in txn.events]
+
+
+def test_failed_query_is_restarted_and_resumes_exactly(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """A query that throws once is restarted from its checkpoint; the table is exact."""
+    expected = generated(tmp_path / "log", 1)
+    marker = tmp_path / "fail-once"
+    marker.touch()
+    restart_conf(restartStrategy="fixed-delay", restartStrategy__fixedDelay__delay="500ms")
+    supervised = control.supervise(
+        failing_writer(spark, tmp_path / "log", tmp_path / "table", marker),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="restart-once",
+    )
+    assert supervised.await_termination(300), "the supervised query did not finish"
+    assert supervised.restarts == 1
+    assert not marker.exists()
+    assert table_notes(spark, tmp_path / "table") == expected_notes(expected)
+
+
+def test_no_restart_left_fails_with_the_reason_chain(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """When the strategy allows no more restarts, the error names what failed and why."""
+    generated(tmp_path / "log", 2)
+    marker = tmp_path / "fail-always"
+    marker.touch()
+    restart_conf(
+        restartStrategy="fixed-delay",
+        restartStrategy__fixedDelay__attempts="1",
+        restartStrategy__fixedDelay__delay="0s",
+    )
+    supervised = control.supervise(
+        failing_writer(spark, tmp_path / "log", tmp_path / "table", marker, always=True),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="always-fails",
+    )
+    with pytest.raises(SupervisedQueryError) as info:
+        supervised.await_termination(300)
+    message = str(info.value)
+    assert "'always-fails'" in message
+    assert "fixed-delay allows 1 restart(s)" in message
+    assert "query failed" in message
+    assert "injected failure" in message
+    assert supervised.restarts == 1
+
+
+def test_two_supervised_queries_do_not_affect_each_other(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """One query failing for good leaves another, running at the same time, untouched."""
+    good_expected = generated(tmp_path / "good-log", 3)
+    generated(tmp_path / "bad-log", 4)
+    marker = tmp_path / "bad-marker"
+    marker.touch()
+    restart_conf(restartStrategy="none")
+    bad = control.supervise(
+        failing_writer(spark, tmp_path / "bad-log", tmp_path / "bad", marker, always=True),
+        checkpoint_location=str(tmp_path / "bad-ckpt"),
+        name="bad",
+    )
+    restart_conf(restartStrategy="fixed-delay")
+    good = control.supervise(
+        failing_writer(spark, tmp_path / "good-log", tmp_path / "good", None),
+        checkpoint_location=str(tmp_path / "good-ckpt"),
+        name="good",
+    )
+    assert good.await_termination(300)
+    with pytest.raises(SupervisedQueryError, match="restartStrategy=none"):
+        bad.await_termination(300)
+    assert good.restarts == 0
+    assert table_notes(spark, tmp_path / "good") == expected_notes(good_expected)
