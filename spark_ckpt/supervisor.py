@@ -63,6 +63,10 @@ class SupervisedQuery:
         self.checkpoint_location = checkpoint_location
         self.name = name
         self._strategy = config.restart_strategy_factory()()
+        self._checkpoint_timeout = config.checkpoint_timeout
+        self._running: tuple[int, float] | None = None  # (batch id, seen active since)
+        self.failovers: list[list[CheckpointFailure]] = []
+        """Every failover so far, each as the chain of failures that caused it."""
         self._failover_chain: list[CheckpointFailure] | None = None
         self.failures = CheckpointFailureManager(
             config.tolerable_failed_checkpoints,
@@ -119,6 +123,7 @@ class SupervisedQuery:
                 failure = self._wait(query)
                 if failure is None:
                     return  # stopped by the user, or a bounded run ended
+                self.failovers.append(failure)
                 decision = self._strategy.on_failure()
                 if not decision.restart:
                     self._error = SupervisedQueryError(self.name, failure, decision.reason)
@@ -138,8 +143,33 @@ class SupervisedQuery:
         finally:
             self._done.set()
 
+    def _check_expiry(self, query: StreamingQuery) -> None:
+        """Count the running batch as expired once it runs past ``checkpointTimeout``.
+
+        Polled about once a second. A trigger seen active for the same batch for longer than the
+        timeout is a counted failure of that checkpoint (each checkpoint counts once).
+        """
+        if not query.status.get("isTriggerActive"):
+            self._running = None
+            return
+        last = query.lastProgress
+        batch_id = 0 if last is None else int(last.batchId) + 1
+        now = time.monotonic()
+        if self._running is None or self._running[0] != batch_id:
+            self._running = (batch_id, now)
+            return
+        if now - self._running[1] > self._checkpoint_timeout:
+            with self._lock:
+                self.failures.handle_failure(
+                    FailureReason.CHECKPOINT_EXPIRED,
+                    batch_id,
+                    f"batch {batch_id} ran longer than checkpointTimeout="
+                    f"{self._checkpoint_timeout:g}s",
+                )
+
     def _wait(self, query: StreamingQuery) -> list[CheckpointFailure] | None:
         """Wait for the attempt to end; return the failover chain, or None for a clean end."""
+        self._running = None
         while True:
             if self._stop.is_set():
                 return None
@@ -149,6 +179,8 @@ class SupervisedQuery:
                 ended = True  # it failed: query.exception() below says how
             if self._stop.is_set():
                 return None
+            if not ended:
+                self._check_expiry(query)
             if self._failover_chain is not None:
                 chain, self._failover_chain = self._failover_chain, None
                 query.stop()

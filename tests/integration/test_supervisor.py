@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from pyspark.sql.functions import col, udf
 
 import spark_ckpt
 from spark_ckpt.errors import SupervisedQueryError
+from spark_ckpt.failures import FailureReason
 from spark_ckpt.sources.debezium_log import GeneratedTxn, random_log, write_log
 
 if TYPE_CHECKING:
@@ -167,3 +169,55 @@ def test_two_supervised_queries_do_not_affect_each_other(
         bad.await_termination(300)
     assert good.restarts == 0
     assert table_notes(spark, tmp_path / "good") == expected_notes(good_expected)
+
+
+def test_batch_running_past_the_checkpoint_timeout_is_expired(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """A batch stuck longer than checkpointTimeout is expired, the query fails over and resumes."""
+    expected = generated(tmp_path / "log", 5)
+    marker = str(tmp_path / "stall-once")
+    Path(marker).touch()
+
+    def stall(order, after):  # type: ignore[no-untyped-def]  # hints make PySpark guess pandas
+        if order >= 15 and os.path.exists(marker):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(marker)
+            time.sleep(600)
+        return after
+
+    stalled = udf(stall, "string")
+
+    def build() -> DataStreamWriter:
+        frame = (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "debezium-json")
+            .option("maxChangesPerTrigger", "30")
+            .load(str(tmp_path / "log"))
+            .withColumn("after", stalled(col("txn_order"), col("after")))
+        )
+        return (
+            frame.writeStream.format("delta-2pc")
+            .option("path", str(tmp_path / "table"))
+            .trigger(availableNow=True)
+        )
+
+    restart_conf(
+        # Above a normal batch here (the first one starts Python workers: seconds), far below
+        # the stall.
+        checkpointTimeout="20s",
+        restartStrategy="fixed-delay",
+        restartStrategy__fixedDelay__delay="0s",
+    )
+    began = time.monotonic()
+    supervised = control.supervise(
+        build, checkpoint_location=str(tmp_path / "ckpt"), name="stalls-once"
+    )
+    assert supervised.await_termination(300)
+    assert supervised.restarts == 1
+    assert [f.reason for f in supervised.failovers[0]] == [FailureReason.CHECKPOINT_EXPIRED]
+    assert time.monotonic() - began < 300, "the stalled batch was waited out, not expired"
+    assert table_notes(spark, tmp_path / "table") == expected_notes(expected)
