@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .options import SourceOptions
+from spark_ckpt.registry import ControlState
+
+from .options import IDENTITY_OPTION, SourceOptions
 from .reader import TxnCdcStreamReader, make_connector
 from .schema import SPARK_DDL
 
@@ -15,9 +19,20 @@ __all__ = ["TxnCdcDataSource"]
 class TxnCdcDataSource(DataSource):
     """``spark.readStream.format("txn-cdc")``: transactional change data, cut on boundaries.
 
-    Spark instantiates it on the driver for each query run; options are validated in
-    :meth:`streamReader`, before the query's first batch.
+    Spark instantiates it on the driver when ``load()`` runs (in a Python worker); options are
+    validated in :meth:`streamReader`, before the query's first batch.
     """
+
+    control_state: ClassVar[ControlState | None] = None
+    """Set on the subclass ``spark_ckpt.install`` registers; None when registered statically."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        if self.control_state is not None:
+            identity = self.control_state.pending_identity()
+            if identity is not None:
+                # Created inside a supervisor's build(): remember whom this source serves.
+                self.options[IDENTITY_OPTION] = identity
 
     @classmethod
     def name(cls) -> str:
@@ -31,4 +46,4 @@ class TxnCdcDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Parse the options and build the reader (driver, once per query run)."""
         options = SourceOptions.parse(dict(self.options))
-        return TxnCdcStreamReader(options, make_connector(options))
+        return TxnCdcStreamReader(options, make_connector(options), self.control_state)

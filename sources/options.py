@@ -10,7 +10,7 @@ from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
 from spark_ckpt.files import local_path
 
-__all__ = ["CONNECTORS", "OPTION_NAMES", "SourceOptions"]
+__all__ = ["CONNECTORS", "IDENTITY_OPTION", "OPTION_NAMES", "SourceOptions"]
 
 Connector = Literal["debezium-json"]
 CONNECTORS: tuple[Connector, ...] = ("debezium-json",)
@@ -27,6 +27,8 @@ OPTION_NAMES: dict[str, str] = {
         "gate",
     )
 }
+IDENTITY_OPTION = "__spark_ckpt_identity"
+"""Internal option: the supervised query identity a source claimed when it was created."""
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
@@ -61,6 +63,8 @@ class SourceOptions:
         Changes per Spark input partition (split at transaction boundaries).
     gated
         False cuts batches anywhere (splitting transactions): only for measuring the gate.
+    identity
+        The supervised query this source serves, when it was created by a supervisor's build.
     """
 
     connector: Connector
@@ -69,6 +73,7 @@ class SourceOptions:
     soft_decline_timeout: float = UNLIMITED
     changes_per_partition: int = 50_000
     gated: bool = True
+    identity: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -82,7 +87,7 @@ class SourceOptions:
         """
         lowered = {k.lower(): v for k, v in options.items()}
         for key in lowered:
-            if key not in OPTION_NAMES:
+            if key not in OPTION_NAMES and key != IDENTITY_OPTION:
                 raise UnknownOptionError(key, "txn-cdc", list(OPTION_NAMES.values()))
         connector = lowered.get("connector")
         if connector is None:
@@ -126,4 +131,5 @@ class SourceOptions:
             soft_decline_timeout=timeout,
             changes_per_partition=_positive_int(lowered, "changesPerPartition") or 50_000,
             gated=gate == "on",
+            identity=lowered.get(IDENTITY_OPTION),
         )

@@ -29,6 +29,7 @@ from spark_ckpt.availability import (
 )
 from spark_ckpt.declines import DeclineTracker
 from spark_ckpt.errors import ConfigError
+from spark_ckpt.registry import ControlState
 
 from .connector import ChangeConnector
 from .gate import Cut, GateDecision, choose_cut
@@ -65,11 +66,20 @@ class TxnCdcStreamReader(
         The parsed source options.
     connector
         The connector to read from.
+    control
+        The control plane's state; with a supervised identity, declines are reported there.
     """
 
-    def __init__(self, options: SourceOptions, connector: ChangeConnector) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        connector: ChangeConnector,
+        control: ControlState | None = None,
+    ) -> None:
         self.options = options
         self.connector = connector
+        self._control = control
+        self._reported: dict[str, Any] | None = None
         self.declines = DeclineTracker(options.soft_decline_timeout)
         self.last_decision: GateDecision | None = None
         self._proposal: tuple[int, Cut] | None = None
@@ -128,6 +138,7 @@ class TxnCdcStreamReader(
             self.declines.accept()
             end = self.connector.end_offset(decision.cut, checkpoint_id)
             self._last_checkpoint = checkpoint_id
+            self._report()
             return end
         refusal = decision.refusal or plan.held_back
         if refusal is None:
@@ -136,7 +147,22 @@ class TxnCdcStreamReader(
             decline = self.declines.decline(checkpoint_id, refusal, plan.held_changes)
             log = _log.warning if decline.availability.is_hard else _log.info
             log("txn-cdc declined checkpoint %d: %s", checkpoint_id, decline.availability)
+        self._report()
         return start
+
+    def _report(self) -> None:
+        """Tell the control plane about the current decline, when supervised and it changed."""
+        if self._control is None or self.options.identity is None:
+            return
+        current = self.declines.current
+        decline = None
+        if current is not None:
+            # heldForMs changes every trigger; the supervisor measures time itself.
+            decline = {k: v for k, v in current.to_json().items() if k != "heldForMs"}
+        report: dict[str, Any] = {"decline": decline}
+        if report != self._reported:
+            self._control.report_source(self.options.identity, report)
+            self._reported = report
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """Decline state for progress events (``sources[i].latestOffset``); driver, per trigger."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -55,6 +56,8 @@ class Control:
     listener: CheckpointListener
     config: CkptConfig
     formats: list[str] = field(default_factory=list)
+    build_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serialises supervised builds, so each source claims the right query identity."""
 
     def read_config(self) -> CkptConfig:
         """The ``spark.ckpt.*`` settings as ``spark.conf`` holds them now (validated)."""

@@ -12,6 +12,7 @@ the control plane.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -79,3 +80,59 @@ class ControlState:
                 body = json.load(handle)
             found.append(Registration(body["kind"], query_id, body["settings"]))
         return found
+
+    # -- supervised sources ------------------------------------------------------------------
+    #
+    # A source is not told which query it serves. The supervisor builds each query itself, so
+    # while its build() runs (serialised by a lock in the driver) it leaves an identity here;
+    # the source's DataSource, created during that build, claims it into its options, which
+    # travel to the reader process. The reader then reports its declines under that identity.
+
+    def _pending_path(self) -> str:
+        return os.path.join(self.directory, "pending-source-identity")
+
+    def set_pending_identity(self, identity: str | None) -> None:
+        """Offer ``identity`` to sources created from now on (None: withdraw it)."""
+        if identity is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._pending_path())
+            return
+        write_atomically(self._pending_path(), identity.encode())
+
+    def pending_identity(self) -> str | None:
+        """The identity a source created now should take, if a supervised build is running."""
+        try:
+            with open(self._pending_path(), encoding="utf-8") as handle:
+                return handle.read().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def report_source(self, identity: str, report: dict[str, Any]) -> None:
+        """Publish one source's current decline state (reader process, when it changes)."""
+        body = json.dumps(report, sort_keys=True).encode()
+        path = os.path.join(self.directory, "sources", identity, f"{os.getpid()}.json")
+        write_atomically(path, body)
+
+    def source_reports(self, identity: str) -> list[dict[str, Any]]:
+        """The latest decline state of every source reporting under ``identity``."""
+        directory = os.path.join(self.directory, "sources", identity)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        reports = []
+        for name in names:
+            with (
+                contextlib.suppress(FileNotFoundError),
+                open(os.path.join(directory, name), "rb") as handle,
+            ):
+                reports.append(json.loads(handle.read()))
+        return reports
+
+    def clear_source_reports(self, identity: str) -> None:
+        """Forget the reports of a previous attempt (its readers are gone)."""
+        directory = os.path.join(self.directory, "sources", identity)
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(directory):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))

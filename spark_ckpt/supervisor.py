@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pyspark.errors import StreamingQueryException
 
+from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.config import CkptConfig
 from spark_ckpt.errors import SupervisedQueryError
 from spark_ckpt.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
@@ -64,6 +66,8 @@ class SupervisedQuery:
         self.name = name
         self._strategy = config.restart_strategy_factory()()
         self._checkpoint_timeout = config.checkpoint_timeout
+        self.identity = f"{name}-{uuid.uuid4().hex[:12]}"
+        """Given to the sources this supervisor builds, so their declines reach it."""
         self._running: tuple[int, float] | None = None  # (batch id, seen active since)
         self.failovers: list[list[CheckpointFailure]] = []
         """Every failover so far, each as the chain of failures that caused it."""
@@ -111,8 +115,16 @@ class SupervisedQuery:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-        writer = self._build().option("checkpointLocation", self.checkpoint_location)
-        self.query = writer.queryName(self.name).start()
+        state = self._control.state
+        state.clear_source_reports(self.identity)
+        with self._control.build_lock:
+            # Sources created by this build claim the identity (see ControlState).
+            state.set_pending_identity(self.identity)
+            try:
+                writer = self._build().option("checkpointLocation", self.checkpoint_location)
+                self.query = writer.queryName(self.name).start()
+            finally:
+                state.set_pending_identity(None)
         self._control.watch(self)
 
     def _supervise(self) -> None:
@@ -167,6 +179,36 @@ class SupervisedQuery:
                     f"{self._checkpoint_timeout:g}s",
                 )
 
+    def _check_sources(self) -> None:
+        """Feed the sources' declines to the failure manager (polled about once a second).
+
+        A hard decline is a counted failure of its checkpoint; any decline means data is held
+        back, which the manager times out after ``tolerableFailureTimeout``.
+        """
+        declines = [
+            report["decline"]
+            for report in self._control.state.source_reports(self.identity)
+            if report.get("decline")
+        ]
+        if not declines:
+            with self._lock:
+                self.failures.handle_holding(False)
+            return
+        # A source numbers its own checkpoints, which can lag Spark's batch ids (Spark runs an
+        # empty first batch at the initial offset when a new query's source offers nothing), so
+        # a decline is charged to the checkpoint Spark will take next.
+        latest = SparkCheckpoint(self.checkpoint_location).latest_committed()
+        next_checkpoint = 0 if latest is None else latest + 1
+        with self._lock:
+            for decline in declines:
+                if decline["kind"] == "hard":
+                    self.failures.handle_failure(
+                        FailureReason.SOURCE_DECLINED_HARD,
+                        next_checkpoint,
+                        str(decline["reason"]),
+                    )
+            self.failures.handle_holding(True)
+
     def _wait(self, query: StreamingQuery) -> list[CheckpointFailure] | None:
         """Wait for the attempt to end; return the failover chain, or None for a clean end."""
         self._running = None
@@ -181,6 +223,7 @@ class SupervisedQuery:
                 return None
             if not ended:
                 self._check_expiry(query)
+                self._check_sources()
             if self._failover_chain is not None:
                 chain, self._failover_chain = self._failover_chain, None
                 query.stop()

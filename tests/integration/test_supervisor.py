@@ -221,3 +221,108 @@ def test_batch_running_past_the_checkpoint_timeout_is_expired(
     assert [f.reason for f in supervised.failovers[0]] == [FailureReason.CHECKPOINT_EXPIRED]
     assert time.monotonic() - began < 300, "the stalled batch was waited out, not expired"
     assert table_notes(spark, tmp_path / "table") == expected_notes(expected)
+
+
+def open_transaction_log(directory: Path) -> None:
+    """A log whose only transaction never ends: the source holds it back forever."""
+    directory.mkdir(parents=True)
+    event = {
+        "op": "c",
+        "before": None,
+        "after": {"id": 1},
+        "source": {"schema": "s", "table": "t", "ts_ms": 1},
+        "transaction": {"id": "never-ends", "total_order": 1, "data_collection_order": 1},
+    }
+    (directory / "0001.jsonl").write_text(
+        json.dumps({"status": "BEGIN", "id": "never-ends"}) + "\n" + json.dumps(event) + "\n"
+    )
+
+
+def streaming_build(
+    spark: SparkSession, log: Path, table: Path, **options: str
+) -> Callable[[], DataStreamWriter]:
+    def build() -> DataStreamWriter:
+        reader = spark.readStream.format("txn-cdc").option("connector", "debezium-json")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return (
+            reader.load(str(log))
+            .writeStream.format("delta-2pc")
+            .option("path", str(table))
+            .trigger(processingTime="200 milliseconds")
+        )
+
+    return build
+
+
+def test_source_holding_data_back_is_restarted_after_the_timeout(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """Data held back past tolerableFailureTimeout fails over, honouring the restart delay."""
+    open_transaction_log(tmp_path / "log")
+    restart_conf(
+        tolerableFailureTimeout="4s",
+        restartStrategy="fixed-delay",
+        restartStrategy__fixedDelay__attempts="1",
+        restartStrategy__fixedDelay__delay="3s",
+    )
+    began = time.monotonic()
+    supervised = control.supervise(
+        streaming_build(spark, tmp_path / "log", tmp_path / "table"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="holds-back",
+    )
+    with pytest.raises(SupervisedQueryError, match="held data back") as info:
+        supervised.await_termination(240)
+    elapsed = time.monotonic() - began
+    assert supervised.restarts == 1
+    assert elapsed >= 4 + 3 + 4, (
+        f"timeouts and the restart delay were not honoured ({elapsed:.1f}s)"
+    )
+    assert "tolerableFailureTimeout=4s" in str(info.value)
+
+
+def test_idle_query_is_never_restarted(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """A source with no data at all is idle, not failing, however long it waits."""
+    (tmp_path / "log").mkdir()
+    restart_conf(tolerableFailureTimeout="2s", restartStrategy="none")
+    supervised = control.supervise(
+        streaming_build(spark, tmp_path / "log", tmp_path / "table"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="idle",
+    )
+    try:
+        assert not supervised.await_termination(8), "an idle supervised query ended"
+        assert supervised.restarts == 0
+        assert supervised.failovers == []
+    finally:
+        supervised.stop()
+
+
+def test_hard_declines_past_the_tolerable_count_fail_over(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """Soft declines escalate to hard (softDeclineTimeout); hard ones count toward failover."""
+    open_transaction_log(tmp_path / "log")
+    restart_conf(tolerableFailedCheckpoints="0", restartStrategy="none")
+    supervised = control.supervise(
+        streaming_build(spark, tmp_path / "log", tmp_path / "table", softDeclineTimeout="1s"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="declines-hard",
+    )
+    with pytest.raises(SupervisedQueryError) as info:
+        supervised.await_termination(240)
+    assert [f.reason for f in supervised.failovers[0]] == [FailureReason.SOURCE_DECLINED_HARD]
+    assert "exceeded softDeclineTimeout=1s" in str(info.value)
+    assert "never-ends" in str(info.value)
