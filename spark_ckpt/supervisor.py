@@ -259,17 +259,22 @@ class SupervisedQuery:
             raise self._error
         return True
 
-    def stop(self, timeout: float = 600.0) -> None:
-        """Stop supervising: let a running batch finish, stop the query, publish what completed.
+    def stop(self, drain: bool = True, timeout: float = 600.0) -> None:
+        """Stop supervising and stop the query; publish what completed.
 
-        Waits (at most ``timeout`` seconds) for the trigger in progress to end before stopping,
-        so a batch is not cancelled half-way, then for the final publish.
+        Parameters
+        ----------
+        drain
+            True lets the batch in progress finish (and be published) before the query stops;
+            False stops at once, cancelling it (it is re-run on the next start).
+        timeout
+            Seconds to wait for the running batch, and again for the final publish.
         """
         self._stop.set()
         query = self.query
         if query is not None and query.isActive:
             deadline = time.monotonic() + timeout
-            while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            while drain and query.status.get("isTriggerActive") and time.monotonic() < deadline:
                 time.sleep(0.05)
             query.stop()
         self._done.wait(timeout)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql.functions import col, udf
 
 import spark_ckpt
@@ -326,3 +327,50 @@ def test_hard_declines_past_the_tolerable_count_fail_over(
     assert [f.reason for f in supervised.failovers[0]] == [FailureReason.SOURCE_DECLINED_HARD]
     assert "exceeded softDeclineTimeout=1s" in str(info.value)
     assert "never-ends" in str(info.value)
+
+
+def test_stop_with_drain_lets_the_running_batch_finish_and_publishes_it(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """stop(drain=True) during a slow batch: that batch completes and is visible afterwards."""
+    expected = generated(tmp_path / "log", 6)
+    marker = str(tmp_path / "slow")
+    Path(marker).touch()
+
+    def slow(order, after):  # type: ignore[no-untyped-def]  # hints make PySpark guess pandas
+        if os.path.exists(marker):
+            time.sleep(0.05)
+        return after
+
+    slowed = udf(slow, "string")
+
+    def build() -> DataStreamWriter:
+        return (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "debezium-json")
+            .option("maxChangesPerTrigger", "60")
+            .load(str(tmp_path / "log"))
+            .withColumn("after", slowed(col("txn_order"), col("after")))
+            .writeStream.format("delta-2pc")
+            .option("path", str(tmp_path / "table"))
+            .trigger(processingTime="100 milliseconds")
+        )
+
+    supervised = control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="drains")
+    query = supervised.query
+    assert query is not None
+    deadline = time.monotonic() + 120
+    while not (query.lastProgress is not None and query.status.get("isTriggerActive")):
+        assert time.monotonic() < deadline, "never saw a batch running after the first one"
+        time.sleep(0.02)
+    running = int(query.lastProgress.batchId) + 1
+    supervised.stop(drain=True, timeout=120)
+    checkpoint = tmp_path / "ckpt"
+    assert (checkpoint / "commits" / str(running)).exists(), "the running batch was cancelled"
+    published = DeltaTable(str(tmp_path / "table")).transaction_version(
+        json.loads((checkpoint / "metadata").read_text())["id"]
+    )
+    assert published is not None
+    assert published >= running
+    rows = table_notes(spark, tmp_path / "table")
+    assert rows == expected_notes(expected)[: len(rows)]
