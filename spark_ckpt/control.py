@@ -130,9 +130,10 @@ def install(spark: SparkSession) -> Control:
 
     Registers the ``txn-cdc`` and ``delta-2pc`` formats through the session (as subclasses that
     carry the control plane's state directory) and adds the checkpoint listener. Runs on the
-    driver, once per session. The formats also work without it (Spark registers ``pyspark_*``
-    modules statically); what install adds is policy: low-latency publishing and publishing
-    the tail of a query when it ends.
+    driver; a second call for the same session returns the same :class:`Control` (a second set
+    of registrations would leave the first control's supervised sources unable to reach it).
+    The formats also work without it (Spark registers ``pyspark_*`` modules statically); what
+    install adds is policy: low-latency and tail publishing, supervised queries.
 
     Parameters
     ----------
@@ -145,6 +146,20 @@ def install(spark: SparkSession) -> Control:
         Handle to what was installed.
     """
     config = CkptConfig.from_conf(lambda key: spark.conf.get(key, None))  # fail early if bad
+    with _INSTALL_LOCK:
+        existing = _INSTALLED.get(id(spark))
+        if existing is not None and existing.spark is spark:
+            return existing
+        control = _install(spark, config)
+        _INSTALLED[id(spark)] = control
+        return control
+
+
+_INSTALL_LOCK = threading.Lock()
+_INSTALLED: dict[int, Control] = {}
+
+
+def _install(spark: SparkSession, config: CkptConfig) -> Control:
     state = ControlState(tempfile.mkdtemp(prefix="spark-ckpt-control-"))
     listener = CheckpointListener(state, load_hooks())
     control = Control(spark, state, listener, config)

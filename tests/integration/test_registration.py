@@ -51,6 +51,8 @@ def test_install_registers_the_formats(spark: SparkSession, tmp_path: Path) -> N
     """install(spark) registers txn-cdc through the session as well."""
     control = spark_ckpt.install(spark)
     assert "txn-cdc" in control.formats
+    assert "delta-2pc" in control.formats
+    assert spark_ckpt.install(spark) is control, "a second install must not re-register"
     (tmp_path / "log").mkdir()
     frame = (
         spark.readStream.format("txn-cdc")
