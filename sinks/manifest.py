@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.files import write_atomically
+from spark_ckpt.files import write_atomically, write_if_changed
 
 from .staging import StagedFile
 
@@ -97,6 +97,19 @@ class ManifestStore:
     def __init__(self, checkpoint: SparkCheckpoint) -> None:
         self.checkpoint = checkpoint
         self.root = checkpoint.path("delta_2pc")
+
+    def record_table(self, table: str) -> None:
+        """Remember the table this checkpoint's sink writes to (for restore handlers)."""
+        path = os.path.join(self.root, "sink.json")
+        write_if_changed(path, json.dumps({"path": table}).encode())
+
+    def table(self) -> str | None:
+        """The table recorded by :meth:`record_table`, if any."""
+        try:
+            with open(os.path.join(self.root, "sink.json"), encoding="utf-8") as handle:
+                return str(json.load(handle)["path"])
+        except FileNotFoundError:
+            return None
 
     def manifest_path(self, batch_id: int) -> str:
         """Where batch ``batch_id``'s manifest lives."""

@@ -20,14 +20,21 @@ from urllib.parse import unquote
 
 from deltalake.exceptions import CommitFailedError
 
-from spark_ckpt.errors import PublishError
+from spark_ckpt.errors import PublishError, RestoreError
 from spark_ckpt.faults import crash_point
+from spark_ckpt.history import HistoryLog
 
 from .manifest import Manifest, ManifestStore
 from .staging import StagedFile, parse_staged_name
 from .table import commit_manifest, load_table
 
-__all__ = ["clean_orphans", "discard_attempt", "precommit", "publish_completed"]
+__all__ = [
+    "clean_orphans",
+    "discard_after",
+    "discard_attempt",
+    "precommit",
+    "publish_completed",
+]
 
 _log = logging.getLogger(__name__)
 _RETAIN_PUBLISHED = 100  # manifests kept after publishing, like Spark's minBatchesToRetain
@@ -137,8 +144,9 @@ def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = N
                     f"batch waited to be published? The batch cannot be published"
                 )
             crash_point("before_publish", batch_id)
+            delta_version: int | None = None
             try:
-                commit_manifest(table_uri, manifest)
+                delta_version = commit_manifest(table_uri, manifest)
             except CommitFailedError as e:
                 # Someone else committed meanwhile (another writer, or a publisher elsewhere).
                 table = load_table(table_uri)
@@ -150,11 +158,56 @@ def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = N
             crash_point("during_publish", batch_id)
             version = batch_id
             published.append(batch_id)
+            HistoryLog(checkpoint).append(
+                {
+                    "event": "published",
+                    "checkpoint": batch_id,
+                    "deltaVersion": delta_version,
+                    "table": table_uri,
+                }
+            )
         if version is not None:
             for old in batch_ids:
                 if old <= version - _RETAIN_PUBLISHED:
                     store.delete(old)
         return published
+
+
+def discard_after(store: ManifestStore, table_uri: str, checkpoint_id: int | None) -> list[int]:
+    """Discard every staged batch after ``checkpoint_id`` (all when None); return their ids.
+
+    Runs on the driver when a query is restored to ``checkpoint_id`` and no attempt is running:
+    manifests and staged files of later batches belong to attempts that never completed (Spark
+    re-runs those batches and stages them anew).
+
+    Raises
+    ------
+    RestoreError
+        When the table already holds a batch after ``checkpoint_id``: the checkpoint location was
+        rewound behind the table, and resuming would publish those batches' data a second time.
+    """
+    floor = -1 if checkpoint_id is None else checkpoint_id
+    with _publish_lock(store):
+        later = sorted(b for b in {*store.batch_ids(), *store.staged_batches()} if b > floor)
+        if not later:
+            return []
+        table = load_table(table_uri)
+        if table is not None:
+            version = table.transaction_version(store.checkpoint.query_id())
+            if version is not None and version > floor:
+                raise RestoreError(
+                    f"the query resumes from checkpoint {checkpoint_id} but {table_uri} already "
+                    f"holds its batches up to {version}: the checkpoint location "
+                    f"{store.checkpoint.location!r} is older than the table. Re-running those "
+                    f"batches would publish their data twice; restore the checkpoint location "
+                    f"that belongs with this table, or write to a new table"
+                )
+        for batch_id in later:
+            removed = discard_attempt(store, table_uri, batch_id, set())
+            store.delete(batch_id)
+            store.drop_intents(batch_id)
+            _log.info("restore: discarded batch %d (%d staged files)", batch_id, removed)
+        return later
 
 
 def clean_orphans(store: ManifestStore, table_uri: str, grace_period: float) -> list[str]:

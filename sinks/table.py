@@ -155,11 +155,27 @@ def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> N
         )
 
 
-def commit_manifest(uri: str, manifest: Manifest) -> None:
+def committed_version(uri: str, manifest: Manifest, look_back: int = 16) -> int | None:
+    """The Delta version that published ``manifest`` (from the newest ``look_back`` commits)."""
+    table = load_table(uri)
+    if table is None:
+        return None
+    for info in table.history(look_back):
+        if (
+            info.get("spark-ckpt.queryId") == manifest.query_id
+            and info.get("spark-ckpt.batchId") == manifest.batch_id
+        ):
+            version = info.get("version")
+            return int(version) if version is not None else None
+    return None
+
+
+def commit_manifest(uri: str, manifest: Manifest) -> int | None:
     """Publish one batch as one Delta commit carrying ``txn(query id, batch id)``.
 
     Runs on the driver (any publisher process). Raises :class:`CommitFailedError` when another
-    publisher committed concurrently (the caller re-checks the table's txn version).
+    publisher committed concurrently (the caller re-checks the table's txn version). Returns the
+    new Delta version (None if it cannot be found among the newest commits afterwards).
     """
     adds = [
         AddAction(
@@ -199,7 +215,7 @@ def commit_manifest(uri: str, manifest: Manifest) -> None:
             if load_table(uri) is None:
                 raise
             raise CommitFailedError(f"the table was created concurrently: {e}") from e
-        return
+        return 0
     _add_new_columns(table, schema, manifest)
     actions: list[AddAction | RemoveAction] = list(adds)
     table.create_write_transaction(
@@ -210,3 +226,5 @@ def commit_manifest(uri: str, manifest: Manifest) -> None:
         commit_properties=properties,
         post_commithook_properties=hooks,
     )
+    # delta-rs does not refresh the table object; concurrent appends may have landed too.
+    return committed_version(uri, manifest)

@@ -87,6 +87,14 @@ class ChangeConnector(abc.ABC):
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:
         """Yield the rows of one partition as Arrow record batches (executor, per task)."""
 
+    def resume(self, offset: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """The query resumes from ``offset``, its restored checkpoint's end (driver, once per run).
+
+        Called before anything is read after a restart. A connector whose external position has
+        moved past ``offset`` (so the data in between can no longer be read) must raise
+        :class:`spark_ckpt.errors.RestoreError` instead of skipping it.
+        """
+
     def prepare_available_now(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Fix the current end of the source as the target of ``Trigger.availableNow`` (driver)."""
 

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_ckpt.availability import AVAILABLE, SnapshotAvailability
-from spark_ckpt.errors import LogRewrittenError, SourcePathError
+from spark_ckpt.errors import LogRewrittenError, RestoreError, SourcePathError
 
 from .connector import ChangeConnector, Plan
 from .debezium_events import ChangeEvent
@@ -246,6 +246,36 @@ class DebeziumJsonConnector(ChangeConnector):
     def initial_offset(self) -> dict[str, Any]:
         """Start at the beginning of the log."""
         return INITIAL.to_json()
+
+    def resume(self, offset: dict[str, Any]) -> None:
+        """Check that the log still holds everything from ``offset`` on (driver, once per run).
+
+        The restored offset must be re-readable from its earliest open transaction: the files it
+        names must exist and be at least as long as the positions recorded. A log rotated away or
+        truncated since the checkpoint would otherwise be skipped silently.
+        """
+        restored = _parse_offset(offset)
+        positions = [restored.scan, *(first for _, first in restored.open)]
+        for position in positions:
+            if not position.file:
+                continue
+            path = os.path.join(self.directory, position.file)
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                raise RestoreError(
+                    f"the restored checkpoint {restored.checkpoint} continues reading {path!r} "
+                    f"at byte {position.byte}, but the file is gone: changes after the checkpoint "
+                    f"would be skipped. Restore the file, or start over with a new "
+                    f"checkpointLocation"
+                ) from None
+            if size < position.byte:
+                raise RestoreError(
+                    f"the restored checkpoint {restored.checkpoint} continues reading {path!r} "
+                    f"at byte {position.byte}, but the file has only {size} bytes: it was "
+                    f"truncated or rewritten since (files may only be appended). Restore the "
+                    f"file, or start over with a new checkpointLocation"
+                )
 
     def _planner_at(self, start: LogOffset) -> _Planner:
         if self._planner is None or self._planner.base != start:

@@ -84,6 +84,7 @@ class TxnCdcStreamReader(
         self.last_decision: GateDecision | None = None
         self._proposal: tuple[int, Cut] | None = None
         self._last_checkpoint = -1
+        self._resumed = False
 
     # -- FLIP-170 ---------------------------------------------------------------------------
 
@@ -108,7 +109,29 @@ class TxnCdcStreamReader(
 
     def initialOffset(self) -> dict[str, Any]:
         """The connector's initial offset (driver, once for a new query)."""
+        self._resumed = True  # a new query restores nothing
         return self.connector.initial_offset()
+
+    def _resume(self, start: dict[str, Any]) -> None:
+        """Restore notification: the first start offset of a run is the restored checkpoint's end.
+
+        Spark hands a restarted reader the end offset of the checkpoint it resumes from as the
+        first ``start`` (of ``latestOffset``, or of ``partitions`` when a logged batch is re-run).
+        A supervised reader also learns Spark's checkpoint id from the control plane.
+        """
+        if self._resumed:
+            return
+        self._resumed = True
+        restored = None
+        if self._control is not None and self.options.identity is not None:
+            point = self._control.restore_point(self.options.identity)
+            restored = None if point is None else point.get("checkpoint")
+        _log.info(
+            "txn-cdc resumes from checkpoint %s (source checkpoint %s)",
+            "unknown" if restored is None else restored,
+            start.get("checkpoint"),
+        )
+        self.connector.resume(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxChangesPerTrigger`` as a row limit (driver, once per query run)."""
@@ -122,6 +145,7 @@ class TxnCdcStreamReader(
         and a single larger transaction is delivered whole. ``ReadAllAvailable`` (what Spark
         passes when a trigger must read everything) ignores ``maxChangesPerTrigger``.
         """
+        self._resume(start)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         checkpoint_id = int(start.get("checkpoint", -1)) + 1
         self._last_checkpoint = checkpoint_id - 1
@@ -181,6 +205,7 @@ class TxnCdcStreamReader(
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """Input partitions of ``(start, end]`` (driver, per batch; ``[]`` when start == end)."""
+        self._resume(start)
         return [InputPartition(value) for value in self.connector.partitions(start, end)]
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "ChangeLogError",
+    "CheckpointHookError",
     "CheckpointLocationError",
     "ConfigError",
     "DuplicateTransactionError",
@@ -20,6 +21,7 @@ __all__ = [
     "LogRewrittenError",
     "MalformedEventError",
     "PublishError",
+    "RestoreError",
     "SourcePathError",
     "SparkCkptError",
     "SupervisedQueryError",
@@ -158,3 +160,35 @@ class SupervisedQueryError(SparkCkptError, RuntimeError):
             f"supervised query {name!r} failed and will not be restarted ({reason}). "
             f"Reason chain: {reasons}"
         )
+
+
+class CheckpointHookError(SparkCkptError, RuntimeError):
+    """A checkpoint hook failed, so its checkpoint was aborted (or could not be restored).
+
+    Parameters
+    ----------
+    identifier
+        The hook's identifier.
+    checkpoint_id
+        The checkpoint being taken or restored.
+    message
+        What went wrong.
+    io
+        True when storing or reading the hook's data failed (an I/O error, counted toward
+        ``spark.ckpt.tolerableFailedCheckpoints``), False when the hook itself raised.
+    """
+
+    def __init__(self, identifier: str, checkpoint_id: int, message: str, *, io: bool) -> None:
+        self.identifier = identifier
+        self.checkpoint_id = checkpoint_id
+        self.detail = message
+        self.io = io
+        super().__init__(f"checkpoint hook {identifier!r} at checkpoint {checkpoint_id}: {message}")
+
+
+class RestoreError(SparkCkptError, RuntimeError):
+    """A component cannot resume from the restored checkpoint without skipping or repeating data.
+
+    For example a source whose external position is already past the restored offset. The
+    message names the checkpoint, what was found and what to do.
+    """

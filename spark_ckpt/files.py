@@ -8,7 +8,7 @@ import tempfile
 
 from spark_ckpt.errors import InvalidOptionError
 
-__all__ = ["local_path", "write_atomically"]
+__all__ = ["local_path", "write_atomically", "write_if_changed"]
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -35,6 +35,17 @@ def write_atomically(path: str, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_if_changed(path: str, data: bytes) -> None:
+    """:func:`write_atomically`, skipped when ``path`` already holds exactly ``data``."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data:
+                return
+    except FileNotFoundError:
+        pass
+    write_atomically(path, data)
 
 
 def local_path(option: str, raw: str) -> str:

@@ -15,12 +15,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_ckpt.files import write_atomically
+from spark_ckpt.files import write_atomically, write_if_changed
 
-__all__ = ["ControlState", "Registration"]
+__all__ = ["IDENTITY_OPTION", "ControlState", "Registration"]
+
+IDENTITY_OPTION = "__spark_ckpt_identity"
+"""Internal option: the supervised query identity a source claimed when it was created."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,7 @@ class ControlState:
         body = json.dumps(
             {"kind": registration.kind, "settings": registration.settings}, sort_keys=True
         ).encode()
-        try:
-            with open(path, "rb") as handle:
-                if handle.read() == body:
-                    return
-        except FileNotFoundError:
-            pass
-        write_atomically(path, body)
+        write_if_changed(path, body)
 
     def registrations(self, query_id: str) -> list[Registration]:
         """The registrations for ``query_id`` (none when it registered nothing)."""
@@ -99,6 +97,16 @@ class ControlState:
             return
         write_atomically(self._pending_path(), identity.encode())
 
+    def claim_identity(self, options: MutableMapping[str, str]) -> None:
+        """Put the pending identity into a source's ``options`` (in its ``__init__``).
+
+        Spark creates a query's sources while ``load()`` runs, that is inside the supervisor's
+        build, so they take the identity offered then.
+        """
+        identity = self.pending_identity()
+        if identity is not None:
+            options[IDENTITY_OPTION] = identity
+
     def pending_identity(self) -> str | None:
         """The identity a source created now should take, if a supervised build is running."""
         try:
@@ -128,6 +136,21 @@ class ControlState:
             ):
                 reports.append(json.loads(handle.read()))
         return reports
+
+    def set_restore_point(self, identity: str, point: dict[str, Any]) -> None:
+        """Record where the next attempt of ``identity`` resumes (supervisor, before a start)."""
+        path = os.path.join(self.directory, "restore", f"{identity}.json")
+        write_atomically(path, json.dumps(point, sort_keys=True).encode())
+
+    def restore_point(self, identity: str) -> dict[str, Any] | None:
+        """Where the current attempt of ``identity`` resumed from (:mod:`spark_ckpt.restore`)."""
+        path = os.path.join(self.directory, "restore", f"{identity}.json")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                value = json.load(handle)
+        except FileNotFoundError:
+            return None
+        return value if isinstance(value, dict) else None
 
     def clear_source_reports(self, identity: str) -> None:
         """Forget the reports of a previous attempt (its readers are gone)."""

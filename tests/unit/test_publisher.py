@@ -16,7 +16,10 @@ import pytest
 from deltalake import DeltaTable, Schema
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.errors import PublishError
+from spark_ckpt.errors import PublishError, RestoreError
+from spark_ckpt.history import HistoryLog
+from spark_ckpt.restore import restore_point
+from spark_ckpt.sinks.hooks import restore_to_checkpoint
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore
 from spark_ckpt.sinks.publisher import clean_orphans, precommit, publish_completed
 from spark_ckpt.sinks.staging import StagingWriter
@@ -197,3 +200,52 @@ def test_empty_batches_are_published_as_empty_commits(harness: Harness) -> None:
     assert harness.rows() == [5]
     assert harness.versions() == 3
     assert DeltaTable(harness.table).transaction_version(QUERY) == 2
+
+
+def _staged_files(table: str) -> set[str]:
+    return {
+        os.path.relpath(os.path.join(d, n), table)
+        for d, _, names in os.walk(table)
+        for n in names
+        if n.endswith(".parquet")
+    }
+
+
+def test_restore_publishes_up_to_the_checkpoint_and_discards_what_follows(
+    harness: Harness,
+) -> None:
+    """FLINK-20396: restoring C publishes C (it completed) and drops staged work after C."""
+    harness.store.record_table(harness.table)
+    for batch in range(3):
+        precommit(harness.store, harness.stage(batch, [batch]))
+    harness.complete(0)
+    harness.complete(1)
+    harness.stage(3, [3])  # staged, never pre-committed: only intents
+    point = restore_point(SparkCheckpoint(str(harness.ckpt)))
+    assert point.checkpoint_id == 1
+    restore_to_checkpoint(point)
+    assert harness.rows() == [0, 1]
+    assert harness.store.batch_ids() == [0, 1]
+    assert harness.store.staged_batches() == []
+    live = {os.path.relpath(p, harness.table) for p in DeltaTable(harness.table).file_uris()}
+    assert _staged_files(harness.table) == live, "batch 2's and 3's staged files are gone"
+    records = HistoryLog(SparkCheckpoint(str(harness.ckpt))).records()
+    assert [(r.checkpoint_id, r.delta_version) for r in records] == [(0, 0), (1, 1)]
+
+
+def test_restoring_behind_the_table_is_refused(harness: Harness) -> None:
+    """A checkpoint location older than the table would publish batches twice: refuse."""
+    harness.store.record_table(harness.table)
+    for batch in range(2):
+        precommit(harness.store, harness.stage(batch, [batch]))
+        harness.complete(batch)
+    publish_completed(harness.store, harness.table)
+    os.unlink(harness.ckpt / "commits" / "1")  # the location rewound to checkpoint 0
+    with pytest.raises(RestoreError, match="already holds its batches up to 1"):
+        restore_to_checkpoint(restore_point(SparkCheckpoint(str(harness.ckpt))))
+    assert harness.rows() == [0, 1]
+    assert harness.store.batch_ids() == [0, 1], "nothing was discarded"
+
+
+def test_restore_without_sink_state_does_nothing(tmp_path: Path) -> None:
+    restore_to_checkpoint(restore_point(SparkCheckpoint(str(tmp_path / "elsewhere"))))

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_ckpt import SnapshotAvailability
 from spark_ckpt.declines import DeclineTracker
+from spark_ckpt.errors import RestoreError
 from spark_ckpt.sources.gate import Cut
 
 from driver_loop import make_reader, run
@@ -172,3 +174,28 @@ def test_offsets_are_stable_json(tmp_path: Path) -> None:
     begin_b = len(json.dumps(a[0])) + 1
     assert end["open"] == [["b", "0001.jsonl", begin_b, 1]]
     assert end["scan"][2] == 4  # consumed up to and including a's END
+
+
+def test_restarted_reader_resumes_when_the_log_still_holds_the_offset(tmp_path: Path) -> None:
+    """A fresh reader handed a restored offset continues from it (the restore notification)."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 2) + txn("b", 1))
+    _, end = run(make_reader(options(log)), options(log))
+    write(log, "0002.jsonl", txn("c", 3))
+    restarted = make_reader(options(log))
+    batches, _ = run(restarted, options(log), start=end)
+    assert [row["txn_id"] for batch in batches for row in batch.rows] == ["c", "c", "c"]
+
+
+def test_restarted_reader_refuses_a_log_truncated_behind_the_offset(tmp_path: Path) -> None:
+    """The log lost data past the restored offset: fail clearly instead of skipping it."""
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 2) + txn("b", 1))
+    _, end = run(make_reader(options(log)), options(log))
+    write(log, "0001.jsonl", txn("a", 2))  # rewritten shorter
+    with pytest.raises(RestoreError, match=r"has only \d+ bytes: it was truncated or rewritten"):
+        make_reader(options(log)).latestOffset(end, ReadAllAvailable())
+    (log / "0001.jsonl").unlink()
+    write(log, "0002.jsonl", txn("c", 1))
+    with pytest.raises(RestoreError, match="the file is gone"):
+        make_reader(options(log)).partitions(end, end)
