@@ -34,7 +34,13 @@ SCENARIOS: dict[str, list[str | None]] = {
     "during_publish": [f"during_publish:{CRASH_BATCH}", None],
     # A re-run of the batch deletes the aborted attempt's files: crash in the middle of that.
     "during_abort": [f"after_manifest:{CRASH_BATCH}", f"during_abort:{CRASH_BATCH}", None],
+    # The same kill under control.supervise() with a checkpoint hook: the restarted driver's
+    # supervisor restores checkpoint CRASH_BATCH - 1 (discarding batch CRASH_BATCH's manifest
+    # and staged files before the query starts) and hands the hook the data stored with it.
+    "supervised_after_manifest": [f"after_manifest:{CRASH_BATCH}", None],
 }
+SUPERVISED = {"supervised_after_manifest"}
+RESTORED_FILE = "hook-restored.jsonl"  # beside the checkpoint: what the hook was handed back
 
 
 @dataclass
@@ -60,24 +66,52 @@ def make_log(directory: Path, seed: int, transactions: int = 40) -> list[list[st
     return [[e["after"]["note"] for e in txn.events] for txn in expected]
 
 
-def drive(log: str, table: str, checkpoint: str) -> None:
+def _hook(checkpoint: str) -> Any:
+    """A checkpoint hook storing ``"at <N>"`` and appending what it is handed back to a file."""
+    from spark_ckpt.hooks import CheckpointHook
+
+    class Recorder(CheckpointHook):
+        identifier = "crash-recorder"
+
+        def trigger(self, checkpoint_id: int, timestamp: float) -> bytes | None:
+            return f"at {checkpoint_id}".encode()
+
+        def restore(self, checkpoint_id: int, data: bytes | None) -> None:
+            record = {"checkpoint": checkpoint_id, "data": None if data is None else data.decode()}
+            path = Path(checkpoint).parent / RESTORED_FILE
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    return Recorder()
+
+
+def drive(log: str, table: str, checkpoint: str, supervised: bool = False) -> None:
     """The driver: stream the log into the table to the end (a fault may kill it first)."""
     import spark_ckpt
 
     spark = spark_ckpt.local_session("crash-driver")
     control = spark_ckpt.install(spark)
-    query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "debezium-json")
-        .option("maxChangesPerTrigger", str(CAP))
-        .load(log)
-        .writeStream.format("delta-2pc")
-        .option("path", table)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    if not control.await_termination(query, 600):
+
+    def build() -> Any:
+        return (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "debezium-json")
+            .option("maxChangesPerTrigger", str(CAP))
+            .load(log)
+            .writeStream.format("delta-2pc")
+            .option("path", table)
+            .trigger(availableNow=True)
+        )
+
+    if supervised:
+        query = control.supervise(
+            build, checkpoint_location=checkpoint, name="crash", hooks=[_hook(checkpoint)]
+        )
+        if not query.await_termination(600):
+            raise SystemExit("the supervised query did not finish within 10 minutes")
+    elif not control.await_termination(
+        build().option("checkpointLocation", checkpoint).start(), 600
+    ):
         raise SystemExit("the driver's query did not finish within 10 minutes")
     spark.stop()
 
@@ -93,13 +127,16 @@ def _reap_session(session: int) -> None:
                 continue
 
 
-def run_driver(log: Path, table: Path, checkpoint: Path, fault: str | None) -> int:
+def run_driver(
+    log: Path, table: Path, checkpoint: Path, fault: str | None, supervised: bool = False
+) -> int:
     """Run one driver in its own process group; return its exit status (-9: killed)."""
     env = dict(os.environ)
     env.pop("SPARK_CKPT_FAULT", None)
     if fault:
         env["SPARK_CKPT_FAULT"] = fault
-    command = [sys.executable, __file__, "drive", str(log), str(table), str(checkpoint)]
+    mode = "drive-supervised" if supervised else "drive"
+    command = [sys.executable, __file__, mode, str(log), str(table), str(checkpoint)]
     process = subprocess.Popen(
         command,
         env=env,
@@ -148,7 +185,7 @@ def run_scenario(spark: Any, name: str, workdir: Path, seed: int) -> Outcome:
     expected = make_log(log, seed)
     crashes = 0
     for fault in SCENARIOS[name]:
-        status = run_driver(log, table, checkpoint, fault)
+        status = run_driver(log, table, checkpoint, fault, supervised=name in SUPERVISED)
         if fault is not None and status != -signal.SIGKILL:
             raise RuntimeError(f"scenario {name}: the fault {fault} never fired")
         if fault is None and status != 0:
@@ -159,7 +196,7 @@ def run_scenario(spark: Any, name: str, workdir: Path, seed: int) -> Outcome:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "drive":
-        drive(*sys.argv[2:])
+    if len(sys.argv) == 5 and sys.argv[1] in ("drive", "drive-supervised"):
+        drive(*sys.argv[2:], supervised=sys.argv[1] == "drive-supervised")
     else:
-        raise SystemExit("usage: crash_harness.py drive LOG TABLE CHECKPOINT")
+        raise SystemExit("usage: crash_harness.py drive|drive-supervised LOG TABLE CHECKPOINT")

@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.faults import crash_point
+from spark_ckpt.hooks import HookChannel
 from spark_ckpt.registry import ControlState, Registration
 
 from .manifest import Manifest, ManifestStore
@@ -84,6 +85,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         even before it runs another batch.
         """
         store = self._store()
+        store.record_table(self.options.path)
         if not store.batch_ids():
             return False
         published = publish_completed(store, self.options.path)
@@ -144,6 +146,13 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             self.partition_by,
             tuple(sorted(files, key=lambda f: f.path)),
         )
+        if self.control is not None:
+            channel = HookChannel.for_checkpoint(self.control, self.options.checkpoint_location)
+            limit = channel.wait_limit()
+            if limit is not None:
+                # The supervisor has checkpoint hooks: they run now, while N can still be aborted
+                # (raising here fails the batch, so Spark never writes commits/N).
+                channel.trigger(batchId, limit)
         if self.control is not None:
             # Lets the control plane's listener publish N as soon as checkpoint N completes.
             self.control.register(

@@ -9,7 +9,7 @@ from pyspark.sql.types import StructType
 
 from spark_ckpt.registry import ControlState
 
-from .options import IDENTITY_OPTION, SourceOptions
+from .options import SourceOptions
 from .reader import TxnCdcStreamReader, make_connector
 from .schema import SPARK_DDL
 
@@ -29,10 +29,8 @@ class TxnCdcDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         super().__init__(options)
         if self.control_state is not None:
-            identity = self.control_state.pending_identity()
-            if identity is not None:
-                # Created inside a supervisor's build(): remember whom this source serves.
-                self.options[IDENTITY_OPTION] = identity
+            # Created inside a supervisor's build(): remember whom this source serves.
+            self.control_state.claim_identity(self.options)
 
     @classmethod
     def name(cls) -> str:

@@ -9,6 +9,7 @@ from typing import Literal
 from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
 from spark_ckpt.files import local_path
+from spark_ckpt.registry import IDENTITY_OPTION
 
 __all__ = ["CONNECTORS", "IDENTITY_OPTION", "OPTION_NAMES", "SourceOptions"]
 
@@ -27,8 +28,6 @@ OPTION_NAMES: dict[str, str] = {
         "gate",
     )
 }
-IDENTITY_OPTION = "__spark_ckpt_identity"
-"""Internal option: the supervised query identity a source claimed when it was created."""
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:

@@ -12,13 +12,19 @@ from spark_ckpt.availability import (
     SnapshotAvailability,
 )
 from spark_ckpt.control import Control, install
+from spark_ckpt.history import CheckpointRecord
+from spark_ckpt.hooks import CheckpointHook
+from spark_ckpt.restore import RestorePoint
 from spark_ckpt.session import local_session
 
 __all__ = [
     "AVAILABLE",
     "AvailabilityStatus",
     "CheckpointAvailabilityProvider",
+    "CheckpointHook",
+    "CheckpointRecord",
     "Control",
+    "RestorePoint",
     "SnapshotAvailability",
     "install",
     "local_session",

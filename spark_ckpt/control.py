@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from spark_ckpt.config import CkptConfig
 from spark_ckpt.listener import CheckpointListener, load_hooks
 from spark_ckpt.registry import ControlState
+from spark_ckpt.restore import RestoreHandler, load_restore_handlers
 from spark_ckpt.supervisor import SupervisedQuery
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    from spark_ckpt.hooks import CheckpointHook
 
 __all__ = ["DATA_SOURCE_GROUP", "Control", "install"]
 
@@ -56,6 +59,8 @@ class Control:
     listener: CheckpointListener
     config: CkptConfig
     formats: list[str] = field(default_factory=list)
+    restore_handlers: dict[str, RestoreHandler] = field(default_factory=dict)
+    """Told the exact checkpoint a supervised query resumes from, before each start."""
     build_lock: threading.Lock = field(default_factory=threading.Lock)
     """Serialises supervised builds, so each source claims the right query identity."""
 
@@ -69,20 +74,24 @@ class Control:
         *,
         checkpoint_location: str,
         name: str,
+        hooks: list[CheckpointHook] | None = None,
     ) -> SupervisedQuery:
         """Start ``build()``'s query under supervision (driver).
 
         The query is restarted from its checkpoint on failure as ``spark.ckpt.restartStrategy``
         allows (settings read from ``spark.conf`` now). ``build`` is called for every attempt and
         must return a fresh ``DataStreamWriter``; the supervisor sets the checkpoint location and
-        the query name.
+        the query name. ``hooks`` take part in every checkpoint (see :mod:`spark_ckpt.hooks`;
+        they need the ``delta-2pc`` sink).
         """
-        return SupervisedQuery(self, build, checkpoint_location, name, self.read_config()).start()
+        return SupervisedQuery(
+            self, build, checkpoint_location, name, self.read_config(), hooks
+        ).start()
 
     def watch(self, supervised: SupervisedQuery) -> None:
-        """Route the listener's completed checkpoints of a supervised query's attempt to it."""
+        """Route the listener's events about a supervised query's attempt to it."""
         assert supervised.query is not None
-        self.listener.watch(str(supervised.query.id), supervised.checkpoint_completed)
+        self.listener.watch(str(supervised.query.id), supervised)
 
     def await_termination(self, query: StreamingQuery, timeout: float | None = None) -> bool:
         """Wait for ``query`` to end and for its components to finish up (driver).
@@ -162,7 +171,7 @@ _INSTALLED: dict[int, Control] = {}
 def _install(spark: SparkSession, config: CkptConfig) -> Control:
     state = ControlState(tempfile.mkdtemp(prefix="spark-ckpt-control-"))
     listener = CheckpointListener(state, load_hooks())
-    control = Control(spark, state, listener, config)
+    control = Control(spark, state, listener, config, restore_handlers=load_restore_handlers())
     for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
         data_source = entry.load()
         # A subclass defined here is pickled by value, class attributes included, so every

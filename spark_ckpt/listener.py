@@ -10,11 +10,13 @@ everything complete: no tail left behind). Hooks are found through the entry-poi
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.metadata import entry_points
+from typing import Any, Protocol
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -26,7 +28,7 @@ from pyspark.sql.streaming.listener import (
 
 from spark_ckpt.registry import ControlState, Registration
 
-__all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "load_hooks"]
+__all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "load_hooks"]
 
 HOOK_GROUP = "spark_ckpt.completion_hooks"
 """Entry-point group of completion hooks, keyed by the registering component's format name."""
@@ -35,6 +37,16 @@ CompletionHook = Callable[[Registration, "int | None"], None]
 """``hook(registration, batch_id)``: checkpoint ``batch_id`` completed (None: query ended)."""
 
 _log = logging.getLogger(__name__)
+
+
+class Watcher(Protocol):
+    """Who wants to hear about one query's checkpoints (a supervised query)."""
+
+    def checkpoint_completed(self, progress: dict[str, Any]) -> None:
+        """A progress event in JSON form: its ``batchId`` completed (listener bus; be quick)."""
+
+    def publish_failed(self, batch_id: int | None, error: BaseException) -> None:
+        """A completion hook failed after ``batch_id`` (None: at termination); worker thread."""
 
 
 def load_hooks() -> dict[str, CompletionHook]:
@@ -62,12 +74,12 @@ class CheckpointListener(StreamingQueryListener):
         self.errors: list[tuple[str, int | None, BaseException]] = []
         """Hook failures as ``(query id, batch id, error)``, newest last."""
         self._final_errors: dict[str, BaseException] = {}
-        self._watchers: dict[str, Callable[[int], None]] = {}
+        self._watchers: dict[str, Watcher] = {}
 
-    def watch(self, query_id: str, on_completed: Callable[[int], None]) -> None:
-        """Call ``on_completed(batch_id)`` (on the listener bus, so it must be quick)."""
+    def watch(self, query_id: str, watcher: Watcher) -> None:
+        """Tell ``watcher`` about ``query_id``'s completed checkpoints and failed hooks."""
         with self._lock:
-            self._watchers[query_id] = on_completed
+            self._watchers[query_id] = watcher
 
     def final_error(self, query_id: str) -> BaseException | None:
         """The failure of ``query_id``'s termination hooks (its final publish), if any."""
@@ -94,9 +106,12 @@ class CheckpointListener(StreamingQueryListener):
                     batch_id,
                 )
                 self.errors.append((query_id, batch_id, e))
-                if batch_id is None:
-                    with self._lock:
+                with self._lock:
+                    if batch_id is None:
                         self._final_errors[query_id] = e
+                    watcher = self._watchers.get(query_id)
+                if watcher is not None:
+                    watcher.publish_failed(batch_id, e)
 
     def _submit(self, query_id: str, batch_id: int | None) -> Future[None]:
         future = self._worker.submit(self._run_hooks, query_id, batch_id)
@@ -116,7 +131,7 @@ class CheckpointListener(StreamingQueryListener):
         with self._lock:
             watcher = self._watchers.get(query_id)
         if watcher is not None:
-            watcher(batch_id)
+            watcher.checkpoint_completed(json.loads(event.progress.json))
         self._submit(query_id, batch_id)
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:

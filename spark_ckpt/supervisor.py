@@ -5,6 +5,10 @@ describes on a thread of its own. When the query fails, the failure manager reco
 query fails over at once, DESIGN.md §5) and the restart strategy decides whether and when to start
 it again from its checkpoint; when no restart is left, the supervised query fails with an error
 naming the chain of reasons. Restarts never happen inside a listener callback.
+
+Before every attempt (the first one too) the supervisor works out the checkpoint the query
+resumes from (:mod:`spark_ckpt.restore`), tells the installed restore handlers and the query's
+checkpoint hooks, and records the start in the query's history (:mod:`spark_ckpt.history`).
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.errors import StreamingQueryException
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.config import CkptConfig
-from spark_ckpt.errors import SupervisedQueryError
+from spark_ckpt.errors import CheckpointHookError, ConfigError, SupervisedQueryError
 from spark_ckpt.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
+from spark_ckpt.history import CheckpointRecord, HistoryLog, progress_event
+from spark_ckpt.hooks import CheckpointHook, HookChannel, HookStore, restore_hooks, trigger_hooks
+from spark_ckpt.restore import notify_restore, restore_point
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -33,6 +40,7 @@ __all__ = ["SupervisedQuery"]
 
 _log = logging.getLogger(__name__)
 _POLL = 0.2  # seconds between checks of the running query; bounds stop and failover latency
+_HOOK_POLL = 0.01  # seconds between looks for hook trigger requests (a sink's commit waits)
 
 
 class SupervisedQuery:
@@ -50,6 +58,8 @@ class SupervisedQuery:
         The query name.
     config
         The ``spark.ckpt.*`` settings in force when supervision began.
+    hooks
+        Checkpoint hooks of this query.
     """
 
     def __init__(
@@ -59,16 +69,38 @@ class SupervisedQuery:
         checkpoint_location: str,
         name: str,
         config: CkptConfig,
+        hooks: list[CheckpointHook] | None = None,
     ) -> None:
         self._control = control
         self._build = build
         self.checkpoint_location = checkpoint_location
         self.name = name
+        self.hooks = list(hooks or [])
+        identifiers = [getattr(hook, "identifier", None) for hook in self.hooks]
+        if not all(isinstance(i, str) and i for i in identifiers):
+            raise ConfigError(
+                f"every checkpoint hook of supervised query {name!r} needs a non-empty string "
+                f"identifier (got {identifiers}); set the class attribute identifier"
+            )
+        if len(set(identifiers)) != len(identifiers):
+            raise ConfigError(
+                f"checkpoint hooks of supervised query {name!r} share an identifier "
+                f"({identifiers}); give each hook a unique identifier"
+            )
+        checkpoint = SparkCheckpoint(checkpoint_location)
+        self._checkpoint = checkpoint
+        self._history = HistoryLog(checkpoint)
+        self._hook_store = HookStore(checkpoint)
         self._strategy = config.restart_strategy_factory()()
         self._checkpoint_timeout = config.checkpoint_timeout
         self.identity = f"{name}-{uuid.uuid4().hex[:12]}"
         """Given to the sources this supervisor builds, so their declines reach it."""
         self._running: tuple[int, float] | None = None  # (batch id, seen active since)
+        self._declines: set[tuple[int, str, str]] = set()  # recorded in the history already
+        self._hook_abort: CheckpointFailure | None = None  # a hook aborted this attempt's batch
+        self._channel = HookChannel.for_checkpoint(control.state, checkpoint_location)
+        if self.hooks:
+            self._channel.enable(self._checkpoint_timeout)
         self.failovers: list[list[CheckpointFailure]] = []
         """Every failover so far, each as the chain of failures that caused it."""
         self._failover_chain: list[CheckpointFailure] | None = None
@@ -84,23 +116,88 @@ class SupervisedQuery:
         self._stop = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
+        self._fatal: BaseException | None = None  # a misuse found while running: no restart
         self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._supervise, name=f"spark-ckpt-supervisor-{name}", daemon=True
+        )
+        self._hook_thread = threading.Thread(
+            target=self._serve_hooks, name=f"spark-ckpt-hooks-{name}", daemon=True
         )
 
     # -- called by the control plane --------------------------------------------------------
 
     def start(self) -> SupervisedQuery:
         """Start the first attempt and return at once (driver)."""
-        self._start_attempt()
+        if self.hooks:
+            self._hook_thread.start()
+        try:
+            self._start_attempt()
+        except BaseException:
+            self._stop.set()
+            self._done.set()
+            raise
         self._thread.start()
         return self
 
-    def checkpoint_completed(self, batch_id: int) -> None:
-        """Checkpoint ``batch_id`` completed (listener thread)."""
+    def checkpoint_completed(self, progress: dict[str, Any]) -> None:
+        """A progress event: checkpoint ``progress["batchId"]`` completed (listener bus; quick)."""
+        batch_id = int(progress["batchId"])
         with self._lock:
             self.failures.handle_completed(batch_id)
+        event = progress_event(progress)
+        if self.hooks and self._hook_store.read(batch_id) is None:
+            # Only a sink taking part in checkpoints asks for the hooks before commits/N.
+            self._request_failover(
+                [
+                    CheckpointFailure(
+                        batch_id,
+                        FailureReason.HOOK_IO_FAILED,
+                        "checkpoint completed without triggering the checkpoint hooks: hooks "
+                        "need a sink that takes part in checkpoints (delta-2pc)",
+                        time.monotonic(),
+                    )
+                ]
+            )
+            self._fatal = ConfigError(
+                f"supervised query {self.name!r} has checkpoint hooks but its sink did not "
+                f"trigger them at checkpoint {batch_id}: write with format('delta-2pc') "
+                f"(hooks are triggered by its pre-commit) or supervise without hooks"
+            )
+        self._history.append(event)
+
+    def publish_failed(self, batch_id: int | None, error: BaseException) -> None:
+        """Publishing after checkpoint ``batch_id`` failed (listener's worker thread).
+
+        Counted (DESIGN.md §5) against the next checkpoint, which cannot complete its publish
+        chain either: the publish is retried by that checkpoint's pre-commit and by recovery.
+        The final publish after the query ended (``batch_id`` None) is only recorded: its error
+        is raised by ``await_termination``.
+        """
+        message = str(error)[:2000]
+        if batch_id is None:
+            self._history.append(
+                {
+                    "event": "failure",
+                    "reason": FailureReason.PUBLISH_FAILED.name,
+                    "message": message,
+                }
+            )
+            return
+        self._fail(FailureReason.PUBLISH_FAILED, batch_id + 1, message)
+
+    def _fail(self, reason: FailureReason, checkpoint: int | None, message: str) -> None:
+        """Record a failure with the manager and in the history (any thread)."""
+        self._history.append(
+            {
+                "event": "failure",
+                "checkpoint": checkpoint,
+                "reason": reason.name,
+                "message": message,
+            }
+        )
+        with self._lock:
+            self.failures.handle_failure(reason, checkpoint, message)
 
     def _request_failover(self, chain: list[CheckpointFailure]) -> None:
         self._failover_chain = chain
@@ -117,6 +214,20 @@ class SupervisedQuery:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         state = self._control.state
         state.clear_source_reports(self.identity)
+        point = restore_point(self._checkpoint)
+        notify_restore(point, self._control.restore_handlers)
+        if point.checkpoint_id is not None and self.hooks:
+            restore_hooks(self.hooks, self._hook_store, point.checkpoint_id)
+        state.set_restore_point(self.identity, point.to_json())
+        self._hook_abort = None
+        self._history.append(
+            {
+                "event": "start",
+                "attempt": self.restarts,
+                "restored": point.checkpoint_id,
+                "rerunBatch": point.rerun_batch,
+            }
+        )
         with self._control.build_lock:
             # Sources created by this build claim the identity (see ControlState).
             state.set_pending_identity(self.identity)
@@ -136,6 +247,9 @@ class SupervisedQuery:
                 if failure is None:
                     return  # stopped by the user, or a bounded run ended
                 self.failovers.append(failure)
+                if self._fatal is not None:
+                    self._error = self._fatal
+                    return
                 decision = self._strategy.on_failure()
                 if not decision.restart:
                     self._error = SupervisedQueryError(self.name, failure, decision.reason)
@@ -153,6 +267,8 @@ class SupervisedQuery:
         except BaseException as e:  # the supervisor must end, and say why
             self._error = e
         finally:
+            if self.hooks:
+                self._channel.disable()
             self._done.set()
 
     def _check_expiry(self, query: StreamingQuery) -> None:
@@ -171,13 +287,11 @@ class SupervisedQuery:
             self._running = (batch_id, now)
             return
         if now - self._running[1] > self._checkpoint_timeout:
-            with self._lock:
-                self.failures.handle_failure(
-                    FailureReason.CHECKPOINT_EXPIRED,
-                    batch_id,
-                    f"batch {batch_id} ran longer than checkpointTimeout="
-                    f"{self._checkpoint_timeout:g}s",
-                )
+            self._fail(
+                FailureReason.CHECKPOINT_EXPIRED,
+                batch_id,
+                f"batch {batch_id} ran longer than checkpointTimeout={self._checkpoint_timeout:g}s",
+            )
 
     def _check_sources(self) -> None:
         """Feed the sources' declines to the failure manager (polled about once a second).
@@ -197,16 +311,26 @@ class SupervisedQuery:
         # A source numbers its own checkpoints, which can lag Spark's batch ids (Spark runs an
         # empty first batch at the initial offset when a new query's source offers nothing), so
         # a decline is charged to the checkpoint Spark will take next.
-        latest = SparkCheckpoint(self.checkpoint_location).latest_committed()
+        latest = self._checkpoint.latest_committed()
         next_checkpoint = 0 if latest is None else latest + 1
-        with self._lock:
-            for decline in declines:
-                if decline["kind"] == "hard":
+        for decline in declines:
+            kind, reason = str(decline["kind"]), str(decline["reason"])
+            if (next_checkpoint, kind, reason) not in self._declines:
+                self._declines.add((next_checkpoint, kind, reason))
+                self._history.append(
+                    {
+                        "event": "decline",
+                        "checkpoint": next_checkpoint,
+                        "kind": kind,
+                        "reason": reason,
+                    }
+                )
+            if kind == "hard":
+                with self._lock:
                     self.failures.handle_failure(
-                        FailureReason.SOURCE_DECLINED_HARD,
-                        next_checkpoint,
-                        str(decline["reason"]),
+                        FailureReason.SOURCE_DECLINED_HARD, next_checkpoint, reason
                     )
+        with self._lock:
             self.failures.handle_holding(True)
 
     def _wait(self, query: StreamingQuery) -> list[CheckpointFailure] | None:
@@ -234,18 +358,53 @@ class SupervisedQuery:
         error = query.exception()
         if error is None:
             return None
-        with self._lock:
-            self.failures.handle_failure(FailureReason.QUERY_FAILED, None, str(error)[:2000])
+        self._fail(FailureReason.QUERY_FAILED, None, str(error)[:2000])
         chain, self._failover_chain = self._failover_chain or [], None
+        if self._hook_abort is not None and self._hook_abort not in chain:
+            # Spark aborts a checkpoint only by failing its batch: name the hook as the cause.
+            chain.insert(0, self._hook_abort)
         return chain
 
+    # -- checkpoint hooks (a thread of their own) ---------------------------------------------
+
+    def _serve_hooks(self) -> None:
+        """Trigger the hooks whenever a sink's pre-commit asks (polled every few milliseconds)."""
+        while not self._done.is_set():
+            for name, batch_id, requested_at in self._channel.requests():
+                try:
+                    record = trigger_hooks(self.hooks, self._hook_store, batch_id, requested_at)
+                except CheckpointHookError as e:
+                    reason = (
+                        FailureReason.HOOK_IO_FAILED if e.io else FailureReason.HOOK_TRIGGER_FAILED
+                    )
+                    self._hook_abort = CheckpointFailure(
+                        batch_id, reason, e.detail, time.monotonic()
+                    )
+                    self._fail(reason, batch_id, str(e))
+                    self._channel.reply(name, e)
+                    continue
+                self._channel.reply(name, None)
+                self._history.append(
+                    {"event": "hooks", "checkpoint": batch_id, "identifiers": sorted(record.data)}
+                )
+            self._done.wait(_HOOK_POLL)
+
     # -- public -----------------------------------------------------------------------------
+
+    def history(self) -> list[CheckpointRecord]:
+        """One record per checkpoint, read from the checkpoint location (driver; any time).
+
+        Covers earlier runs of the query on the same checkpoint location too.
+        """
+        return self._history.records()
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until supervision ends and the last attempt's completed batches are published.
 
         Returns False when ``timeout`` passed first. Raises :class:`SupervisedQueryError` when
-        the query failed and no restart was left.
+        the query failed and no restart was left, and the final publish's error
+        (:class:`~spark_ckpt.errors.PublishError`) when what the query completed could not all
+        be published.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._done.wait(timeout):
@@ -257,6 +416,9 @@ class SupervisedQuery:
                 return False
         if self._error is not None:
             raise self._error
+        failure = None if query is None else self._control.listener.final_error(str(query.id))
+        if failure is not None:
+            raise failure  # never report a clean end with a tail left behind
         return True
 
     def stop(self, drain: bool = True, timeout: float = 600.0) -> None:

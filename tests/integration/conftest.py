@@ -31,6 +31,22 @@ def control(spark: SparkSession) -> spark_ckpt.Control:
     return spark_ckpt.install(spark)
 
 
+@pytest.fixture
+def restart_conf(spark: SparkSession) -> Iterator[Callable[..., None]]:
+    """Set spark.ckpt.* keys for one test; unset them afterwards."""
+    touched: list[str] = []
+
+    def set_conf(**settings: str) -> None:
+        for key, value in settings.items():
+            name = "spark.ckpt." + key.replace("__", ".")
+            spark.conf.set(name, value)
+            touched.append(name)
+
+    yield set_conf
+    for name in touched:
+        spark.conf.unset(name)
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:
     """Poll ``predicate`` until true; fail with ``message`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
