@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.files import write_atomically, write_if_changed
+from spark_ckpt.files import numbered_files, write_atomically, write_if_changed
 
 from .staging import StagedFile
 
@@ -133,11 +133,7 @@ class ManifestStore:
 
     def batch_ids(self) -> list[int]:
         """Batches with a manifest, ascending."""
-        try:
-            names = os.listdir(os.path.join(self.root, "manifests"))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+        return numbered_files(os.path.join(self.root, "manifests"), ".json")
 
     def delete(self, batch_id: int) -> None:
         """Forget a manifest (published long ago, or of an aborted attempt)."""
@@ -165,11 +161,7 @@ class ManifestStore:
 
     def staged_batches(self) -> list[int]:
         """Batches with staging intents, ascending."""
-        try:
-            names = os.listdir(os.path.join(self.root, "staging"))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if n.isdigit())
+        return numbered_files(os.path.join(self.root, "staging"))
 
     def drop_intents(self, batch_id: int) -> None:
         """Remove the intents of ``batch_id`` (its files are in a manifest or deleted)."""

@@ -12,17 +12,9 @@ import json
 import os
 
 from spark_ckpt.errors import CheckpointLocationError
-from spark_ckpt.files import local_path
+from spark_ckpt.files import local_path, numbered_files
 
 __all__ = ["SparkCheckpoint"]
-
-
-def _batch_ids(directory: str) -> list[int]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(int(name) for name in names if name.isdigit())
 
 
 class SparkCheckpoint:
@@ -67,11 +59,11 @@ class SparkCheckpoint:
 
     def committed_batches(self) -> list[int]:
         """Batch ids with a commit file, ascending."""
-        return _batch_ids(self.path("commits"))
+        return numbered_files(self.path("commits"))
 
     def logged_batches(self) -> list[int]:
         """Batch ids with an offset-log entry, ascending."""
-        return _batch_ids(self.path("offsets"))
+        return numbered_files(self.path("offsets"))
 
     def latest_committed(self) -> int | None:
         """The newest complete checkpoint (batch id), or None."""

@@ -8,7 +8,7 @@ import tempfile
 
 from spark_ckpt.errors import InvalidOptionError
 
-__all__ = ["local_path", "write_atomically", "write_if_changed"]
+__all__ = ["local_path", "numbered_files", "write_atomically", "write_if_changed"]
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -46,6 +46,19 @@ def write_if_changed(path: str, data: bytes) -> None:
     except FileNotFoundError:
         pass
     write_atomically(path, data)
+
+
+def numbered_files(directory: str, suffix: str = "") -> list[int]:
+    """The N of every file ``<N><suffix>`` in ``directory``, ascending ([] when it is missing).
+
+    Spark's ``offsets/N`` and ``commits/N``, manifests ``N.json``, hook records ``N.json``.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    stems = (name[: len(name) - len(suffix)] for name in names if name.endswith(suffix))
+    return sorted(int(stem) for stem in stems if stem.isdigit())
 
 
 def local_path(option: str, raw: str) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.errors import CheckpointHookError
-from spark_ckpt.files import write_atomically
+from spark_ckpt.files import numbered_files, write_atomically
 from spark_ckpt.registry import ControlState
 
 __all__ = ["CheckpointHook", "HookChannel", "HookStore", "restore_hooks", "trigger_hooks"]
@@ -136,11 +136,7 @@ class HookStore:
 
     def checkpoint_ids(self) -> list[int]:
         """Checkpoints with a record, ascending."""
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+        return numbered_files(self.directory, ".json")
 
 
 def trigger_hooks(
