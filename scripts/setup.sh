@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared setup for the README's commands: a virtualenv in .venv with spark-ckpt installed,
-# and a Java check. Source it: `source scripts/setup.sh [extra]` (extra: "test" for test tools).
+# a Java check and, for the tests, PostgreSQL 15 with wal2json from Debian's packages.
+# Source it: `source scripts/setup.sh [extra]` (extra: "test" for test tools and PostgreSQL).
 # Safe to run again: everything it does is idempotent and quick once done.
 set -euo pipefail
 
@@ -33,6 +34,22 @@ JAVA_MAJOR="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)[".].*/\1/p
 if [ -z "$JAVA_MAJOR" ] || [ "$JAVA_MAJOR" -lt 17 ]; then
   die "Spark 4 needs Java 17 or 21, found '$("$JAVA" -version 2>&1 | head -n1)': install openjdk-17 and set JAVA_HOME"
 fi
+
+# --- PostgreSQL with wal2json (tests and the postgres benchmark) -------------------------------
+ensure_postgres() {
+  local lib
+  lib="$(ls -d /usr/lib/postgresql/*/lib/wal2json.so 2>/dev/null | head -n1 || true)"
+  if [ -n "$lib" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" != 0 ]; then
+    die "the tests need PostgreSQL 15 with wal2json: as root, apt-get install postgresql-15 postgresql-15-wal2json"
+  fi
+  say "installing PostgreSQL 15 and wal2json from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || die "apt-get update failed"
+  apt-get install -y -qq --no-install-recommends postgresql-15 postgresql-15-wal2json >/dev/null \
+    || die "apt-get install postgresql-15 postgresql-15-wal2json failed"
+}
+if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_POSTGRES:-}" = "1" ]; then ensure_postgres; fi
 
 # --- virtualenv and packages -------------------------------------------------------------------
 if [ ! -x "$VENV/bin/python" ]; then

@@ -35,7 +35,7 @@ from .connector import ChangeConnector, Plan
 from .debezium_events import ChangeEvent
 from .gate import Cut
 from .log_files import START, LogPosition, list_log_files, read_lines
-from .schema import RowBuffer
+from .schema import RowBuffer, json_text
 from .transactions import Transaction, TransactionAssembler
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
@@ -405,12 +405,6 @@ def _parse_offset(value: dict[str, Any]) -> LogOffset:
         ) from e
 
 
-def _json_text(value: object) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
 def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Iterator[list[object]]:
     ts_us = txn.commit_ts_ms * 1000 if txn.commit_ts_ms is not None else None
     events: Sequence[ChangeEvent] = txn.events
@@ -428,9 +422,9 @@ def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Itera
             ts_us,
             event.table,
             event.op,
-            _json_text(obj.get("key")),
-            _json_text(obj.get("before")),
-            _json_text(obj.get("after")),
+            json_text(obj.get("key")),
+            json_text(obj.get("before")),
+            json_text(obj.get("after")),
         ]
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
@@ -13,8 +14,9 @@ from spark_ckpt.registry import IDENTITY_OPTION
 
 __all__ = ["CONNECTORS", "IDENTITY_OPTION", "OPTION_NAMES", "SourceOptions"]
 
-Connector = Literal["debezium-json"]
-CONNECTORS: tuple[Connector, ...] = ("debezium-json",)
+Connector = Literal["debezium-json", "postgres"]
+CONNECTORS: tuple[Connector, ...] = ("debezium-json", "postgres")
+SnapshotMode = Literal["initial", "never"]
 
 # Documented spelling of every option. Spark hands options over lower-cased.
 OPTION_NAMES: dict[str, str] = {
@@ -26,6 +28,11 @@ OPTION_NAMES: dict[str, str] = {
         "softDeclineTimeout",
         "changesPerPartition",
         "gate",
+        "dsn",
+        "slot",
+        "tables",
+        "snapshot",
+        "snapshotDir",
     )
 }
 
@@ -64,6 +71,16 @@ class SourceOptions:
         False cuts batches anywhere (splitting transactions): only for measuring the gate.
     identity
         The supervised query this source serves, when it was created by a supervisor's build.
+    dsn
+        ``postgres``: libpq connection string or URI (a password in it is never printed).
+    slot
+        ``postgres``: the logical replication slot (created when missing).
+    tables
+        ``postgres``: the captured tables, ``schema.table``.
+    snapshot
+        ``postgres``: ``initial`` reads the tables' rows first; ``never`` streams changes only.
+    snapshot_dir
+        ``postgres``: where the snapshot spills rows (None: under the system temp directory).
     """
 
     connector: Connector
@@ -73,6 +90,16 @@ class SourceOptions:
     changes_per_partition: int = 50_000
     gated: bool = True
     identity: str | None = None
+    dsn: str | None = None
+    slot: str | None = None
+    tables: tuple[str, ...] = ()
+    snapshot: SnapshotMode = "initial"
+    snapshot_dir: str | None = None
+
+    def __repr__(self) -> str:
+        # Options end up in logs and errors: never show the DSN (it may hold a password).
+        shown = {k: v for k, v in self.__dict__.items() if k != "dsn"}
+        return f"SourceOptions({shown}, dsn={'<set>' if self.dsn else None})"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -97,11 +124,16 @@ class SourceOptions:
         if connector not in by_name:
             raise InvalidOptionError("connector", connector, "one of " + ", ".join(CONNECTORS))
         path = lowered.get("path")
+        if connector == "postgres" and path:
+            raise InvalidOptionError(
+                "path", path, "no value: the postgres connector reads the option 'dsn'"
+            )
         if connector == "debezium-json" and not path:
             raise ConfigError(
                 "the debezium-json connector needs the option 'path': the directory of *.jsonl "
                 "change files (.option('path', '/data/changes') or .load('/data/changes'))"
             )
+        postgres = _postgres_options(lowered) if connector == "postgres" else {}
         gate = lowered.get("gate", "on").strip().lower()
         if gate not in ("on", "off"):
             raise InvalidOptionError("gate", lowered["gate"], "one of: on, off")
@@ -131,4 +163,39 @@ class SourceOptions:
             changes_per_partition=_positive_int(lowered, "changesPerPartition") or 50_000,
             gated=gate == "on",
             identity=lowered.get(IDENTITY_OPTION),
+            **postgres,
         )
+
+
+def _postgres_options(lowered: Mapping[str, str]) -> dict[str, Any]:
+    missing = [name for name in ("dsn", "slot", "tables") if not lowered.get(name, "").strip()]
+    if missing:
+        raise ConfigError(
+            "the postgres connector needs the options "
+            + ", ".join(repr(OPTION_NAMES[m]) for m in missing)
+            + ": .option('dsn', 'postgresql://user@host/db').option('slot', 'orders_cdc')"
+            ".option('tables', 'public.orders,public.items')"
+        )
+    slot = lowered["slot"].strip()
+    if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
+        raise InvalidOptionError(
+            "slot", slot, "a replication slot name: 1 to 63 lower-case letters, digits or _"
+        )
+    tables = tuple(t.strip() for t in lowered["tables"].split(",") if t.strip())
+    if len(set(tables)) != len(tables):
+        raise InvalidOptionError("tables", lowered["tables"], "distinct schema.table names")
+    snapshot = lowered.get("snapshot", "initial").strip().lower()
+    if snapshot not in ("initial", "never"):
+        raise InvalidOptionError("snapshot", lowered["snapshot"], "one of: initial, never")
+    if lowered.get("gate", "on").strip().lower() == "off":
+        raise InvalidOptionError(
+            "gate", lowered["gate"], "on: the postgres connector delivers whole transactions only"
+        )
+    directory = lowered.get("snapshotdir")
+    return {
+        "dsn": lowered["dsn"].strip(),
+        "slot": slot,
+        "tables": tables,
+        "snapshot": snapshot,
+        "snapshot_dir": local_path("snapshotDir", directory) if directory else None,
+    }

@@ -49,6 +49,21 @@ def make_connector(options: SourceOptions) -> ChangeConnector:
         connector = DebeziumJsonConnector(options.path, options.changes_per_partition)
         connector.check()
         return connector
+    if options.connector == "postgres":
+        from .postgres import PostgresConnector
+
+        assert options.dsn is not None
+        assert options.slot is not None
+        pg = PostgresConnector(
+            options.dsn,
+            options.slot,
+            list(options.tables),
+            options.snapshot,
+            options.changes_per_partition,
+            options.snapshot_dir,
+        )
+        pg.check()
+        return pg
     raise ConfigError(f"connector {options.connector!r} is not available")
 
 

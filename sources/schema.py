@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pyarrow as pa
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer", "json_text"]
 
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("source", "string", pa.string()),
@@ -28,6 +29,13 @@ SPARK_DDL = ", ".join(f"`{name}` {sql}" for name, sql, _ in COLUMNS)
 
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
 """The schema of the Arrow record batches ``read()`` yields."""
+
+
+def json_text(value: object) -> str | None:
+    """``key`` / ``before`` / ``after`` as compact JSON text (None stays None)."""
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 class RowBuffer:

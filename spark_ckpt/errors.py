@@ -21,13 +21,17 @@ __all__ = [
     "LogRewrittenError",
     "MalformedEventError",
     "PublishError",
+    "ReplicationSlotError",
     "RestoreError",
+    "SourceConnectionError",
     "SourcePathError",
     "SparkCkptError",
     "SupervisedQueryError",
+    "TableCaptureError",
     "TableIncompatibleError",
     "UnknownOperationError",
     "UnknownOptionError",
+    "UnsupportedChangeError",
 ]
 
 
@@ -192,3 +196,22 @@ class RestoreError(SparkCkptError, RuntimeError):
     For example a source whose external position is already past the restored offset. The
     message names the checkpoint, what was found and what to do.
     """
+
+
+class SourceConnectionError(SparkCkptError, OSError):
+    """A source could not connect to its external system.
+
+    The message names the endpoint with any password removed; secrets never reach errors.
+    """
+
+
+class ReplicationSlotError(SparkCkptError, RuntimeError):
+    """A PostgreSQL replication slot cannot be read (missing, another plugin or database, busy)."""
+
+
+class TableCaptureError(SparkCkptError, ValueError):
+    """A table cannot be captured as asked (missing, no primary key or replica identity)."""
+
+
+class UnsupportedChangeError(SparkCkptError, ValueError):
+    """A captured table saw a change the row-level output schema cannot carry (a TRUNCATE)."""

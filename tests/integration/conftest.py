@@ -1,9 +1,14 @@
-"""One SparkSession (with Delta) for the whole integration test session."""
+"""One SparkSession (with Delta) and one PostgreSQL server for the whole integration session."""
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -54,3 +59,35 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
         time.sleep(0.1)
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from pg_cluster import PgCluster  # noqa: E402  (bench/ is not a package)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgCluster]:
+    """A real PostgreSQL server with wal_level=logical on loopback, stopped at the end."""
+    # Not under pytest's tmp_path: its parents are private to root, and the server runs as the
+    # postgres user when the tests run as root.
+    cluster = PgCluster(tempfile.mkdtemp(prefix="spark-ckpt-pg-")).start()
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(cluster.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_dsn(pg_server: PgCluster) -> Iterator[str]:
+    """A fresh database for one test (its slots are dropped afterwards); yields its DSN."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield pg_server.dsn(name)
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE database = %s AND NOT active",
+            (name,),
+        )

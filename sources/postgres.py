@@ -1,0 +1,491 @@
+"""The ``postgres`` connector: PostgreSQL logical decoding (wal2json) through a replication slot.
+
+Offsets (JSON, stable key order)::
+
+    {"v": 1, "checkpoint": k, "emitted": n,
+     "phase": "snapshot" | "stream", "lsn": "0/16B3748" | null}
+
+``phase=snapshot`` is the start of a query with ``snapshot=initial``: the first batch is the whole
+snapshot (one unit, ``op='r'``, ``txn_order`` 0), and it ends at ``phase=stream`` with
+``lsn=null``, "from the slot's consistent point", so that a snapshot redone after a failed first
+batch (with a new slot) still fits the logged offset. In the stream phase ``lsn`` is the end of the
+last emitted transaction's commit record: the batch after it starts with the next transaction.
+
+Reading is replayable because changes are only *peeked*: the slot is confirmed
+(``pg_replication_slot_advance``) in :meth:`PostgresConnector.commit`, when Spark has committed
+the offset. Decoded transactions are cached in the reader process and handed to executors inside
+the partitions (Arrow IPC), so each change is decoded about once; a re-run after a restart peeks
+the logged range again. Transactions are whole units: a cut is always available between them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.ipc
+
+from spark_ckpt.availability import AVAILABLE, SnapshotAvailability
+from spark_ckpt.errors import LogRewrittenError, ReplicationSlotError, RestoreError
+
+from .connector import ChangeConnector, Plan
+from .gate import Cut
+from .pg_connect import redact_dsn
+from .pg_lsn import format_lsn, parse_lsn
+from .pg_slot import Slot
+from .pg_snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
+from .pg_tables import TableInfo, describe_tables
+from .schema import ARROW_SCHEMA, RowBuffer, json_text
+from .wal2json import PgTransaction, decode_transactions
+
+__all__ = ["PostgresConnector"]
+
+_log = logging.getLogger(__name__)
+_VERSION = 1
+_READ_AHEAD_MIN = 20_000  # peek at least this many rows ahead, to serve several small batches
+
+Phase = Literal["snapshot", "stream"]
+
+
+@dataclass(frozen=True)
+class PgOffset:
+    """A position of the ``postgres`` connector (see the module docstring)."""
+
+    checkpoint: int
+    emitted: int
+    phase: Phase
+    lsn: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable key order (Spark compares offsets as JSON text)."""
+        return {
+            "v": _VERSION,
+            "checkpoint": self.checkpoint,
+            "emitted": self.emitted,
+            "phase": self.phase,
+            "lsn": None if self.lsn is None else format_lsn(self.lsn),
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> PgOffset:
+        """Parse :meth:`to_json`.
+
+        Raises
+        ------
+        LogRewrittenError
+            When ``value`` is not such an offset (a checkpoint of another source).
+        """
+        try:
+            if value.get("v") != _VERSION or value["phase"] not in ("snapshot", "stream"):
+                raise ValueError("unsupported version or phase")
+            lsn = value["lsn"]
+            return cls(
+                int(value["checkpoint"]),
+                int(value["emitted"]),
+                value["phase"],
+                None if lsn is None else parse_lsn(str(lsn)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise LogRewrittenError(
+                f"the checkpoint holds an offset the postgres connector cannot read ({value!r}); "
+                f"was this checkpoint location written by another source? Use a new "
+                f"checkpointLocation"
+            ) from e
+
+
+@dataclass(frozen=True)
+class PgStreamPartition:
+    """Rows of whole transactions, already decoded by the driver (Arrow IPC stream bytes)."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class PgSnapshotPartition:
+    """Spill files of the snapshot: ``(file path, index of its first row)``."""
+
+    files: tuple[tuple[str, int], ...]
+    total: int
+    txn_id: str
+    taken_at_us: int
+    source: str
+
+
+class PostgresConnector(ChangeConnector):
+    """Reads committed transactions of ``tables`` from a wal2json slot.
+
+    Parameters
+    ----------
+    dsn
+        libpq connection string or URI (its password is never printed).
+    slot
+        The replication slot (created when missing).
+    tables
+        ``schema.table`` names to capture.
+    snapshot
+        ``initial`` reads the tables' rows first; ``never`` starts at the slot's position.
+    changes_per_partition
+        Changes per Spark input partition.
+    snapshot_dir
+        Where the snapshot spills its rows (None: a directory under the system temp dir).
+    """
+
+    name = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        tables: list[str],
+        snapshot: Literal["initial", "never"],
+        changes_per_partition: int = 50_000,
+        snapshot_dir: str | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.slot_name = slot
+        self.table_names = tables
+        self.snapshot = snapshot
+        self.changes_per_partition = changes_per_partition
+        digest = hashlib.sha256(f"{redact_dsn(dsn)}|{slot}".encode()).hexdigest()[:12]
+        self.spill = SnapshotSpill(
+            snapshot_dir
+            or os.path.join(tempfile.gettempdir(), "spark-ckpt-postgres", f"{slot}-{digest}")
+        )
+        self.source = f"postgres:{slot}"
+        self._slot: Slot | None = None
+        self._tables: list[TableInfo] = []
+        self._task: SnapshotTask | None = None
+        self._cache: list[PgTransaction] = []  # decoded transactions after the last start
+        self._cache_complete_to: int | None = None  # the server had nothing more up to here
+        self._planned: dict[tuple[int, int], list[PgTransaction]] = {}
+        self._target: int | None = None  # Trigger.availableNow: stop at this LSN
+        self._planning: PgOffset | None = None  # the start offset of the last plan()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get a copy without connections, threads or caches: they read partitions only.
+        state = dict(self.__dict__)
+        for transient in ("_slot", "_task", "_cache", "_planned"):
+            state[transient] = None if transient in ("_slot", "_task") else type(state[transient])()
+        return state
+
+    # -- driver: setup -------------------------------------------------------------------------
+
+    @property
+    def slot(self) -> Slot:
+        """The slot (driver)."""
+        if self._slot is None:
+            self._slot = Slot(self.dsn, self.slot_name)
+        return self._slot
+
+    def check(self) -> None:
+        """Fail early (driver, once per run): connection, wal_level, tables, an existing slot."""
+        conn = self.slot.connection()
+        level = conn.execute("SHOW wal_level").fetchone()
+        if level is None or level[0] != "logical":
+            raise ReplicationSlotError(
+                f"the server at {redact_dsn(self.dsn)} runs with wal_level="
+                f"{None if level is None else level[0]}; logical decoding needs wal_level=logical "
+                f"in postgresql.conf (and a restart)"
+            )
+        self._tables = describe_tables(conn, self.table_names)
+        info = self.slot.info()
+        if info is not None:
+            self.slot.check(info)
+
+    def initial_offset(self) -> dict[str, Any]:
+        """Where a new query starts: the snapshot, or the slot's position (created if missing)."""
+        if self.snapshot == "initial":
+            info = self.slot.info()
+            manifest = self.spill.manifest()
+            if info is not None and not self._own_snapshot_slot(info.confirmed_flush, manifest):
+                raise ReplicationSlotError(
+                    f"replication slot {self.slot_name!r} already exists, so snapshot=initial "
+                    f"cannot take a snapshot that matches its start. Drop the slot, choose "
+                    f"another option 'slot', or use snapshot=never to stream from the slot's "
+                    f"position"
+                )
+            return PgOffset(-1, 0, "snapshot", None).to_json()
+        info = self.slot.info() or self.slot.create()
+        return PgOffset(-1, 0, "stream", info.confirmed_flush).to_json()
+
+    def _own_snapshot_slot(self, confirmed: int, manifest: SnapshotManifest | None) -> bool:
+        # A slot this source created for a snapshot that never completed a batch: it has not
+        # moved from the consistent point recorded before the snapshot was read.
+        return (
+            manifest is not None
+            and manifest.slot == self.slot_name
+            and manifest.consistent_point == confirmed
+        )
+
+    def resume(self, offset: dict[str, Any]) -> None:
+        """Check the slot still holds everything after the restored offset (driver, once)."""
+        restored = PgOffset.from_json(offset)
+        if restored.phase == "snapshot":
+            return  # the snapshot is (re)taken: nothing was read yet
+        info = self.slot.info()
+        if info is None:
+            raise RestoreError(
+                f"replication slot {self.slot_name!r} does not exist, but checkpoint "
+                f"{restored.checkpoint} resumes from it: the changes it retained are gone. Start "
+                f"over with a new checkpointLocation (snapshot=initial reads the tables again)"
+            )
+        self.slot.check(info)
+        if restored.lsn is not None and info.confirmed_flush > restored.lsn:
+            raise RestoreError(
+                f"replication slot {self.slot_name!r} is confirmed up to "
+                f"{format_lsn(info.confirmed_flush)}, past checkpoint {restored.checkpoint}'s "
+                f"offset {format_lsn(restored.lsn)}: the changes in between can no longer be read "
+                f"(was the checkpoint location restored from an older copy, or the slot used by "
+                f"another consumer?). Start over with a new checkpointLocation and slot"
+            )
+
+    # -- driver: planning ------------------------------------------------------------------------
+
+    def _start_lsn(self, start: PgOffset) -> int:
+        if start.lsn is not None:
+            return start.lsn
+        info = self.slot.info()
+        if info is None:
+            raise ReplicationSlotError(
+                f"replication slot {self.slot_name!r} disappeared after the snapshot: the "
+                f"changes it retained are gone. Start over with a new checkpointLocation"
+            )
+        return info.confirmed_flush
+
+    def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
+        """The complete transactions after ``start`` (or the snapshot's progress)."""
+        offset = PgOffset.from_json(start)
+        self._planning = offset
+        if offset.phase == "snapshot":
+            return self._plan_snapshot()
+        lsn = self._start_lsn(offset)
+        self._cache = [t for t in self._cache if t.end_lsn > lsn]
+        cached = sum(len(t.changes) for t in self._cache)
+        want = max_changes or 0
+        fresh = self._cache_complete_to is not None and self._cache_complete_to >= lsn
+        if max_changes is None or cached < want or not fresh:
+            self._peek(lsn, max_changes)
+        units = [len(t.changes) for t in self._cache if t.changes]
+        return Plan(units, None, 0)
+
+    def _peek(self, lsn: int, max_changes: int | None) -> None:
+        rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
+        rows = self.slot.peek(self._target, rows_wanted, self.table_names)
+        txns = [t for t in decode_transactions(rows, frozenset(self.table_names))]
+        self._cache = [t for t in txns if t.end_lsn > lsn]
+        # A short peek read everything the server had: nothing more up to its last row.
+        exhausted = rows_wanted is None or len(rows) < rows_wanted
+        self._cache_complete_to = lsn if exhausted else None
+
+    def _plan_snapshot(self) -> Plan:
+        task = self._task
+        if task is None:
+            info = self.slot.info()
+            if info is not None:
+                self.slot.drop()  # our own slot of an unfinished snapshot (initial_offset checked)
+            self.slot.close()
+            task = self._task = SnapshotTask(self.dsn, self.slot_name, self._tables, self.spill)
+            task.start()
+        if task.is_alive():
+            return Plan([], SnapshotAvailability.soft_failure(task.describe()), task.rows_read)
+        if task.error is not None:
+            error, self._task = task.error, None
+            raise error
+        assert task.manifest is not None
+        return Plan([task.manifest.rows], None, 0)
+
+    def availability(self, cut: Cut) -> SnapshotAvailability:
+        """Every transaction boundary is available; nothing else is ever proposed (gate on)."""
+        if cut.at_boundary:
+            return AVAILABLE
+        return SnapshotAvailability.hard_failure(
+            "the postgres connector delivers whole transactions only (gate=off is not supported)"
+        )
+
+    def end_offset(self, cut: Cut, checkpoint_id: int) -> dict[str, Any]:
+        """The offset after unit ``cut.unit``."""
+        start = self._planning
+        assert start is not None, "end_offset() follows plan()"
+        if start.phase == "snapshot":  # the whole snapshot is the one unit
+            return PgOffset(checkpoint_id, start.emitted + 1, "stream", None).to_json()
+        units = [t for t in self._cache if t.changes]
+        last = units[cut.unit]
+        end = PgOffset(checkpoint_id, start.emitted + cut.unit + 1, "stream", last.end_lsn)
+        self._planned[(start.emitted, end.emitted)] = units[: cut.unit + 1]
+        return end.to_json()
+
+    def prepare_available_now(self) -> None:
+        """Stop ``Trigger.availableNow`` at the server's current WAL position."""
+        row = self.slot.connection().execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        self._target = parse_lsn(row[0])
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed ``end``: confirm the slot up to it (driver, per batch)."""
+        offset = PgOffset.from_json(end)
+        if offset.phase == "stream" and offset.lsn is not None:
+            self.slot.advance(offset.lsn)
+        if offset.phase == "stream" and self._task is not None and not self._task.is_alive():
+            self._task = None  # the snapshot batch is complete; its spill may go
+            self.spill.clear()
+
+    def stop(self) -> None:
+        """Close the connection (driver, once)."""
+        if self._slot is not None:
+            self._slot.close()
+
+    # -- driver: partitions ----------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+        """Partitions of ``(start, end]``: decoded transactions, or the snapshot's spill files."""
+        if start == end:
+            return []
+        first, last = PgOffset.from_json(start), PgOffset.from_json(end)
+        if first.phase == "snapshot":
+            return self._snapshot_partitions(first)
+        txns = self._planned.pop((first.emitted, last.emitted), None)
+        if txns is None:
+            txns = self._replay(first, last)
+        self._planned.clear()
+        return self._stream_partitions(txns, first.emitted)
+
+    def _replay(self, first: PgOffset, last: PgOffset) -> list[PgTransaction]:
+        # After a restart Spark re-plans the logged batch: peek exactly the logged range again.
+        assert last.lsn is not None
+        lsn = self._start_lsn(first)
+        rows = self.slot.peek(last.lsn, None, self.table_names)
+        txns = [
+            t
+            for t in decode_transactions(rows, frozenset(self.table_names))
+            if t.changes and lsn < t.end_lsn <= last.lsn
+        ]
+        if len(txns) != last.emitted - first.emitted:
+            raise RestoreError(
+                f"re-reading the logged batch {format_lsn(lsn)}..{format_lsn(last.lsn)} from "
+                f"slot {self.slot_name!r} found {len(txns)} transactions, not "
+                f"{last.emitted - first.emitted}: the slot no longer holds what the checkpoint "
+                f"logged. Start over with a new checkpointLocation and slot"
+            )
+        return txns
+
+    def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
+        partitions: list[object] = []
+        buffer = RowBuffer(batch_rows=1 << 30)
+        sink = io.BytesIO()
+        for order, txn in enumerate(txns, start=emitted):
+            for index, change in enumerate(txn.changes):
+                buffer.append(
+                    [
+                        self.source,
+                        str(txn.xid),
+                        order,
+                        len(txn.changes),
+                        index,
+                        txn.commit_ts_us,
+                        change.table,
+                        change.op,
+                        json_text(change.key),
+                        json_text(change.before),
+                        json_text(change.after),
+                    ]
+                )
+            if len(buffer) >= self.changes_per_partition:
+                partitions.append(PgStreamPartition(_ipc(buffer.flush(), sink)))
+        if len(buffer):
+            partitions.append(PgStreamPartition(_ipc(buffer.flush(), sink)))
+        return partitions
+
+    def _snapshot_partitions(self, first: PgOffset) -> list[object]:
+        manifest = self.spill.manifest()
+        info = self.slot.info()
+        reusable = (
+            manifest is not None
+            and manifest.complete
+            and info is not None
+            and self._own_snapshot_slot(info.confirmed_flush, manifest)
+        )
+        if not reusable:
+            # A re-run of the snapshot batch whose spill did not survive: take it again.
+            _log.warning("postgres snapshot of slot %s is taken again", self.slot_name)
+            self._task = None
+            if not self._tables:
+                self._tables = describe_tables(self.slot.connection(), self.table_names)
+            self._plan_snapshot()
+            task = self._task
+            assert task is not None
+            task.join()
+            if task.error is not None:
+                raise task.error
+            manifest = task.manifest
+        assert manifest is not None
+        txn_id = f"snapshot:{self.slot_name}@{format_lsn(manifest.consistent_point)}"
+        partitions: list[object] = []
+        files: list[tuple[str, int]] = []
+        rows_in = 0
+        index = 0
+        for name, rows in manifest.files:
+            files.append((self.spill.path(name), index))
+            index += rows
+            rows_in += rows
+            if rows_in >= self.changes_per_partition:
+                partitions.append(
+                    PgSnapshotPartition(
+                        tuple(files), manifest.rows, txn_id, manifest.taken_at_us, self.source
+                    )
+                )
+                files, rows_in = [], 0
+        if files:
+            partitions.append(
+                PgSnapshotPartition(
+                    tuple(files), manifest.rows, txn_id, manifest.taken_at_us, self.source
+                )
+            )
+        return partitions
+
+    # -- executors -------------------------------------------------------------------------------
+
+    def read(self, partition: object) -> Iterator[pa.RecordBatch]:
+        """Yield a partition's rows (executor, per task)."""
+        if isinstance(partition, PgStreamPartition):
+            yield from pa.ipc.open_stream(partition.payload)
+            return
+        assert isinstance(partition, PgSnapshotPartition)
+        for path, first_index in partition.files:
+            with pa.memory_map(path) as source:
+                reader = pa.ipc.open_file(source)
+                offset = first_index
+                for i in range(reader.num_record_batches):
+                    spilled = reader.get_batch(i)
+                    n = spilled.num_rows
+                    yield pa.RecordBatch.from_arrays(
+                        [
+                            pa.array([partition.source] * n, pa.string()),
+                            pa.array([partition.txn_id] * n, pa.string()),
+                            pa.array([0] * n, pa.int64()),
+                            pa.array([partition.total] * n, pa.int32()),
+                            pa.array(range(offset, offset + n), pa.int32()),
+                            pa.array([partition.taken_at_us] * n, pa.timestamp("us", tz="UTC")),
+                            spilled.column("table"),
+                            pa.array(["r"] * n, pa.string()),
+                            spilled.column("key"),
+                            pa.nulls(n, pa.string()),
+                            spilled.column("after"),
+                        ],
+                        schema=ARROW_SCHEMA,
+                    )
+                    offset += n
+
+
+def _ipc(batch: pa.RecordBatch, sink: io.BytesIO) -> bytes:
+    sink.seek(0)
+    sink.truncate()
+    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
