@@ -115,6 +115,15 @@ class SnapshotSpill:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.directory)
 
+    def clear_files(self) -> None:
+        """Remove the spill files but keep the manifest (it proves the slot's start later)."""
+        manifest = self.manifest()
+        if manifest is None:
+            return
+        for name, _ in manifest.files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(name))
+
     def path(self, name: str) -> str:
         """A spill file's path."""
         return os.path.join(self.directory, name)

@@ -215,6 +215,27 @@ class PostgresConnector(ChangeConnector):
         info = self.slot.info() or self.slot.create()
         return PgOffset(-1, 0, "stream", info.confirmed_flush).to_json()
 
+    def _check_slot_start(self, confirmed: int, checkpoint: int) -> None:
+        # Restored right after the snapshot batch: the stream starts at the slot's consistent
+        # point, which the snapshot's manifest remembers until the first stream batch commits.
+        manifest = self.spill.manifest()
+        if manifest is None or manifest.slot != self.slot_name:
+            _log.warning(
+                "cannot check that slot %s still starts at the snapshot's consistent point: the "
+                "snapshot manifest in %s is gone",
+                self.slot_name,
+                self.spill.directory,
+            )
+            return
+        if confirmed != manifest.consistent_point:
+            raise RestoreError(
+                f"replication slot {self.slot_name!r} is confirmed up to {format_lsn(confirmed)}, "
+                f"but checkpoint {checkpoint} resumes from the snapshot's consistent point "
+                f"{format_lsn(manifest.consistent_point)}: the changes in between can no longer "
+                f"be read (was the slot used by another consumer?). Start over with a new "
+                f"checkpointLocation and slot"
+            )
+
     def _own_snapshot_slot(self, confirmed: int, manifest: SnapshotManifest | None) -> bool:
         # A slot this source created for a snapshot that never completed a batch: it has not
         # moved from the consistent point recorded before the snapshot was read.
@@ -237,7 +258,9 @@ class PostgresConnector(ChangeConnector):
                 f"over with a new checkpointLocation (snapshot=initial reads the tables again)"
             )
         self.slot.check(info)
-        if restored.lsn is not None and info.confirmed_flush > restored.lsn:
+        if restored.lsn is None:
+            self._check_slot_start(info.confirmed_flush, restored.checkpoint)
+        elif info.confirmed_flush > restored.lsn:
             raise RestoreError(
                 f"replication slot {self.slot_name!r} is confirmed up to "
                 f"{format_lsn(info.confirmed_flush)}, past checkpoint {restored.checkpoint}'s "
@@ -293,6 +316,10 @@ class PostgresConnector(ChangeConnector):
             self.slot.close()
             task = self._task = SnapshotTask(self.dsn, self.slot_name, self._tables, self.spill)
             task.start()
+        if self._target is not None:
+            # Trigger.availableNow ends at the first trigger that offers nothing, so a bounded
+            # run waits for the snapshot instead of declining.
+            task.join()
         if task.is_alive():
             return Plan([], SnapshotAvailability.soft_failure(task.describe()), task.rows_read)
         if task.error is not None:
@@ -322,7 +349,11 @@ class PostgresConnector(ChangeConnector):
         return end.to_json()
 
     def prepare_available_now(self) -> None:
-        """Stop ``Trigger.availableNow`` at the server's current WAL position."""
+        """Stop ``Trigger.availableNow`` at the server's current WAL position.
+
+        A snapshot phase still to come is waited for rather than declined (a bounded run ends
+        at the first trigger that offers nothing).
+        """
         row = self.slot.connection().execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
         self._target = parse_lsn(row[0])
@@ -330,10 +361,16 @@ class PostgresConnector(ChangeConnector):
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed ``end``: confirm the slot up to it (driver, per batch)."""
         offset = PgOffset.from_json(end)
-        if offset.phase == "stream" and offset.lsn is not None:
-            self.slot.advance(offset.lsn)
-        if offset.phase == "stream" and self._task is not None and not self._task.is_alive():
-            self._task = None  # the snapshot batch is complete; its spill may go
+        if offset.phase != "stream":
+            return
+        if offset.lsn is None:
+            # The snapshot batch is complete: its rows may go, its manifest stays until a stream
+            # batch commits (it proves where the stream starts if the query restarts now).
+            self._task = None
+            self.spill.clear_files()
+            return
+        self.slot.advance(offset.lsn)
+        if os.path.exists(self.spill.directory):
             self.spill.clear()
 
     def stop(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pg_workload
 import psycopg
@@ -203,3 +203,113 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
     time.sleep(0.5)  # let the worker's stderr reach the capture
     out, err = capfd.readouterr()
     assert PASSWORD not in out + err
+
+
+def plain_query(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, tables: str) -> Any:
+    """An unsupervised availableNow postgres -> delta-2pc query on tmp_path's checkpoint."""
+    return (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "postgres")
+        .option("dsn", dsn)
+        .option("slot", slot)
+        .option("tables", tables)
+        .option("snapshotDir", str(tmp_path / "spill"))
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("path", str(tmp_path / "table"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def run_to_end(control: spark_ckpt.Control, query: Any) -> None:
+    assert control.await_termination(query, 180), "the availableNow query did not finish"
+
+
+def test_slot_moved_past_the_checkpoint_fails_the_restart_clearly(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    """Someone confirmed the slot beyond the checkpoint: refuse instead of skipping changes."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO k VALUES (1)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_moved", "public.k"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO k VALUES (2)")
+        conn.execute("SELECT pg_replication_slot_advance('cdc_moved', pg_current_wal_lsn())")
+    query = plain_query(spark, pg_dsn, tmp_path, "cdc_moved", "public.k")
+    with pytest.raises(Exception, match="RestoreError") as info:
+        query.awaitTermination(120)
+    assert "replication slot 'cdc_moved' is confirmed up to" in str(info.value)
+    assert "the changes in between can no longer be read" in str(info.value)
+
+
+def test_dropped_slot_fails_the_restart_clearly(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO k VALUES (1)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_dropped", "public.k"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('cdc_dropped')")
+    query = plain_query(spark, pg_dsn, tmp_path, "cdc_dropped", "public.k")
+    with pytest.raises(Exception, match="RestoreError") as info:
+        query.awaitTermination(120)
+    assert "does not exist" in str(info.value)
+
+
+def test_snapshot_initial_refuses_a_slot_it_did_not_create(
+    spark: SparkSession, pg_dsn: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
+        conn.execute("SELECT pg_create_logical_replication_slot('cdc_foreign', 'wal2json')")
+    query = plain_query(spark, pg_dsn, tmp_path, "cdc_foreign", "public.k")
+    with pytest.raises(Exception, match="ReplicationSlotError") as info:
+        query.awaitTermination(120)
+    assert "snapshot=never" in str(info.value)
+
+
+def test_truncate_fails_the_query_and_publishes_nothing_of_it(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO k VALUES (1)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_truncate", "public.k"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO k VALUES (2)")
+        conn.execute("TRUNCATE k")
+    query = plain_query(spark, pg_dsn, tmp_path, "cdc_truncate", "public.k")
+    with pytest.raises(Exception, match="UnsupportedChangeError") as info:
+        query.awaitTermination(120)
+    assert "TRUNCATE" in str(info.value)
+
+
+def test_added_column_is_carried_through(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    """Schema changes travel in the JSON images: rows after ALTER TABLE carry the new column."""
+    import json
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO k VALUES (1)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_alter", "public.k"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO k VALUES (2)")
+        conn.execute("ALTER TABLE k ADD COLUMN note text")
+        conn.execute("INSERT INTO k VALUES (3, 'new')")
+        conn.execute("ALTER TABLE k DROP COLUMN note")
+        conn.execute("INSERT INTO k VALUES (4)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_alter", "public.k"))
+    rows = spark.read.format("delta").load(str(tmp_path / "table")).orderBy("txn_order").collect()
+    assert [json.loads(r.after) for r in rows] == [
+        {"id": 1},
+        {"id": 2},
+        {"id": 3, "note": "new"},
+        {"id": 4},
+    ]
+    assert [r.op for r in rows] == ["r", "c", "c", "c"]
