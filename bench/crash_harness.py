@@ -131,12 +131,17 @@ def run_driver(
     log: Path, table: Path, checkpoint: Path, fault: str | None, supervised: bool = False
 ) -> int:
     """Run one driver in its own process group; return its exit status (-9: killed)."""
+    mode = "drive-supervised" if supervised else "drive"
+    return run_killable([__file__, mode, str(log), str(table), str(checkpoint)], fault)
+
+
+def run_killable(args: list[str], fault: str | None) -> int:
+    """Run ``python *args`` in a session of its own with ``fault`` armed; return its status."""
     env = dict(os.environ)
     env.pop("SPARK_CKPT_FAULT", None)
     if fault:
         env["SPARK_CKPT_FAULT"] = fault
-    mode = "drive-supervised" if supervised else "drive"
-    command = [sys.executable, __file__, mode, str(log), str(table), str(checkpoint)]
+    command = [sys.executable, *args]
     process = subprocess.Popen(
         command,
         env=env,

@@ -70,6 +70,8 @@ class Workload:
     transactions: int
     seed: int = 1
     accounts: int = 50
+    pause: float = 0.0
+    """Seconds between transactions (spreads the workload over a query's lifetime)."""
     committed: list[int] = field(default_factory=list)
     error: BaseException | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -111,6 +113,8 @@ class Workload:
                         assert row is not None
                         next_order = self._one(conn, rng, next_order)
                     self.committed.append(int(row[0]))
+                    if self.pause:
+                        self._stop.wait(self.pause)
         except BaseException as e:  # reported by join()
             self.error = e
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.ipc
 from psycopg import sql
 
+from spark_ckpt.faults import crash_point
 from spark_ckpt.files import write_atomically
 
 from .pg_connect import connect
@@ -187,9 +188,10 @@ class SnapshotTask(threading.Thread):
                 sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported.snapshot_name))
             )
             exported.release()  # the importing transaction keeps the snapshot alive now
-            for table in self.tables:
+            for index, table in enumerate(self.tables):
                 self.current_table = table.name
                 self._spill_table(conn, table, manifest)
+                crash_point("during_snapshot", index)
             conn.rollback()
         self.current_table = None
         manifest.complete = True

@@ -21,6 +21,7 @@ POINTS = (
     "before_publish",  # commits/N exists; a publisher is about to commit N to Delta
     "during_publish",  # N's Delta version is written; the publisher has not returned
     "during_abort",  # a re-run is deleting an aborted attempt's files (one is gone)
+    "during_snapshot",  # postgres: N+1 tables of the snapshot are spilled, the rest not ("batch" N)
 )
 
 
