@@ -62,6 +62,8 @@ class PgCluster:
     ----------
     workdir
         A directory for the data directory, socket and log (created; must not hold a cluster).
+        As root its parents must be traversable by the postgres user (``tempfile.mkdtemp()``
+        itself is; a directory inside one is not).
     """
 
     def __init__(self, workdir: str | os.PathLike[str]) -> None:

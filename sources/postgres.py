@@ -21,7 +21,6 @@ the logged range again. Transactions are whole units: a cut is always available 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import tempfile
@@ -43,7 +42,7 @@ from .pg_slot import Slot
 from .pg_snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
 from .pg_tables import TableInfo, describe_tables
 from .schema import ARROW_SCHEMA, RowBuffer, json_text
-from .wal2json import PgTransaction, decode_transactions
+from .wal2json import PgTransaction, decode_change, decode_transactions
 
 __all__ = ["PostgresConnector"]
 
@@ -102,9 +101,13 @@ class PgOffset:
 
 @dataclass(frozen=True)
 class PgStreamPartition:
-    """Rows of whole transactions, already decoded by the driver (Arrow IPC stream bytes)."""
+    """Whole transactions as peeked: ``(xid, txn_order, commit_ts_us, changes' JSON text)``.
 
-    payload: bytes
+    The driver only found the boundaries; executors parse the changes (in parallel).
+    """
+
+    source: str
+    txns: tuple[tuple[int, int, int | None, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -291,9 +294,10 @@ class PostgresConnector(ChangeConnector):
         lsn = self._start_lsn(offset)
         self._cache = [t for t in self._cache if t.end_lsn > lsn]
         cached = sum(len(t.changes) for t in self._cache)
-        want = max_changes or 0
-        fresh = self._cache_complete_to is not None and self._cache_complete_to >= lsn
-        if max_changes is None or cached < want or not fresh:
+        # Peek again unless the cache holds a full batch, or a bounded run (availableNow) already
+        # read everything up to its target.
+        done = self._target is not None and self._cache_complete_to is not None
+        if not done and (max_changes is None or cached < max_changes):
             self._peek(lsn, max_changes)
         units = [len(t.changes) for t in self._cache if t.changes]
         return Plan(units, None, 0)
@@ -303,7 +307,7 @@ class PostgresConnector(ChangeConnector):
         rows = self.slot.peek(self._target, rows_wanted, self.table_names)
         txns = [t for t in decode_transactions(rows, frozenset(self.table_names))]
         self._cache = [t for t in txns if t.end_lsn > lsn]
-        # A short peek read everything the server had: nothing more up to its last row.
+        # A short peek read everything the server had (up to the availableNow target).
         exhausted = rows_wanted is None or len(rows) < rows_wanted
         self._cache_complete_to = lsn if exhausted else None
 
@@ -413,30 +417,21 @@ class PostgresConnector(ChangeConnector):
         return txns
 
     def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
+        # Split at transaction boundaries into runs of about changes_per_partition changes,
+        # and at least two runs when there is enough work for both executor cores.
+        total = sum(len(t.changes) for t in txns)
+        per_partition = max(1, min(self.changes_per_partition, -(-total // 2)))
         partitions: list[object] = []
-        buffer = RowBuffer(batch_rows=1 << 30)
-        sink = io.BytesIO()
+        run: list[tuple[int, int, int | None, tuple[str, ...]]] = []
+        size = 0
         for order, txn in enumerate(txns, start=emitted):
-            for index, change in enumerate(txn.changes):
-                buffer.append(
-                    [
-                        self.source,
-                        str(txn.xid),
-                        order,
-                        len(txn.changes),
-                        index,
-                        txn.commit_ts_us,
-                        change.table,
-                        change.op,
-                        json_text(change.key),
-                        json_text(change.before),
-                        json_text(change.after),
-                    ]
-                )
-            if len(buffer) >= self.changes_per_partition:
-                partitions.append(PgStreamPartition(_ipc(buffer.flush(), sink)))
-        if len(buffer):
-            partitions.append(PgStreamPartition(_ipc(buffer.flush(), sink)))
+            run.append((txn.xid, order, txn.commit_ts_us, tuple(txn.changes)))
+            size += len(txn.changes)
+            if size >= per_partition:
+                partitions.append(PgStreamPartition(self.source, tuple(run)))
+                run, size = [], 0
+        if run:
+            partitions.append(PgStreamPartition(self.source, tuple(run)))
         return partitions
 
     def _snapshot_partitions(self, first: PgOffset) -> list[object]:
@@ -491,7 +486,7 @@ class PostgresConnector(ChangeConnector):
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:
         """Yield a partition's rows (executor, per task)."""
         if isinstance(partition, PgStreamPartition):
-            yield from pa.ipc.open_stream(partition.payload)
+            yield from _stream_rows(partition)
             return
         assert isinstance(partition, PgSnapshotPartition)
         for path, first_index in partition.files:
@@ -520,9 +515,28 @@ class PostgresConnector(ChangeConnector):
                     offset += n
 
 
-def _ipc(batch: pa.RecordBatch, sink: io.BytesIO) -> bytes:
-    sink.seek(0)
-    sink.truncate()
-    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue()
+def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
+    buffer = RowBuffer()
+    for xid, order, commit_ts_us, changes in partition.txns:
+        txn_id, size = str(xid), len(changes)
+        for index, data in enumerate(changes):
+            change = decode_change(data)
+            buffer.append(
+                [
+                    partition.source,
+                    txn_id,
+                    order,
+                    size,
+                    index,
+                    commit_ts_us,
+                    change.table,
+                    change.op,
+                    json_text(change.key),
+                    json_text(change.before),
+                    json_text(change.after),
+                ]
+            )
+            if buffer.full:
+                yield buffer.flush()
+    if len(buffer):
+        yield buffer.flush()

@@ -16,6 +16,7 @@ and arrays are PostgreSQL's text form. Pure Python, no database access.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +32,7 @@ __all__ = [
     "PgChange",
     "PgTransaction",
     "UnsupportedChangeError",
+    "decode_change",
     "decode_transactions",
     "normalize_value",
     "timestamp_micros",
@@ -85,15 +87,15 @@ class PgTransaction:
     commit_ts_us
         Commit time in microseconds since the epoch.
     changes
-        Row changes of the captured tables, in the transaction's order (may be empty when the
-        transaction touched only other tables).
+        Row changes of the captured tables as wal2json's JSON text, in the transaction's order
+        (:func:`decode_change` parses one); empty when the transaction touched other tables only.
     """
 
     xid: int
     commit_lsn: int
     end_lsn: int
     commit_ts_us: int | None
-    changes: list[PgChange] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
 
 
 def timestamp_micros(text: str | None) -> int | None:
@@ -144,19 +146,43 @@ def _change(action: str, body: dict[str, Any]) -> PgChange:
     return PgChange(_OPS[action], table, key, before, after)
 
 
+_FIELDS = {
+    name: re.compile(rf'"{name}":"?([^",}}]*)')  # B and C rows hold plain numbers and strings
+    for name in ("xid", "lsn", "nextlsn", "timestamp")
+}
+
+
+def _field(data: str, name: str) -> str:
+    # B and C rows are parsed once per transaction on the driver: a regex beats json.loads.
+    match = _FIELDS[name].search(data)
+    if match is None:
+        raise ValueError(f"wal2json row without {name!r}: {data[:200]}")
+    return match.group(1)
+
+
+def decode_change(data: str) -> PgChange:
+    """One ``I`` / ``U`` / ``D`` row's data -> the change with normalised values (executor)."""
+    body = json.loads(data, parse_float=Decimal, parse_constant=_constant)
+    return _change(body["action"], body)
+
+
 def decode_transactions(
     rows: Iterable[tuple[str, int | None, str]], tables: frozenset[str] | None = None
 ) -> Iterator[PgTransaction]:
     """Group peeked ``(lsn, xid, data)`` rows into committed transactions (driver).
 
-    A trailing transaction without its ``C`` row (the peek stopped inside it) is not yielded.
+    Only the small ``B``, ``C`` and ``T`` rows are parsed here; row changes stay JSON text
+    (``PgTransaction.changes``) for :func:`decode_change` on the executors, so the driver's
+    cost per change is a prefix test. Which tables are captured is wal2json's ``add-tables``
+    filter. A trailing transaction without its ``C`` row (the peek stopped inside it) is not
+    yielded.
 
     Parameters
     ----------
     rows
         Rows of ``pg_logical_slot_peek_changes`` decoded with :data:`PLUGIN_OPTIONS`.
     tables
-        ``schema.table`` names to keep; None keeps every table.
+        The captured ``schema.table`` names (a TRUNCATE of one is an error); None: all.
 
     Raises
     ------
@@ -165,17 +191,23 @@ def decode_transactions(
     """
     current: PgTransaction | None = None
     for lsn, _xid, data in rows:
-        body = json.loads(data, parse_float=Decimal, parse_constant=_constant)
-        action = body.get("action")
-        if action == "B":
-            current = PgTransaction(int(body["xid"]), 0, 0, timestamp_micros(body.get("timestamp")))
-        elif action in _OPS:
+        # format-version 2 rows all begin with {"action":"X"
+        action = data[11:12] if data.startswith('{"action":"') else ""
+        if action in _OPS:
+            if current is not None:  # else the peek began inside it: re-read whole later
+                current.changes.append(data)
+        elif action == "B":
+            current = PgTransaction(int(_field(data, "xid")), 0, 0, None)
+        elif action == "C":
             if current is None:
-                continue  # the peek started inside a transaction: it is re-read whole later
-            change = _change(action, body)
-            if tables is None or change.table in tables:
-                current.changes.append(change)
+                continue
+            current.commit_lsn = parse_lsn(_field(data, "lsn"))
+            current.end_lsn = parse_lsn(_field(data, "nextlsn"))
+            current.commit_ts_us = timestamp_micros(_field(data, "timestamp"))
+            yield current
+            current = None
         elif action == "T":
+            body = json.loads(data)
             table = f"{body.get('schema')}.{body.get('table')}"
             if tables is None or table in tables:
                 raise UnsupportedChangeError(
@@ -184,11 +216,4 @@ def decode_transactions(
                     f"Delete the rows instead, or restart capture with a new slot and "
                     f"snapshot=initial"
                 )
-        elif action == "C":
-            if current is None:
-                continue
-            current.commit_lsn = parse_lsn(body["lsn"])
-            current.end_lsn = parse_lsn(body["nextlsn"])
-            yield current
-            current = None
         # "M" (logical decoding messages) carry no row changes.
