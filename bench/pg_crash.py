@@ -1,11 +1,10 @@
 """Kill a supervised postgres -> delta-2pc driver during the snapshot and mid-stream, restart it.
 
-``run_scenario(spark, dsn, workdir)`` creates the workload's tables, starts the workload on a
-thread, runs a driver process that is SIGKILLed (with its JVM and Python workers) while the
-snapshot is being spilled, one that redoes the snapshot (``Trigger.availableNow`` ends where the
-WAL was when it started, which the new snapshot covers), one that is killed after a stream batch's
-manifest (before Spark completes the batch), and after the workload ends a clean driver to the
-end. Then
+``run_scenario(spark, dsn, workdir)`` creates the workload's tables and runs four driver
+processes on one checkpoint: one SIGKILLed (with its JVM and Python workers) while the snapshot is
+being spilled, one that redoes the snapshot (``Trigger.availableNow`` ends where the WAL was when
+it started, which the new snapshot covers), one killed after a stream batch's manifest (before
+Spark completes the batch) while a workload runs concurrently, and a clean one to the end. Then
 :func:`pg_workload.verify` checks every transaction landed whole in exactly one Delta version and
 that the changelog replays to the PostgreSQL tables. Run as a script (``pg_crash.py drive DSN
 TABLE CHECKPOINT SPILL``) it is the driver itself.
@@ -23,12 +22,6 @@ import crash_harness
 import pg_workload
 
 CAP = 40
-RUNS: list[str | None] = [
-    "during_snapshot:1",  # killed when two of the four tables are spilled
-    "",  # redoes the snapshot and runs to its availableNow target
-    "after_manifest:2",  # killed when a stream batch is pre-committed, commits/2 not written
-    None,  # after the workload ended: runs to the end
-]
 
 
 def drive(dsn: str, table: str, checkpoint: str, spill: str) -> None:
@@ -59,25 +52,41 @@ def drive(dsn: str, table: str, checkpoint: str, spill: str) -> None:
     spark.stop()
 
 
-def run_scenario(spark: Any, dsn: str, workdir: Path, transactions: int = 600) -> tuple[Any, int]:
-    """Run the kills and the clean run; return (verdict, kills)."""
+def run_scenario(spark: Any, dsn: str, workdir: Path) -> tuple[Any, int]:
+    """Run the kills and the clean runs; return (verdict, kills).
+
+    The workload is phased so that every kill point is reached whatever the machine's speed:
+    transactions committed before the first driver (the snapshot's material), between the
+    snapshot run and the mid-stream kill (at least a few stream batches for it), and during the
+    last two drivers (concurrent with the kill and the recovery).
+    """
     table, checkpoint, spill = workdir / "table", workdir / "ckpt", workdir / "spill"
     pg_workload.create_schema(dsn)
-    # Spread over the drivers' lifetimes (each takes seconds to start Spark).
-    workload = pg_workload.Workload(dsn, transactions=transactions, seed=7, pause=0.05).start()
-    kills = 0
-    for fault in RUNS:
-        if fault is None:
-            workload.join(600)  # the clean run must see the whole workload
+
+    def workload(transactions: int, seed: int, pause: float = 0.0) -> pg_workload.Workload:
+        return pg_workload.Workload(dsn, transactions=transactions, seed=seed, pause=pause).start()
+
+    def driver(fault: str | None) -> None:
         args = [__file__, "drive", dsn, str(table), str(checkpoint), str(spill)]
-        status = crash_harness.run_killable(args, fault or None)
+        status = crash_harness.run_killable(args, fault)
         if fault and status != -signal.SIGKILL:
             raise RuntimeError(f"the fault {fault} never fired")
         if not fault and status != 0:
             raise RuntimeError("a clean run was killed")
-        kills += bool(fault)
-    verdict = pg_workload.verify(spark, str(table), dsn, workload.committed)
-    return verdict, kills
+
+    before = workload(100, seed=5)
+    before.join(300)
+    driver("during_snapshot:1")  # killed when two of the four tables are spilled
+    driver(None)  # redoes the snapshot; availableNow ends where the WAL was when it started
+    middle = workload(150, seed=6)
+    middle.join(300)
+    during = workload(300, seed=7, pause=0.02)
+    driver("after_manifest:2")  # killed when stream batch 2 is pre-committed, before commits/2
+    during.join(600)
+    driver(None)  # after the workload ended: runs to the end
+    committed = before.committed + middle.committed + during.committed
+    verdict = pg_workload.verify(spark, str(table), dsn, committed)
+    return verdict, 2
 
 
 if __name__ == "__main__":
