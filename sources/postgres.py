@@ -205,18 +205,30 @@ class PostgresConnector(ChangeConnector):
     def initial_offset(self) -> dict[str, Any]:
         """Where a new query starts: the snapshot, or the slot's position (created if missing)."""
         if self.snapshot == "initial":
-            info = self.slot.info()
-            manifest = self.spill.manifest()
-            if info is not None and not self._own_snapshot_slot(info.confirmed_flush, manifest):
-                raise ReplicationSlotError(
-                    f"replication slot {self.slot_name!r} already exists, so snapshot=initial "
-                    f"cannot take a snapshot that matches its start. Drop the slot, choose "
-                    f"another option 'slot', or use snapshot=never to stream from the slot's "
-                    f"position"
-                )
+            self._claimable_for_snapshot()
             return PgOffset(-1, 0, "snapshot", None).to_json()
         info = self.slot.info() or self.slot.create()
         return PgOffset(-1, 0, "stream", info.confirmed_flush).to_json()
+
+    def _claimable_for_snapshot(self) -> bool:
+        """True when the slot exists and is this source's own unfinished snapshot slot.
+
+        Raises
+        ------
+        ReplicationSlotError
+            When a slot of that name exists that this source did not create for its snapshot.
+        """
+        info = self.slot.info()
+        if info is None:
+            return False
+        if not self._own_snapshot_slot(info.confirmed_flush, self.spill.manifest()):
+            raise ReplicationSlotError(
+                f"replication slot {self.slot_name!r} already exists, so snapshot=initial "
+                f"cannot take a snapshot that matches its start. Drop the slot, choose "
+                f"another option 'slot', or use snapshot=never to stream from the slot's "
+                f"position"
+            )
+        return True
 
     def _check_slot_start(self, confirmed: int, checkpoint: int) -> None:
         # Restored right after the snapshot batch: the stream starts at the slot's consistent
@@ -311,12 +323,13 @@ class PostgresConnector(ChangeConnector):
         exhausted = rows_wanted is None or len(rows) < rows_wanted
         self._cache_complete_to = lsn if exhausted else None
 
-    def _plan_snapshot(self) -> Plan:
+    def _plan_snapshot(self, rerun: bool = False) -> Plan:
         task = self._task
         if task is None:
-            info = self.slot.info()
-            if info is not None:
-                self.slot.drop()  # our own slot of an unfinished snapshot (initial_offset checked)
+            # A re-run of the logged snapshot batch owns the slot (it was claimed when the batch
+            # was planned); otherwise only a slot this source made for its snapshot may go.
+            if (rerun and self.slot.info() is not None) or self._claimable_for_snapshot():
+                self.slot.drop()
             self.slot.close()
             task = self._task = SnapshotTask(self.dsn, self.slot_name, self._tables, self.spill)
             task.start()
@@ -449,7 +462,7 @@ class PostgresConnector(ChangeConnector):
             self._task = None
             if not self._tables:
                 self._tables = describe_tables(self.slot.connection(), self.table_names)
-            self._plan_snapshot()
+            self._plan_snapshot(rerun=True)
             task = self._task
             assert task is not None
             task.join()
