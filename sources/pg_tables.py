@@ -10,7 +10,6 @@ then normalised by :func:`~spark_ckpt.sources.wal2json.normalize_value`. Driver 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -18,7 +17,7 @@ from psycopg import sql
 
 from spark_ckpt.errors import TableCaptureError
 
-from .wal2json import normalize_value
+from .wal2json import NumberText, normalize_value
 
 __all__ = ["TableInfo", "describe_tables", "parse_text_value"]
 
@@ -73,7 +72,7 @@ def parse_text_value(type_name: str, text: str | None) -> Any:
     if type_name in _INTEGER_TYPES:
         value = int(text)
     elif type_name in _FLOAT_TYPES or type_name.startswith(("numeric", "decimal")):
-        value = Decimal(text)
+        value = NumberText(text)
     elif type_name == "boolean":
         value = text in ("t", "true")  # boolean::text spells it out; the output function does not
     return normalize_value(type_name, value)

@@ -51,15 +51,16 @@ class RowBuffer:
 
     def __init__(self, batch_rows: int = 8192) -> None:
         self._batch_rows = batch_rows
-        self._columns: list[list[object]] = [[] for _ in COLUMNS]
+        # Rows as given, transposed once per flush (zip in C): a Python loop over the columns of
+        # every row cost more than decoding the row.
+        self._rows: list[Sequence[object]] = []
 
     def __len__(self) -> int:
-        return len(self._columns[0])
+        return len(self._rows)
 
     def append(self, row: Sequence[object]) -> None:
-        """Add one row; ``commit_ts`` is given in epoch microseconds (or None)."""
-        for column, value in zip(self._columns, row, strict=True):
-            column.append(value)
+        """Add one row of :data:`COLUMNS` values; ``commit_ts`` in epoch microseconds (or None)."""
+        self._rows.append(row)
 
     @property
     def full(self) -> bool:
@@ -68,9 +69,11 @@ class RowBuffer:
 
     def flush(self) -> pa.RecordBatch:
         """Return the buffered rows as one record batch and empty the buffer."""
+        # strict: a row of the wrong width fails here instead of shifting every later column.
+        columns = list(zip(*self._rows, strict=True)) or [() for _ in COLUMNS]
         arrays = [
             pa.array(values, type=arrow)
-            for values, (_, _, arrow) in zip(self._columns, COLUMNS, strict=True)
+            for values, (_, _, arrow) in zip(columns, COLUMNS, strict=True)
         ]
-        self._columns = [[] for _ in COLUMNS]
+        self._rows = []
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

@@ -6,21 +6,21 @@ one row per action: ``B`` (begin), ``I`` / ``U`` / ``D`` (insert, update, delete
 (logical message) and ``C`` (commit, with ``lsn`` and ``nextlsn``). Decoding delivers committed
 transactions whole and in commit order, so grouping is a matter of reading ``B .. C``.
 
-Values keep full precision: wal2json prints ``numeric`` as a bare JSON number, which a float would
-round, so numbers are parsed as :class:`~decimal.Decimal` and ``numeric`` columns are emitted as
-JSON strings with every digit (Debezium's ``decimal.handling.mode=string``); floats stay numbers;
-NaN and infinities become strings (JSON has no literal for them); timestamps, text, ``bytea``
-and arrays are PostgreSQL's text form. Pure Python, no database access.
+Values keep full precision: wal2json prints ``numeric`` as a bare JSON number, which a float
+would round, so numbers are kept as their text (:class:`NumberText`) and ``numeric`` columns are
+emitted as JSON strings with every digit (Debezium's ``decimal.handling.mode=string``); floats
+stay numbers; NaN and infinities become strings (JSON has no literal for them); timestamps,
+text, ``bytea`` and arrays are PostgreSQL's text form. Pure Python, no database access.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from spark_ckpt.errors import UnsupportedChangeError
@@ -29,6 +29,7 @@ from .pg_lsn import parse_lsn
 
 __all__ = [
     "PLUGIN_OPTIONS",
+    "NumberText",
     "PgChange",
     "PgTransaction",
     "UnsupportedChangeError",
@@ -58,6 +59,7 @@ PLUGIN_OPTIONS: tuple[str, ...] = (
 
 _OPS = {"I": "c", "U": "u", "D": "d"}
 _NUMERIC_TYPES = ("numeric", "decimal")
+_FLOATS = frozenset({"real", "double precision"})
 _EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 
 
@@ -111,18 +113,27 @@ def _constant(name: str) -> str:
     return name  # NaN, Infinity, -Infinity: no JSON literal; keep PostgreSQL's spelling
 
 
+class NumberText(str):
+    """A JSON number with a fraction or exponent, kept as the text it was printed as."""
+
+    __slots__ = ()
+
+
 def normalize_value(type_name: str, value: Any) -> Any:
-    """A column value as wal2json printed it -> a JSON value with no precision lost."""
+    """A column value as wal2json printed it -> a JSON value with no precision lost.
+
+    Numbers with a fraction arrive as :class:`NumberText` (``json.loads(parse_float=...)``), so
+    nothing is rounded before the column type decides: ``numeric`` keeps the exact text,
+    ``real`` / ``double precision`` become floats (the shortest text round-trips exactly).
+    """
     if value is None:
         return None
     if type_name.startswith(_NUMERIC_TYPES):
-        if isinstance(value, Decimal) and value.is_finite():
-            return format(value, "f")  # every digit, never exponent notation (str() may use it)
-        return str(value)
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            return str(value)  # NaN, Infinity, -Infinity: no JSON literal
-        return float(value)  # real, double precision: the shortest exact round-trip text
+        return str(value)  # every digit as printed (PostgreSQL never uses exponents for numeric)
+    if isinstance(value, NumberText) or (isinstance(value, int) and type_name in _FLOATS):
+        number = float(value)
+        # NaN, Infinity, -Infinity have no JSON literal: keep PostgreSQL's spelling.
+        return number if math.isfinite(number) else str(value)
     return value
 
 
@@ -162,7 +173,7 @@ def _field(data: str, name: str) -> str:
 
 def decode_change(data: str) -> PgChange:
     """One ``I`` / ``U`` / ``D`` row's data -> the change with normalised values (executor)."""
-    body = json.loads(data, parse_float=Decimal, parse_constant=_constant)
+    body = json.loads(data, parse_float=NumberText, parse_constant=_constant)
     return _change(body["action"], body)
 
 
