@@ -370,24 +370,26 @@ class SupervisedQuery:
     def _serve_hooks(self) -> None:
         """Trigger the hooks whenever a sink's pre-commit asks (polled every few milliseconds)."""
         while not self._done.is_set():
-            for name, batch_id, requested_at in self._channel.requests():
-                try:
-                    record = trigger_hooks(self.hooks, self._hook_store, batch_id, requested_at)
-                except CheckpointHookError as e:
-                    reason = (
-                        FailureReason.HOOK_IO_FAILED if e.io else FailureReason.HOOK_TRIGGER_FAILED
-                    )
-                    self._hook_abort = CheckpointFailure(
-                        batch_id, reason, e.detail, time.monotonic()
-                    )
-                    self._fail(reason, batch_id, str(e))
-                    self._channel.reply(name, e)
-                    continue
-                self._channel.reply(name, None)
-                self._history.append(
-                    {"event": "hooks", "checkpoint": batch_id, "identifiers": sorted(record.data)}
-                )
+            try:
+                for name, batch_id, requested_at in self._channel.requests():
+                    self._trigger(name, batch_id, requested_at)
+            except Exception:  # the thread must outlive a bad request; the sink times out
+                _log.exception("checkpoint hooks of supervised query %s", self.name)
             self._done.wait(_HOOK_POLL)
+
+    def _trigger(self, name: str, batch_id: int, requested_at: float) -> None:
+        try:
+            record = trigger_hooks(self.hooks, self._hook_store, batch_id, requested_at)
+        except CheckpointHookError as e:
+            reason = FailureReason.HOOK_IO_FAILED if e.io else FailureReason.HOOK_TRIGGER_FAILED
+            self._hook_abort = CheckpointFailure(batch_id, reason, e.detail, time.monotonic())
+            self._fail(reason, batch_id, str(e))
+            self._channel.reply(name, e)
+            return
+        self._channel.reply(name, None)
+        self._history.append(
+            {"event": "hooks", "checkpoint": batch_id, "identifiers": sorted(record.data)}
+        )
 
     # -- public -----------------------------------------------------------------------------
 
