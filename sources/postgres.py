@@ -170,11 +170,12 @@ class PostgresConnector(ChangeConnector):
         self._planned: dict[tuple[int, int], list[PgTransaction]] = {}
         self._target: int | None = None  # Trigger.availableNow: stop at this LSN
         self._planning: PgOffset | None = None  # the start offset of the last plan()
+        self._snapshot_unit = False  # the last plan() offered the snapshot as its one unit
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        for transient in ("_slot", "_task", "_cache", "_planned"):
+        for transient in ("_slot", "_task", "_cache", "_planned"):  # executors need none
             state[transient] = None if transient in ("_slot", "_task") else type(state[transient])()
         return state
 
@@ -287,6 +288,7 @@ class PostgresConnector(ChangeConnector):
     # -- driver: planning ------------------------------------------------------------------------
 
     def _start_lsn(self, start: PgOffset) -> int:
+        # No LSN: right after the snapshot (or an empty one), the slot's consistent point.
         if start.lsn is not None:
             return start.lsn
         info = self.slot.info()
@@ -301,8 +303,13 @@ class PostgresConnector(ChangeConnector):
         """The complete transactions after ``start`` (or the snapshot's progress)."""
         offset = PgOffset.from_json(start)
         self._planning = offset
+        self._snapshot_unit = False
         if offset.phase == "snapshot":
-            return self._plan_snapshot()
+            plan = self._plan_snapshot()
+            if plan.unit_sizes != [0]:
+                self._snapshot_unit = bool(plan.unit_sizes)
+                return plan
+            # The tables were empty: no snapshot batch; stream from the slot's consistent point.
         lsn = self._start_lsn(offset)
         self._cache = [t for t in self._cache if t.end_lsn > lsn]
         cached = sum(len(t.changes) for t in self._cache)
@@ -357,7 +364,7 @@ class PostgresConnector(ChangeConnector):
         """The offset after unit ``cut.unit``."""
         start = self._planning
         assert start is not None, "end_offset() follows plan()"
-        if start.phase == "snapshot":  # the whole snapshot is the one unit
+        if self._snapshot_unit:  # the whole snapshot is the one unit
             return PgOffset(checkpoint_id, start.emitted + 1, "stream", None).to_json()
         units = [t for t in self._cache if t.changes]
         last = units[cut.unit]
@@ -402,8 +409,9 @@ class PostgresConnector(ChangeConnector):
         if start == end:
             return []
         first, last = PgOffset.from_json(start), PgOffset.from_json(end)
-        if first.phase == "snapshot":
+        if first.phase == "snapshot" and last.lsn is None:
             return self._snapshot_partitions(first)
+        # Stream transactions (after an empty snapshot, the start is the slot's consistent point).
         txns = self._planned.pop((first.emitted, last.emitted), None)
         if txns is None:
             txns = self._replay(first, last)
