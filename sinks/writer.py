@@ -153,7 +153,6 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 # The supervisor has checkpoint hooks: they run now, while N can still be aborted
                 # (raising here fails the batch, so Spark never writes commits/N).
                 channel.trigger(batchId, limit)
-        if self.control is not None:
             # Lets the control plane's listener publish N as soon as checkpoint N completes.
             self.control.register(
                 Registration(

@@ -227,65 +227,72 @@ def run_to_end(control: spark_ckpt.Control, query: Any) -> None:
     assert control.await_termination(query, 180), "the availableNow query did not finish"
 
 
+def sql(dsn: str, *statements: str) -> None:
+    """Run statements in autocommit mode."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def captured_once(
+    spark: SparkSession, control: spark_ckpt.Control, dsn: str, tmp_path: Path, slot: str
+) -> None:
+    """Table public.k with one row, captured by a first availableNow run to the end."""
+    sql(dsn, "CREATE TABLE k (id int PRIMARY KEY)", "INSERT INTO k VALUES (1)")
+    run_to_end(control, plain_query(spark, dsn, tmp_path, slot, "public.k"))
+
+
+def restart_failure(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, error: str) -> str:
+    """Start the query on public.k again; it must fail with ``error``: return the message."""
+    query = plain_query(spark, dsn, tmp_path, slot, "public.k")
+    with pytest.raises(Exception, match=error) as info:
+        query.awaitTermination(120)
+    return str(info.value)
+
+
 def test_slot_moved_past_the_checkpoint_fails_the_restart_clearly(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
 ) -> None:
     """Someone confirmed the slot beyond the checkpoint: refuse instead of skipping changes."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
-        conn.execute("INSERT INTO k VALUES (1)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_moved", "public.k"))
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO k VALUES (2)")
-        conn.execute("SELECT pg_replication_slot_advance('cdc_moved', pg_current_wal_lsn())")
-    query = plain_query(spark, pg_dsn, tmp_path, "cdc_moved", "public.k")
-    with pytest.raises(Exception, match="RestoreError") as info:
-        query.awaitTermination(120)
-    assert "replication slot 'cdc_moved' is confirmed up to" in str(info.value)
-    assert "the changes in between can no longer be read" in str(info.value)
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_moved")
+    sql(
+        pg_dsn,
+        "INSERT INTO k VALUES (2)",
+        "SELECT pg_replication_slot_advance('cdc_moved', pg_current_wal_lsn())",
+    )
+    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_moved", "RestoreError")
+    assert "replication slot 'cdc_moved' is confirmed up to" in message
+    assert "the changes in between can no longer be read" in message
 
 
 def test_dropped_slot_fails_the_restart_clearly(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
-        conn.execute("INSERT INTO k VALUES (1)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_dropped", "public.k"))
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_drop_replication_slot('cdc_dropped')")
-    query = plain_query(spark, pg_dsn, tmp_path, "cdc_dropped", "public.k")
-    with pytest.raises(Exception, match="RestoreError") as info:
-        query.awaitTermination(120)
-    assert "does not exist" in str(info.value)
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_dropped")
+    sql(pg_dsn, "SELECT pg_drop_replication_slot('cdc_dropped')")
+    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_dropped", "RestoreError")
+    assert "does not exist" in message
 
 
 def test_snapshot_initial_refuses_a_slot_it_did_not_create(
     spark: SparkSession, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
-        conn.execute("SELECT pg_create_logical_replication_slot('cdc_foreign', 'wal2json')")
-    query = plain_query(spark, pg_dsn, tmp_path, "cdc_foreign", "public.k")
-    with pytest.raises(Exception, match="ReplicationSlotError") as info:
-        query.awaitTermination(120)
-    assert "snapshot=never" in str(info.value)
+    sql(
+        pg_dsn,
+        "CREATE TABLE k (id int PRIMARY KEY)",
+        "SELECT pg_create_logical_replication_slot('cdc_foreign', 'wal2json')",
+    )
+    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_foreign", "ReplicationSlotError")
+    assert "snapshot=never" in message
 
 
 def test_truncate_fails_the_query_and_publishes_nothing_of_it(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
-        conn.execute("INSERT INTO k VALUES (1)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_truncate", "public.k"))
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO k VALUES (2)")
-        conn.execute("TRUNCATE k")
-    query = plain_query(spark, pg_dsn, tmp_path, "cdc_truncate", "public.k")
-    with pytest.raises(Exception, match="UnsupportedChangeError") as info:
-        query.awaitTermination(120)
-    assert "TRUNCATE" in str(info.value)
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_truncate")
+    sql(pg_dsn, "INSERT INTO k VALUES (2)", "TRUNCATE k")
+    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_truncate", "UnsupportedChangeError")
+    assert "TRUNCATE" in message
 
 
 def test_added_column_is_carried_through(
@@ -294,16 +301,15 @@ def test_added_column_is_carried_through(
     """Schema changes travel in the JSON images: rows after ALTER TABLE carry the new column."""
     import json
 
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
-        conn.execute("INSERT INTO k VALUES (1)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_alter", "public.k"))
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO k VALUES (2)")
-        conn.execute("ALTER TABLE k ADD COLUMN note text")
-        conn.execute("INSERT INTO k VALUES (3, 'new')")
-        conn.execute("ALTER TABLE k DROP COLUMN note")
-        conn.execute("INSERT INTO k VALUES (4)")
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_alter")
+    sql(
+        pg_dsn,
+        "INSERT INTO k VALUES (2)",
+        "ALTER TABLE k ADD COLUMN note text",
+        "INSERT INTO k VALUES (3, 'new')",
+        "ALTER TABLE k DROP COLUMN note",
+        "INSERT INTO k VALUES (4)",
+    )
     run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_alter", "public.k"))
     rows = spark.read.format("delta").load(str(tmp_path / "table")).orderBy("txn_order").collect()
     assert [json.loads(r.after) for r in rows] == [
