@@ -21,6 +21,7 @@ the logged range again. Transactions are whole units: a cut is always available 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import tempfile
@@ -28,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
@@ -41,8 +43,9 @@ from .pg_lsn import format_lsn, parse_lsn
 from .pg_slot import Slot
 from .pg_snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
 from .pg_tables import TableInfo, describe_tables
-from .schema import ARROW_SCHEMA, RowBuffer, json_text
-from .wal2json import PgTransaction, decode_change, decode_transactions
+from .schema import ARROW_SCHEMA
+from .wal2json import PgTransaction, decode_transactions
+from .wal2json_arrow import decode_changes
 
 __all__ = ["PostgresConnector"]
 
@@ -536,28 +539,49 @@ class PostgresConnector(ChangeConnector):
                     offset += n
 
 
+_CHUNK_CHANGES = 16_384  # changes decoded (and yielded) together: bounded executor memory
+
+
 def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
-    buffer = RowBuffer()
-    for xid, order, commit_ts_us, changes in partition.txns:
-        txn_id, size = str(xid), len(changes)
-        for index, data in enumerate(changes):
-            change = decode_change(data)
-            buffer.append(
-                [
-                    partition.source,
-                    txn_id,
-                    order,
-                    size,
-                    index,
-                    commit_ts_us,
-                    change.table,
-                    change.op,
-                    json_text(change.key),
-                    json_text(change.before),
-                    json_text(change.after),
-                ]
-            )
-            if buffer.full:
-                yield buffer.flush()
-    if len(buffer):
-        yield buffer.flush()
+    """A partition's transactions as record batches, decoded column-wise (executor, per task)."""
+    chunk: list[tuple[int, int, int | None, tuple[str, ...]]] = []
+    size = 0
+    for txn in partition.txns:
+        chunk.append(txn)
+        size += len(txn[3])
+        if size >= _CHUNK_CHANGES:
+            yield _stream_batch(partition.source, chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield _stream_batch(partition.source, chunk)
+
+
+def _stream_batch(
+    source: str, txns: list[tuple[int, int, int | None, tuple[str, ...]]]
+) -> pa.RecordBatch:
+    sizes = np.fromiter((len(t[3]) for t in txns), dtype=np.int32, count=len(txns))
+    total = int(sizes.sum())
+    texts = pa.array(itertools.chain.from_iterable(t[3] for t in txns), pa.string(), size=total)
+    changes = decode_changes(texts)
+    # Per-transaction values repeated over its changes; event_index restarts at 0 in each.
+    starts = np.cumsum(sizes) - sizes
+    event_index = np.arange(total, dtype=np.int32) - np.repeat(starts, sizes).astype(np.int32)
+    commit_ts = pa.array([t[2] for t in txns], pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([source], pa.string()).take(np.zeros(total, dtype=np.int32)),
+            pa.array(np.repeat(np.array([str(t[0]) for t in txns], dtype=object), sizes)),
+            pa.array(np.repeat(np.fromiter((t[1] for t in txns), np.int64, len(txns)), sizes)),
+            pa.array(np.repeat(sizes, sizes)),
+            pa.array(event_index),
+            commit_ts.take(np.repeat(np.arange(len(txns)), sizes)).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            changes.table,
+            changes.op,
+            changes.key,
+            changes.before,
+            changes.after,
+        ],
+        schema=ARROW_SCHEMA,
+    )

@@ -171,9 +171,14 @@ def _field(data: str, name: str) -> str:
     return match.group(1)
 
 
+def _integer(text: str) -> int | NumberText:
+    # A float column's -0 is printed "-0", which int() would turn into 0: keep the sign.
+    return NumberText(text) if text == "-0" else int(text)
+
+
 def decode_change(data: str) -> PgChange:
     """One ``I`` / ``U`` / ``D`` row's data -> the change with normalised values (executor)."""
-    body = json.loads(data, parse_float=NumberText, parse_constant=_constant)
+    body = json.loads(data, parse_float=NumberText, parse_int=_integer, parse_constant=_constant)
     return _change(body["action"], body)
 
 
