@@ -11,14 +11,28 @@ transactions, then alternates, ``--pairs`` times:
   batch's trigger to the last batch's completion (the query's own startup, seconds of JVM and
   Python worker launch that do not depend on the data, is reported separately).
 
+Each pair also runs a *pass-through*: the rows the connector just wrote, read back from its
+Delta table, replayed in the same batches by a Python streaming source that decodes nothing, into
+``delta-2pc``: what Spark's Python data source path and the sink cost on their own (and, for
+comparison, the same replay into delta-spark's own ``format("delta")`` sink). With the
+machine's busy CPU seconds (``/proc/stat``) of each run, two ceilings on the ratio follow from
+measurements alone, for any decoding however fast:
+
+- ``ceiling_serial``: raw / (raw + pass-through) time. Spark's micro-batch loop plans a batch
+  (``latestOffset``: the peek) and only then runs it, so a connector that peeks the slot pays
+  the peek and the batch one after the other;
+- ``ceiling_cpu``: raw time x cores / (raw + pass-through CPU seconds): even with the peek
+  overlapped with the batches, both need the same cores.
+
 Prints one JSON line; the verdict is the median of the per-pair ratios connector/raw.
-Run: ``scripts/bench.sh postgres`` (or ``python bench/postgres_cdc.py``).
+Run: ``scripts/bench.sh postgres_cdc`` (or ``python bench/postgres_cdc.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -63,8 +77,16 @@ def write_workload(dsn: str, transactions: int, rows_per_txn: int) -> int:
     return changes
 
 
-def raw_rate(dsn: str, slot: str) -> tuple[float, int]:
-    """(changes/s, changes) of one full peek of ``slot`` with every row fetched."""
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (every process, every core) since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def raw_rate(dsn: str, slot: str) -> tuple[float, int, float, float]:
+    """(changes/s, changes, seconds, busy CPU seconds) of one full peek of ``slot``."""
     import psycopg
 
     from spark_ckpt.sources.wal2json import PLUGIN_OPTIONS
@@ -72,6 +94,7 @@ def raw_rate(dsn: str, slot: str) -> tuple[float, int]:
     options = [*PLUGIN_OPTIONS, "add-tables", ",".join(TABLES)]
     placeholders = ", ".join(["%s"] * len(options))
     with psycopg.connect(dsn, autocommit=True) as conn:
+        cpu = busy_cpu_seconds()
         began = time.perf_counter()
         rows = conn.execute(
             f"SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_changes("
@@ -79,15 +102,33 @@ def raw_rate(dsn: str, slot: str) -> tuple[float, int]:
             (slot, *options),
         ).fetchall()
         elapsed = time.perf_counter() - began
+        cpu = busy_cpu_seconds() - cpu
     changes = sum(1 for _, _, data in rows if data.startswith(('{"action":"I"', '{"action":"U"')))
-    return changes / elapsed, changes
+    return changes / elapsed, changes, elapsed, cpu
 
 
-def connector_rate(
-    spark: Any, control: Any, dsn: str, slot: str, workdir: Path, cap: int
-) -> tuple[float, float, int]:
-    """(changes/s over the batches, query startup seconds, changes) of one availableNow run."""
-    began = time.perf_counter()
+class Timed:
+    """Batch seconds, busy CPU seconds and rows of one ``Trigger.availableNow`` run."""
+
+    def __init__(self, control: Any, query: Any, began: float, cpu: float) -> None:
+        if not control.await_termination(query, 1800):
+            raise SystemExit("a benchmark run did not finish within 30 minutes")
+        ended = time.perf_counter()
+        self.cpu = busy_cpu_seconds() - cpu
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        self.rows = sum(int(p["numInputRows"]) for p in progress)
+        self.batches = [int(p["numInputRows"]) for p in progress]
+        self.durations = [p["durationMs"] for p in progress]
+        # Batches run back to back: from the first data batch's trigger to the end of the last.
+        self.seconds = sum(int(p["batchDuration"]) for p in progress) / 1000
+        self.startup = (ended - began) - self.seconds
+        # The query's startup (JVM and Python worker launch) is not part of either rate.
+        self.cpu *= self.seconds / (ended - began)
+
+
+def connector_run(spark: Any, control: Any, dsn: str, slot: str, workdir: Path, cap: int) -> Timed:
+    """One availableNow run of the connector into delta-2pc."""
+    cpu, began = busy_cpu_seconds(), time.perf_counter()
     query = (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
@@ -103,15 +144,96 @@ def connector_rate(
         .trigger(availableNow=True)
         .start()
     )
-    if not control.await_termination(query, 1800):
-        raise SystemExit("the connector run did not finish within 30 minutes")
-    ended = time.perf_counter()
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
-    changes = sum(int(p["numInputRows"]) for p in progress)
-    # Batches run back to back: from the first data batch's trigger to the end of the last.
-    batch_seconds = sum(int(p["batchDuration"]) for p in progress) / 1000
-    startup = (ended - began) - batch_seconds
-    return changes / batch_seconds, startup, changes
+    return Timed(control, query, began, cpu)
+
+
+class _Replay:
+    """The pass-through source: replays an Arrow file in given batches, decoding nothing.
+
+    Offsets are batch numbers; each batch is split in two partitions (the connector also gives
+    both executor cores work). Defined here, pickled to the executors by value.
+    """
+
+    def __init__(self, path: str, batches: list[int]) -> None:
+        self.path, self.batches = path, batches
+
+    def reader(self) -> Any:
+        from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+        path, bounds = self.path, [0]
+        for size in self.batches:
+            bounds.append(bounds[-1] + size)
+
+        class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+            def initialOffset(self) -> dict[str, int]:
+                return {"batch": 0}
+
+            def prepareForTriggerAvailableNow(self) -> None:
+                pass
+
+            def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+                return {"batch": min(start["batch"] + 1, len(bounds) - 1)}
+
+            def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+                first, last = bounds[start["batch"]], bounds[end["batch"]]
+                middle = (first + last) // 2
+                return [InputPartition((first, middle)), InputPartition((middle, last))]
+
+            def read(self, partition: Any) -> Any:
+                import pyarrow as pa
+
+                first, last = partition.value
+                with pa.memory_map(path) as source:
+                    table = pa.ipc.open_file(source).read_all().slice(first, last - first)
+                    yield from table.combine_chunks().to_batches(8192)
+
+        return Reader()
+
+
+def passthrough_run(
+    spark: Any, control: Any, table: Path, workdir: Path, batches: list[int], sink: str
+) -> Timed:
+    """Replay the connector's output rows, read back from its table, into ``sink``."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql.datasource import DataSource
+
+    from spark_ckpt.sources.schema import SPARK_DDL
+
+    rows = (
+        DeltaTable(str(table))
+        .to_pyarrow_table()
+        .sort_by([("txn_order", "ascending"), ("event_index", "ascending")])
+    )
+    path = str(workdir / "rows.arrow")
+    with pa.OSFile(path, "wb") as out, pa.ipc.new_file(out, rows.schema) as writer:
+        writer.write_table(rows)
+    replay = _Replay(path, batches)
+
+    class Passthrough(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bench-passthrough"
+
+        def schema(self) -> str:
+            return SPARK_DDL
+
+        def streamReader(self, schema: Any) -> Any:
+            return replay.reader()
+
+    spark.dataSource.register(Passthrough)
+    cpu, began = busy_cpu_seconds(), time.perf_counter()
+    query = (
+        spark.readStream.format("bench-passthrough")
+        .load()
+        .writeStream.format(sink)
+        .option("path", str(workdir / f"replayed-{sink}"))
+        .option("checkpointLocation", str(workdir / f"replayed-{sink}-ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return Timed(control, query, began, cpu)
 
 
 def main() -> None:
@@ -120,6 +242,9 @@ def main() -> None:
     parser.add_argument("--rows-per-transaction", type=int, default=6)
     parser.add_argument("--max-changes-per-trigger", type=int, default=50_000)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument(
+        "--details", action="store_true", help="also print each batch's durationMs to stderr"
+    )
     args = parser.parse_args()
 
     import spark_ckpt
@@ -143,11 +268,12 @@ def main() -> None:
         spark = spark_ckpt.local_session("bench-postgres-cdc")
         control = spark_ckpt.install(spark)
         spark.sparkContext.setLogLevel("ERROR")
-        raws, runs, ratios, startups = [], [], [], []
+        raws, runs, ratios, startups, serial, cpu_bound, sinks = [], [], [], [], [], [], []
+        cores = os.cpu_count() or 1
         for pair in range(args.pairs):
-            raw, raw_changes = raw_rate(cluster.dsn(), f"raw_{pair}")
+            raw, raw_changes, raw_seconds, raw_cpu = raw_rate(cluster.dsn(), f"raw_{pair}")
             workdir = root / f"run-{pair}"
-            rate, startup, changes = connector_rate(
+            run = connector_run(
                 spark,
                 control,
                 cluster.dsn(),
@@ -155,12 +281,41 @@ def main() -> None:
                 workdir,
                 args.max_changes_per_trigger,
             )
-            if not raw_changes == changes == written:
-                raise SystemExit(f"counts differ: {written} written, {raw_changes}, {changes} read")
+            if not raw_changes == run.rows == written:
+                raise SystemExit(f"counts differ: {written} written, {raw_changes}/{run.rows} read")
+            replay, native = (
+                passthrough_run(spark, control, workdir / "table", workdir, run.batches, sink)
+                for sink in ("delta-2pc", "delta")
+            )
+            if not replay.rows == native.rows == written:
+                raise SystemExit(f"the pass-through replayed {replay.rows}/{native.rows} rows")
             raws.append(raw)
-            runs.append(rate)
-            ratios.append(rate / raw)
-            startups.append(startup)
+            runs.append(run.rows / run.seconds)
+            ratios.append(raw_seconds / run.seconds)
+            startups.append(run.startup)
+            serial.append(raw_seconds / (raw_seconds + replay.seconds))
+            cpu_bound.append(raw_seconds * cores / (raw_cpu + replay.cpu))
+            sinks.append(native.seconds / replay.seconds)
+            print(
+                json.dumps(
+                    {
+                        "pair": pair,
+                        "raw_s": round(raw_seconds, 3),
+                        "raw_cpu_s": round(raw_cpu, 3),
+                        "connector_s": run.seconds,
+                        "connector_cpu_s": round(run.cpu, 3),
+                        "connector_batches": run.batches,
+                        "passthrough_s": replay.seconds,
+                        "passthrough_cpu_s": round(replay.cpu, 3),
+                        "passthrough_delta_s": native.seconds,
+                    }
+                ),
+                file=sys.stderr,
+            )
+            if args.details:
+                for name, timed in (("connector", run), ("passthrough", replay), ("delta", native)):
+                    for durations in timed.durations:
+                        print(f"  {name} durationMs {durations}", file=sys.stderr)
             shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
     finally:
@@ -179,6 +334,10 @@ def main() -> None:
                 "raw_decoding_changes_per_s": round(statistics.median(raws)),
                 "ratio_connector_over_raw": round(statistics.median(ratios), 4),
                 "query_startup_s": round(statistics.median(startups), 2),
+                "ceiling_serial": round(statistics.median(serial), 4),
+                "ceiling_cpu": round(statistics.median(cpu_bound), 4),
+                "passthrough_delta_over_2pc_time": round(statistics.median(sinks), 3),
+                "cores": cores,
                 "target_ratio": 0.8,
             }
         )
