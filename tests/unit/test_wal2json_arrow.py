@@ -107,7 +107,7 @@ def test_inserts_updates_and_deletes_render_like_the_python_path_without_falling
     assert rendered[1][3] == '{"id":6}'
     assert rendered[2][3] is None
     assert rendered[3][1:5] == ("d", '{"id":7}', '{"id":7}', None)
-    assert rendered[4][2] == '{"amount":"-0.125","id":7}', "key columns in primary key order"
+    assert rendered[4][2] == '{"amount":"-0.125","id":7}', "key order as listed"
     assert rendered[5][2] is None
 
 
