@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -184,7 +184,8 @@ class Slot:
         upto = None if upto_lsn is None else format_lsn(upto_lsn)
         try:
             cursor = self.connection().execute(query, (self.name, upto, upto_changes, *options))
-            return [(str(lsn), xid, str(data)) for lsn, xid, data in cursor.fetchall()]
+            # The columns are text, bigint, text: psycopg hands out (str, int, str) tuples as is.
+            return cast(list[tuple[str, int | None, str]], cursor.fetchall())
         except psycopg.Error as e:
             raise self._error("cannot read changes from", e) from None
 
