@@ -576,46 +576,42 @@ _CHUNK_CHANGES = 16_384  # changes decoded (and yielded) together: bounded execu
 
 
 def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
-    """A partition's transactions as record batches, decoded column-wise (executor, per task)."""
+    """A partition's transactions as record batches, decoded column-wise (executor, per task).
+
+    Decoded :data:`_CHUNK_CHANGES` changes at a time, whatever the transactions' sizes, so one
+    huge transaction does not hold all its text several times over in memory.
+    """
     texts = partition.texts()
-    chunk: list[TxnMeta] = []
-    first = size = 0
-    for txn in partition.txns:
-        chunk.append(txn)
-        size += txn[3]
-        if size >= _CHUNK_CHANGES:
-            yield _stream_batch(partition.source, chunk, texts.slice(first, size))
-            chunk, first, size = [], first + size, 0
-    if chunk:
-        yield _stream_batch(partition.source, chunk, texts.slice(first, size))
-
-
-def _stream_batch(source: str, txns: list[TxnMeta], texts: pa.Array) -> pa.RecordBatch:
-    """Output rows of whole transactions whose changes are ``texts``, in order (executor)."""
-    sizes = np.fromiter((t[3] for t in txns), dtype=np.int32, count=len(txns))
+    txns = partition.txns
+    sizes = np.fromiter((t[3] for t in txns), dtype=np.int64, count=len(txns))
     total = int(sizes.sum())
     if total != len(texts):
         raise ValueError(f"a partition holds {len(texts)} changes, its transactions {total}")
-    changes = decode_changes(texts)
-    # Per-transaction values repeated over its changes; event_index restarts at 0 in each.
-    starts = np.cumsum(sizes) - sizes
-    event_index = np.arange(total, dtype=np.int32) - np.repeat(starts, sizes).astype(np.int32)
-    commit_ts = pa.array([t[2] for t in txns], pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([source], pa.string()).take(np.zeros(total, dtype=np.int32)),
-            pa.array(np.repeat(np.array([str(t[0]) for t in txns], dtype=object), sizes)),
-            pa.array(np.repeat(np.fromiter((t[1] for t in txns), np.int64, len(txns)), sizes)),
-            pa.array(np.repeat(sizes, sizes)),
-            pa.array(event_index),
-            commit_ts.take(np.repeat(np.arange(len(txns)), sizes)).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
-            changes.table,
-            changes.op,
-            changes.key,
-            changes.before,
-            changes.after,
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    # Per-change values of its transaction; event_index restarts at 0 in each transaction.
+    owner = np.repeat(np.arange(len(txns)), sizes)
+    event_index = (np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
+    txn_ids = pa.array([str(t[0]) for t in txns], pa.string())
+    orders = pa.array([t[1] for t in txns], pa.int64())
+    commit_ts = pa.array([t[2] for t in txns], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    txn_sizes = pa.array(sizes.astype(np.int32))
+    source = pa.array([partition.source], pa.string())
+    for first in range(0, total, _CHUNK_CHANGES):
+        count = min(_CHUNK_CHANGES, total - first)
+        changes = decode_changes(texts.slice(first, count))
+        of = pa.array(owner[first : first + count])
+        yield pa.RecordBatch.from_arrays(
+            [
+                source.take(np.zeros(count, dtype=np.int32)),
+                txn_ids.take(of),
+                orders.take(of),
+                txn_sizes.take(of),
+                pa.array(event_index[first : first + count]),
+                commit_ts.take(of),
+                changes.table,
+                changes.op,
+                changes.key,
+                changes.before,
+                changes.after,
+            ],
+            schema=ARROW_SCHEMA,
+        )

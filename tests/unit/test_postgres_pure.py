@@ -242,3 +242,39 @@ def test_passwords_are_redacted_and_scrubbed() -> None:
     with pytest.raises(InvalidOptionError) as info:
         redact_dsn("host=h password='unterminated")
     assert "unterminated" not in str(info.value)
+
+
+def test_stream_partitions_decode_in_bounded_chunks_across_transactions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks cut through transactions (memory stays bounded); every row keeps its txn fields."""
+    from spark_ckpt.sources import postgres
+
+    def insert(i: int) -> str:
+        return (
+            f'{{"action":"I","xid":9,"schema":"public","table":"t","columns":'
+            f'[{{"name":"id","type":"integer","value":{i}}}],"pk":[{{"name":"id","type":"integer"}}]}}'
+        )
+
+    monkeypatch.setattr(postgres, "_CHUNK_CHANGES", 3)
+    txns = [(700, 10, 1_000_000, 5), (701, 11, None, 1), (702, 12, 2_000_000, 2)]
+    partition = postgres.PgStreamPartition.of("postgres:s", txns, [insert(i) for i in range(8)])
+    batches = list(postgres._stream_rows(partition))
+    assert [b.num_rows for b in batches] == [3, 3, 2]
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [(r["txn_id"], r["txn_order"], r["txn_size"], r["event_index"]) for r in rows] == [
+        ("700", 10, 5, 0),
+        ("700", 10, 5, 1),
+        ("700", 10, 5, 2),
+        ("700", 10, 5, 3),
+        ("700", 10, 5, 4),
+        ("701", 11, 1, 0),
+        ("702", 12, 2, 0),
+        ("702", 12, 2, 1),
+    ]
+    assert [r["key"] for r in rows] == [f'{{"id":{i}}}' for i in range(8)]
+    assert rows[5]["commit_ts"] is None
+    assert rows[7]["commit_ts"].timestamp() == 2.0
+    broken = postgres.PgStreamPartition("postgres:s", ((1, 1, None, 9),), partition.changes)
+    with pytest.raises(ValueError, match="holds 8 changes, its transactions 9"):
+        list(postgres._stream_rows(broken))
