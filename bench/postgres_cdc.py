@@ -122,7 +122,9 @@ class Timed:
         # Batches run back to back: from the first data batch's trigger to the end of the last.
         self.seconds = sum(int(p["batchDuration"]) for p in progress) / 1000
         self.startup = (ended - began) - self.seconds
-        # The query's startup (JVM and Python worker launch) is not part of either rate.
+        # The query's startup (planning, Python worker launch) is not part of either rate. Its
+        # CPU cannot be told apart in /proc/stat, so the run's busy CPU is pro-rated to the
+        # batches' share of the wall time: an estimate, which ceiling_cpu inherits.
         self.cpu *= self.seconds / (ended - began)
 
 
