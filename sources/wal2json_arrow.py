@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from .schema import json_text
 from .wal2json import decode_change
 
-__all__ = ["ChangeColumns", "decode_changes"]
+__all__ = ["ChangeColumns", "decode_changes", "render_change"]
 
 _STRING = r'"(?:[^"\\]|\\.)*"'  # a JSON string as printed, escapes included
 _NAME = r'("[^"\\]*")'  # a column name that needs no escaping, quotes included
@@ -166,18 +166,25 @@ def decode_changes(texts: pa.Array) -> ChangeColumns:
     return ChangeColumns(table, op, key, before, after, fallback_rows=len(fallback))
 
 
+def render_change(text: str) -> tuple[str, str, str | None, str | None, str | None]:
+    """The Python path for one row: ``(table, op, key, before, after)`` as output text.
+
+    :func:`decode_changes` gives exactly this for every row; it is also its fallback.
+    """
+    change = decode_change(text)
+    return (
+        change.table,
+        change.op,
+        json_text(change.key),
+        json_text(change.before),
+        json_text(change.after),
+    )
+
+
 def _patched(columns: list[pa.Array], texts: pa.Array, rows: list[int]) -> list[pa.Array]:
     """Replace ``rows`` of the columns by the Python path's decoding of the same texts."""
     values = [column.to_pylist() for column in columns]
     for row in rows:
-        change = decode_change(texts[row].as_py())
-        decoded = (
-            change.table,
-            change.op,
-            json_text(change.key),
-            json_text(change.before),
-            json_text(change.after),
-        )
-        for column, value in zip(values, decoded, strict=True):
+        for column, value in zip(values, render_change(texts[row].as_py()), strict=True):
             column[row] = value
     return [pa.array(column, pa.string()) for column in values]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 
 
 def cdc_build(
-    spark: SparkSession, dsn: str, table: Path, slot: str, **options: str
+    spark: SparkSession,
+    dsn: str,
+    table: Path,
+    slot: str,
+    tables: Sequence[str] = pg_workload.TABLES,
+    **options: str,
 ) -> Callable[[], DataStreamWriter]:
     """build() for a supervised postgres -> delta-2pc query."""
 
@@ -30,7 +35,7 @@ def cdc_build(
             .option("connector", "postgres")
             .option("dsn", dsn)
             .option("slot", slot)
-            .option("tables", ",".join(pg_workload.TABLES))
+            .option("tables", ",".join(tables))
         )
         for key, value in {"maxChangesPerTrigger": "40", **options}.items():
             reader = reader.option(key, value)
@@ -108,20 +113,9 @@ def test_values_keep_full_precision(
         conn.execute("INSERT INTO v (id) VALUES (2)")
     table = tmp_path / "table"
 
-    def build() -> DataStreamWriter:
-        return (
-            spark.readStream.format("txn-cdc")
-            .option("connector", "postgres")
-            .option("dsn", pg_dsn)
-            .option("slot", "cdc_values")
-            .option("tables", "public.v")
-            .option("snapshotDir", str(tmp_path / "spill"))
-            .load()
-            .writeStream.format("delta-2pc")
-            .option("path", str(table))
-            .trigger(processingTime="200 milliseconds")
-        )
-
+    build = cdc_build(
+        spark, pg_dsn, table, "cdc_values", ["public.v"], snapshotDir=str(tmp_path / "spill")
+    )
     supervised = control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="vals")
     try:
         wait_until(lambda: (table / "_delta_log").exists(), 120, "no snapshot batch published")
@@ -333,20 +327,9 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
         conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
     table = tmp_path / "table"
 
-    def build() -> DataStreamWriter:
-        return (
-            spark.readStream.format("txn-cdc")
-            .option("connector", "postgres")
-            .option("dsn", pg_dsn)
-            .option("slot", "cdc_empty")
-            .option("tables", "public.k")
-            .option("snapshotDir", str(tmp_path / "spill"))
-            .load()
-            .writeStream.format("delta-2pc")
-            .option("path", str(table))
-            .trigger(processingTime="200 milliseconds")
-        )
-
+    build = cdc_build(
+        spark, pg_dsn, table, "cdc_empty", ["public.k"], snapshotDir=str(tmp_path / "spill")
+    )
     spill = SnapshotSpill(str(tmp_path / "spill"))
     supervised = control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="empty")
     try:
@@ -398,9 +381,8 @@ def test_the_servers_rows_take_the_column_wise_path(pg_dsn: str) -> None:
     import pyarrow as pa
 
     from spark_ckpt.sources.pg_slot import Slot
-    from spark_ckpt.sources.schema import json_text
-    from spark_ckpt.sources.wal2json import decode_change, decode_transactions
-    from spark_ckpt.sources.wal2json_arrow import decode_changes
+    from spark_ckpt.sources.wal2json import decode_transactions
+    from spark_ckpt.sources.wal2json_arrow import decode_changes, render_change
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(
@@ -428,18 +410,7 @@ def test_the_servers_rows_take_the_column_wise_path(pg_dsn: str) -> None:
     assert len(texts) == 4
     out = decode_changes(pa.array(texts, pa.string()))
     assert out.fallback_rows == 0
-    expected = []
-    for text in texts:
-        change = decode_change(text)
-        expected.append(
-            (
-                change.table,
-                change.op,
-                json_text(change.key),
-                json_text(change.before),
-                json_text(change.after),
-            )
-        )
+    expected = [render_change(text) for text in texts]
     columns = [c.to_pylist() for c in (out.table, out.op, out.key, out.before, out.after)]
     assert list(zip(*columns, strict=True)) == expected
     # wal2json lists the key columns in table column order, whatever the PRIMARY KEY order.

@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_ckpt.sources.schema import json_text
-from spark_ckpt.sources.wal2json import decode_change
-from spark_ckpt.sources.wal2json_arrow import decode_changes
+from spark_ckpt.sources.wal2json_arrow import decode_changes, render_change
 
 Item = tuple[str, str, str]  # (name, type, the value as wal2json prints it)
 
@@ -54,17 +52,6 @@ def row(
     return text + "}"
 
 
-def python_path(text: str) -> tuple[Any, ...]:
-    change = decode_change(text)
-    return (
-        change.table,
-        change.op,
-        json_text(change.key),
-        json_text(change.before),
-        json_text(change.after),
-    )
-
-
 def vectorised(texts: list[str]) -> tuple[list[tuple[Any, ...]], int]:
     out = decode_changes(pa.array(texts, pa.string()))
     columns = [c.to_pylist() for c in (out.table, out.op, out.key, out.before, out.after)]
@@ -97,7 +84,7 @@ def test_inserts_updates_and_deletes_render_like_the_python_path_without_falling
         row("I", [], pk=[]),
     ]
     rendered, fallback = vectorised(texts)
-    assert rendered == [python_path(t) for t in texts]
+    assert rendered == [render_change(t) for t in texts]
     assert fallback == 0, "plain rows must not need the Python path"
     # Spot-check the shape the schema promises.
     assert rendered[0][:3] == ("public.t", "c", '{"id":7}')
@@ -123,14 +110,14 @@ def test_inserts_updates_and_deletes_render_like_the_python_path_without_falling
         row("I", [("id", "json", '{"raw":[1]}')]),  # a raw JSON value: not how wal2json prints
     ],
 )
-def test_rows_the_patterns_do_not_cover_take_the_python_path(odd: str) -> None:
+def test_rows_the_patterns_do_not_cover_take_the_render_change(odd: str) -> None:
     plain = row("I", ORDER_ITEMS, pk=[("id", "bigint")])
     rendered, fallback = vectorised([plain, odd, plain])
-    assert rendered == [python_path(plain), python_path(odd), python_path(plain)]
+    assert rendered == [render_change(plain), render_change(odd), render_change(plain)]
     assert fallback == 1
 
 
-def test_an_unreadable_row_raises_like_the_python_path() -> None:
+def test_an_unreadable_row_raises_like_the_render_change() -> None:
     with pytest.raises(json.JSONDecodeError, match="Expecting value"):
         decode_changes(pa.array(['{"action":"I","schema":'], pa.string()))
 
@@ -181,6 +168,6 @@ def _rows(draw: st.DrawFn) -> str:
 
 
 @given(st.lists(_rows(), min_size=1, max_size=8))
-def test_any_rows_render_exactly_as_the_python_path(texts: list[str]) -> None:
+def test_any_rows_render_exactly_as_the_render_change(texts: list[str]) -> None:
     rendered, _ = vectorised(texts)
-    assert rendered == [python_path(t) for t in texts]
+    assert rendered == [render_change(t) for t in texts]
