@@ -6,15 +6,27 @@ An offset is the state of the transaction assembler at a cut, small enough to li
 offset log::
 
     {"v": 1, "checkpoint": 7, "emitted": 120, "partial": 0,
-     "scan": ["0003.jsonl", 52311, 804],
+     "scan": ["0003.jsonl", 52311, 804], "consumed": [2, 104858],
      "open": [["tx-981", "0003.jsonl", 50022, 790], ...]}
 
 ``emitted`` transactions (in END order) are before the cut, plus ``partial`` events of the next
-one (always 0 unless the gate is off). ``scan`` is how far the log was consumed; ``open`` lists the
-transactions consumed in part but not emitted, with the position of their first record. To resume
-at an offset, the log is re-read from the earliest open record to ``scan`` keeping only records
-of the open transactions, then normally from ``scan``: the same ``(start, end)`` always yields the
-same rows, because the log is append-only.
+one (always 0 unless the gate is off). ``scan`` is how far the log was consumed; ``consumed``
+counts the files before ``scan``'s file and their bytes; ``open`` lists the transactions consumed
+in part but not emitted, with the position of their first record. With ``fileOrder=natural`` a
+last key ``"order": "natural"`` records the file order. To resume at an offset, the log is
+re-read from the earliest open record to ``scan`` keeping only records of the open transactions,
+then normally from ``scan``: the same ``(start, end)`` always yields the same rows, because the
+log is append-only.
+
+Data behind the position is never skipped
+-----------------------------------------
+The log is append-only by contract, and the reader checks it on every trigger rather than trust
+it. The planner remembers the size of every file it has moved past; each trigger's listing must
+show exactly those files with exactly those sizes before its position. A new file sorting there
+raises :class:`~spark_ckpt.errors.LogOrderError`; a read file that grew, shrank or disappeared
+raises :class:`~spark_ckpt.errors.LogRewrittenError`. After a restart the same is checked against
+the offset's ``consumed`` count. Executors read the listing the plan was made from (names and
+sizes travel in the partition), so what they deliver never depends on what was written since.
 """
 
 from __future__ import annotations
@@ -23,18 +35,28 @@ import itertools
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
 from spark_ckpt.availability import AVAILABLE, SnapshotAvailability
-from spark_ckpt.errors import LogRewrittenError, RestoreError, SourcePathError
+from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError
 
 from .connector import ChangeConnector, Plan
 from .debezium_events import ChangeEvent
 from .gate import Cut
-from .log_files import START, LogPosition, list_log_files, read_lines
+from .log_files import (
+    START,
+    FileOrder,
+    LogFile,
+    LogPosition,
+    file_key,
+    list_log_files,
+    newest_modified,
+    position_key,
+    read_lines,
+)
 from .schema import RowBuffer, json_text
 from .transactions import Transaction, TransactionAssembler
 
@@ -57,32 +79,45 @@ class LogOffset:
         Events of transaction number ``emitted`` emitted before the cut (gate off only).
     scan
         Position up to which the log was consumed.
+    consumed
+        ``(files, bytes)`` of the files before ``scan``'s file: what a restart must find there.
+        None in offsets written before it was recorded (nothing to check against).
     open
         ``(txn_id, first record position)`` of transactions consumed but not fully emitted,
         ordered by first position.
+    order
+        The file order the offset's positions are in.
     """
 
     checkpoint: int
     emitted: int
     partial: int
     scan: LogPosition
+    consumed: tuple[int, int] | None
     open: tuple[tuple[str, LogPosition], ...]
+    order: FileOrder = "name"
 
     @property
     def resume(self) -> LogPosition:
         """Where re-reading must start to rebuild the state at this offset."""
-        return min([first for _, first in self.open], default=self.scan)
+        firsts = [first for _, first in self.open]
+        return min(firsts, default=self.scan, key=lambda p: position_key(p, self.order))
 
     def to_json(self) -> dict[str, Any]:
         """Render with a fixed key order (Spark compares offsets as JSON strings)."""
-        return {
+        value: dict[str, Any] = {
             "v": _VERSION,
             "checkpoint": self.checkpoint,
             "emitted": self.emitted,
             "partial": self.partial,
             "scan": self.scan.to_json(),
-            "open": [[txn_id, *first.to_json()] for txn_id, first in self.open],
         }
+        if self.consumed is not None:
+            value["consumed"] = list(self.consumed)
+        value["open"] = [[txn_id, *first.to_json()] for txn_id, first in self.open]
+        if self.order != "name":
+            value["order"] = self.order
+        return value
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LogOffset:
@@ -99,18 +134,26 @@ class LogOffset:
             open_items = tuple(
                 (str(item[0]), LogPosition.from_json(list(item[1:]))) for item in value["open"]
             )
+            consumed = value.get("consumed")
+            order = value.get("order", "name")
+            if order not in ("name", "natural"):
+                raise ValueError(f"unknown file order {order!r}")
             return cls(
                 int(value["checkpoint"]),
                 int(value["emitted"]),
                 int(value["partial"]),
                 LogPosition.from_json(value["scan"]),
+                None if consumed is None else (int(consumed[0]), int(consumed[1])),
                 open_items,
+                order,
             )
         except (KeyError, TypeError, IndexError, AttributeError) as e:
             raise ValueError(f"not a debezium-json offset: {value!r}") from e
 
 
-INITIAL = LogOffset(-1, 0, 0, START, ())
+def initial_offset(order: FileOrder) -> LogOffset:
+    """The offset before the first line of a log read in ``order``."""
+    return LogOffset(-1, 0, 0, START, (0, 0), (), order)
 
 
 @dataclass(frozen=True)
@@ -125,30 +168,119 @@ class _Unit:
     # The later members of the same release group (still open right after this unit).
     later_in_group: tuple[Transaction, ...]
 
-    def open_after(self, *, include_self: bool) -> tuple[tuple[str, LogPosition], ...]:
+    def open_after(
+        self, order: FileOrder, *, include_self: bool
+    ) -> tuple[tuple[str, LogPosition], ...]:
         items = list(self.open_after_group)
         items += [(t.txn_id, t.first) for t in self.later_in_group]
         if include_self:
             items.append((self.txn.txn_id, self.txn.first))
-        return tuple(sorted(items, key=lambda item: (item[1], item[0])))
+        return tuple(sorted(items, key=lambda item: (position_key(item[1], order), item[0])))
 
 
 class _Planner:
-    """Driver-side planning state after a base offset: assembler, scan head and units."""
+    """Driver-side planning state after a base offset: assembler, scan head, units and files.
+
+    Besides the transactions, the planner keeps what it has read of the log: ``finished``, the
+    size of every file before the head's file (all consumed), and ``closed_tail``, the head file
+    when its unterminated last line was consumed because a later file existed. Every trigger's
+    listing is checked against them (:meth:`check_listing`) before anything new is read.
+    """
 
     def __init__(self, directory: str, base: LogOffset) -> None:
         self.directory = directory
+        self.order: FileOrder = base.order
         self.base = base
         self.assembler = TransactionAssembler(base.emitted, keep_events=False)
         self.units: list[_Unit] = []
         self._unit_changes = 0  # sum of the units' sizes, kept up to date (checked per line)
+        self.files = list_log_files(directory, self.order)
+        self.finished = self._check_consumed(base)
+        self.closed_tail: LogFile | None = None
         only = {txn_id for txn_id, _ in base.open}
         released: list[Transaction] = []
         if only:
-            for line in read_lines(directory, base.resume, stop=base.scan):
+            for line in read_lines(directory, self.files, base.resume, base.scan, self.order):
                 released += self.assembler.feed(line, only)
         self._add_group(released, base.scan)
         self.head = base.scan
+
+    def _key(self, name: str) -> tuple[object, ...]:
+        return file_key(name, self.order)
+
+    def _check_consumed(self, offset: LogOffset) -> dict[str, int]:
+        """The files before ``offset.scan``; they must match its ``consumed`` record."""
+        limit = self._key(offset.scan.file)
+        before = {f.name: f.size for f in self.files if self._key(f.name) < limit}
+        found = (len(before), sum(before.values()))
+        if offset.consumed is not None and found != offset.consumed:
+            files, size = offset.consumed
+            culprit = newest_modified(self.directory, list(before))
+            raise LogRewrittenError(
+                f"checkpoint {offset.checkpoint} consumed {files} change-log file(s) of {size} "
+                f"bytes before {offset.scan.file!r} in {self.directory!r}, but {found[0]} "
+                f"file(s) of {found[1]} bytes sort there now: a file was added behind the "
+                f"reader's position, or a file already read was changed or deleted"
+                + (f" (the most recently modified is {culprit!r})" if culprit else "")
+                + ". Files may only be appended while they are the newest, and new files must "
+                "sort after every existing one: undo the change, or start over with a new "
+                "checkpointLocation"
+            )
+        return before
+
+    def check_listing(self, listing: list[LogFile]) -> None:
+        """Refuse a listing that shows data behind the head (driver, once per trigger).
+
+        Raises
+        ------
+        LogOrderError
+            A file the planner has not read sorts before the file it is reading.
+        LogRewrittenError
+            A file already read grew, shrank or disappeared.
+        """
+        head_key = self._key(self.head.file)
+        listed = {f.name: f.size for f in listing}
+        for name, size in listed.items():
+            if self._key(name) >= head_key:
+                continue
+            known = self.finished.get(name)
+            if known is None:
+                raise LogOrderError(
+                    name,
+                    f"change-log file {name!r} appeared in {self.directory!r} after the reader "
+                    f"had moved past its place: it sorts before {self.head.file!r} "
+                    f"(fileOrder={self.order}), which was already read, so its changes cannot "
+                    f"be delivered in log order. Name each new file so that it sorts after "
+                    f"every existing one (zero-pad numbers: b0010.jsonl), or read names with "
+                    f"unpadded numbers with option fileOrder=natural (on a new "
+                    f"checkpointLocation); then move {name!r} out of the directory or rename "
+                    f"it to sort last, and restart the query",
+                )
+            if size != known:
+                raise self._rewritten(name, known, size)
+        for name, known in self.finished.items():
+            if name not in listed:
+                raise self._rewritten(name, known, None)
+        tail = self.closed_tail
+        if tail is not None and listed.get(tail.name) != tail.size:
+            raise self._rewritten(tail.name, tail.size, listed.get(tail.name))
+        if self.head.file and listed.get(self.head.file, -1) < self.head.byte:
+            raise self._rewritten(self.head.file, self.head.byte, listed.get(self.head.file))
+
+    def _rewritten(self, name: str, known: int, size: int | None) -> LogRewrittenError:
+        path = os.path.join(self.directory, name)
+        if size is None:
+            what = "was deleted"
+        elif size > known:
+            what = f"grew from {known} to {size} bytes after a later file was read"
+        else:
+            what = f"shrank from {known} to {size} bytes"
+        return LogRewrittenError(
+            f"change-log file {path!r} {what}, but the reader had already consumed it: its "
+            f"changes would be skipped or delivered out of order. A file may only be appended "
+            f"while it is the newest, and files may not be deleted or rewritten while a query "
+            f"reads the log: restore the file, or start over with a new checkpointLocation"
+        )
 
     def _add_group(self, group: list[Transaction], scan: LogPosition) -> None:
         if not group:
@@ -169,20 +301,69 @@ class _Planner:
         return sizes
 
     def scan(self, want: int | None, stop: LogPosition | None) -> None:
-        """Consume lines until ``want`` changes are pending (None: all available)."""
+        """List the log, check it, and consume lines until ``want`` changes are pending.
+
+        ``want`` None reads everything available (up to ``stop``).
+        """
+        listing = list_log_files(self.directory, self.order)
+        self.check_listing(listing)
+        self.files = listing
         if want is not None and self.pending_changes >= want:
             return
-        for line in read_lines(self.directory, self.head, stop=stop):
+        for line in read_lines(self.directory, listing, self.head, stop, self.order):
+            if line.end.file != self.head.file:
+                self._finish_through(line.end.file)
             self.head = line.end
+            if line.end.byte == line.start.byte + len(line.data):  # no newline: a closed tail
+                self.closed_tail = LogFile(line.end.file, line.end.byte)
             self._add_group(self.assembler.feed(line), line.end)
             if want is not None and self.pending_changes >= want:
-                return
+                break
+
+    def _finish_through(self, reached: str) -> None:
+        """Record every listed file before ``reached`` as consumed whole."""
+        limit = self._key(reached)
+        for f in self.files:
+            if self._key(f.name) < limit:
+                self.finished.setdefault(f.name, f.size)
+        if self.closed_tail is not None and self._key(self.closed_tail.name) < limit:
+            self.closed_tail = None
+
+    def consumed_before(self, position: LogPosition) -> tuple[int, int]:
+        """``(files, bytes)`` before ``position``'s file (all of them consumed)."""
+        limit = self._key(position.file)
+        sizes = [size for name, size in self.finished.items() if self._key(name) < limit]
+        return len(sizes), sum(sizes)
+
+    def files_for(self, start: LogOffset, end: LogOffset) -> list[LogFile]:
+        """The listing an executor needs to replay ``(start, end]``.
+
+        From the file of ``start``'s earliest open record through the first file after
+        ``end.scan``'s: that later file is what made an unterminated tail a whole line.
+        """
+        low, high = self._key(start.resume.file), self._key(end.scan.file)
+        out: list[LogFile] = []
+        for f in self.files:
+            key = self._key(f.name)
+            if key < low:
+                continue
+            out.append(LogFile(f.name, self.finished.get(f.name, f.size)))
+            if key > high:
+                break
+        return out
 
     def offset_at(self, cut: Cut, checkpoint: int) -> LogOffset:
         unit = self.units[cut.unit]
+        consumed = self.consumed_before(unit.scan)
         if cut.at_boundary:
             return LogOffset(
-                checkpoint, unit.txn.order + 1, 0, unit.scan, unit.open_after(include_self=False)
+                checkpoint,
+                unit.txn.order + 1,
+                0,
+                unit.scan,
+                consumed,
+                unit.open_after(self.order, include_self=False),
+                self.order,
             )
         already = self.base.partial if cut.unit == 0 else 0
         return LogOffset(
@@ -190,7 +371,9 @@ class _Planner:
             unit.txn.order,
             already + cut.within,
             unit.scan,
-            unit.open_after(include_self=True),
+            consumed,
+            unit.open_after(self.order, include_self=True),
+            self.order,
         )
 
     def truncate(self, units: int) -> None:
@@ -208,12 +391,16 @@ class _Planner:
 
 @dataclass(frozen=True)
 class DebeziumPartition:
-    """The picklable value of one input partition: read ``(start, end]`` of the log."""
+    """The picklable value of one input partition: read ``(start, end]`` of the log.
+
+    ``files`` is the listing the range was planned from, so the executor reads the same bytes.
+    """
 
     directory: str
     source: str
     start: dict[str, Any]
     end: dict[str, Any]
+    files: tuple[LogFile, ...]
 
 
 class DebeziumJsonConnector(ChangeConnector):
@@ -225,17 +412,22 @@ class DebeziumJsonConnector(ChangeConnector):
         The change-log directory (option ``path``).
     changes_per_partition
         Split a batch into partitions of about this many changes, at transaction boundaries.
+    file_order
+        How file names order the log (option ``fileOrder``).
     """
 
     name = "debezium-json"
 
-    def __init__(self, directory: str, changes_per_partition: int = 50_000) -> None:
+    def __init__(
+        self, directory: str, changes_per_partition: int = 50_000, file_order: FileOrder = "name"
+    ) -> None:
         self.directory = directory
         self.changes_per_partition = changes_per_partition
+        self.file_order: FileOrder = file_order
         self._planner: _Planner | None = None
         self._available_now_target: LogPosition | None = None
-        # Partition split points computed while planning, keyed by (start, end) JSON.
-        self._splits: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # Partition bounds computed while planning, keyed by (start, end) JSON.
+        self._splits: dict[tuple[str, str], list[DebeziumPartition]] = {}
 
     def check(self) -> None:
         """Fail early (driver, once) when the directory is missing or unreadable."""
@@ -245,30 +437,42 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def initial_offset(self) -> dict[str, Any]:
         """Start at the beginning of the log."""
-        return INITIAL.to_json()
+        return initial_offset(self.file_order).to_json()
+
+    def _parse(self, value: dict[str, Any]) -> LogOffset:
+        offset = _parse_offset(value)
+        if offset.order != self.file_order:
+            raise RestoreError(
+                f"the checkpoint reads {self.directory!r} with fileOrder={offset.order}, but the "
+                f"query now sets fileOrder={self.file_order}: positions in one order would skip "
+                f"or repeat files in the other. Keep fileOrder={offset.order} for this "
+                f"checkpointLocation, or start over with a new one"
+            )
+        return offset
 
     def resume(self, offset: dict[str, Any]) -> None:
         """Check that the log still holds everything from ``offset`` on (driver, once per run).
 
         The restored offset must be re-readable from its earliest open transaction: the files it
-        names must exist and be at least as long as the positions recorded. A log rotated away or
-        truncated since the checkpoint would otherwise be skipped silently.
+        names must exist and be at least as long as the positions recorded, and the files before
+        its scan position must be the ones it consumed. A log rotated away, truncated or grown
+        behind the position since the checkpoint would otherwise be skipped silently.
         """
-        restored = _parse_offset(offset)
+        restored = self._parse(offset)
+        files = {f.name: f.size for f in list_log_files(self.directory, self.file_order)}
         positions = [restored.scan, *(first for _, first in restored.open)]
         for position in positions:
             if not position.file:
                 continue
             path = os.path.join(self.directory, position.file)
-            try:
-                size = os.path.getsize(path)
-            except FileNotFoundError:
+            size = files.get(position.file)
+            if size is None:
                 raise RestoreError(
                     f"the restored checkpoint {restored.checkpoint} continues reading {path!r} "
                     f"at byte {position.byte}, but the file is gone: changes after the checkpoint "
                     f"would be skipped. Restore the file, or start over with a new "
                     f"checkpointLocation"
-                ) from None
+                )
             if size < position.byte:
                 raise RestoreError(
                     f"the restored checkpoint {restored.checkpoint} continues reading {path!r} "
@@ -276,6 +480,7 @@ class DebeziumJsonConnector(ChangeConnector):
                     f"truncated or rewritten since (files may only be appended). Restore the "
                     f"file, or start over with a new checkpointLocation"
                 )
+        self._planner = _Planner(self.directory, restored)
 
     def _planner_at(self, start: LogOffset) -> _Planner:
         if self._planner is None or self._planner.base != start:
@@ -284,7 +489,7 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
         """Read ahead from ``start`` until ``max_changes`` changes are in complete transactions."""
-        planner = self._planner_at(_parse_offset(start))
+        planner = self._planner_at(self._parse(start))
         planner.scan(max_changes, self._available_now_target)
         held: SnapshotAvailability | None = None
         reason = planner.assembler.holdup()
@@ -310,15 +515,16 @@ class DebeziumJsonConnector(ChangeConnector):
         assert planner is not None
         start = planner.base
         end = planner.offset_at(cut, checkpoint_id)
-        splits = self._split_points(planner, cut)
+        bounds = [start, *self._split_points(planner, cut), end]
+        partitions = self._partitions_of(planner, bounds)
         planner.advance(cut, end)
-        start_json, end_json = start.to_json(), end.to_json()
-        self._splits = {(json.dumps(start_json), json.dumps(end_json)): splits}
-        return end_json
+        key = (json.dumps(start.to_json()), json.dumps(end.to_json()))
+        self._splits = {key: partitions}
+        return end.to_json()
 
-    def _split_points(self, planner: _Planner, cut: Cut) -> list[dict[str, Any]]:
+    def _split_points(self, planner: _Planner, cut: Cut) -> list[LogOffset]:
         """Offsets at transaction boundaries inside ``(base, cut)``, about evenly spaced."""
-        points: list[dict[str, Any]] = []
+        points: list[LogOffset] = []
         sizes = planner.unit_sizes()
         done = since_split = 0
         for index in range(cut.unit):
@@ -326,25 +532,33 @@ class DebeziumJsonConnector(ChangeConnector):
             since_split += sizes[index]
             if since_split >= self.changes_per_partition and done < cut.changes:
                 boundary = Cut(index, sizes[index], done, True)
-                points.append(planner.offset_at(boundary, planner.base.checkpoint).to_json())
+                points.append(planner.offset_at(boundary, planner.base.checkpoint))
                 since_split = 0
         return points
+
+    def _partitions_of(self, planner: _Planner, bounds: list[LogOffset]) -> list[DebeziumPartition]:
+        source = os.path.basename(os.path.normpath(self.directory))
+        return [
+            DebeziumPartition(
+                self.directory,
+                source,
+                lo.to_json(),
+                hi.to_json(),
+                tuple(planner.files_for(lo, hi)),
+            )
+            for lo, hi in itertools.pairwise(bounds)
+        ]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
         """One partition per run of about ``changes_per_partition`` changes."""
         if start == end:
             return []
-        splits = self._splits.get((json.dumps(start), json.dumps(end)))
-        if splits is None:
-            splits = self._replan_splits(_parse_offset(start), _parse_offset(end))
-        bounds = [start, *splits, end]
-        source = os.path.basename(os.path.normpath(self.directory))
-        return [
-            DebeziumPartition(self.directory, source, lo, hi)
-            for lo, hi in itertools.pairwise(bounds)
-        ]
+        partitions = self._splits.get((json.dumps(start), json.dumps(end)))
+        if partitions is None:
+            partitions = self._replan(self._parse(start), self._parse(end))
+        return list(partitions)
 
-    def _replan_splits(self, start: LogOffset, end: LogOffset) -> list[dict[str, Any]]:
+    def _replan(self, start: LogOffset, end: LogOffset) -> list[DebeziumPartition]:
         # After a restart Spark re-plans the logged batch: rebuild the units of (start, end).
         planner = _Planner(self.directory, start)
         planner.scan(None, end.scan)
@@ -359,27 +573,30 @@ class DebeziumJsonConnector(ChangeConnector):
         planner.truncate(needed)
         sizes = planner.unit_sizes()
         if not sizes:
-            return []
+            return self._partitions_of(planner, [start, end])
         last = needed - 1
         if end.partial:
             within = end.partial - (start.partial if last == 0 else 0)
             cut = Cut(last, within, sum(sizes[:last]) + within, False)
         else:
             cut = Cut(last, sizes[last], sum(sizes), True)
-        return self._split_points(planner, cut)
+        replanned = planner.offset_at(cut, end.checkpoint)
+        logged = end if end.consumed is not None else replace(end, consumed=replanned.consumed)
+        if replanned != logged:
+            raise LogRewrittenError(
+                f"re-planning the logged batch {end.checkpoint} over {self.directory!r} now ends "
+                f"at {replanned.to_json()}, but it was logged ending at {end.to_json()}: a file "
+                f"was added behind the reader's position, or a file already read was changed "
+                f"or deleted. Undo the change, or start over with a new checkpointLocation"
+            )
+        return self._partitions_of(planner, [start, *self._split_points(planner, cut), end])
 
     def prepare_available_now(self) -> None:
         """Fix the end of the last file now as the target of ``Trigger.availableNow``."""
-        files = list_log_files(self.directory)
-        if not files:
-            self._available_now_target = START
-            return
-        last = files[-1]
-        try:
-            size = os.path.getsize(os.path.join(self.directory, last))
-        except OSError as e:
-            raise SourcePathError(f"cannot read change-log file {last!r}: {e.strerror}") from e
-        self._available_now_target = LogPosition(last, size, 0)
+        files = list_log_files(self.directory, self.file_order)
+        self._available_now_target = (
+            LogPosition(files[-1].name, files[-1].size, 0) if files else START
+        )
 
     # -- executors: reading -------------------------------------------------------------------
 
@@ -391,6 +608,7 @@ class DebeziumJsonConnector(ChangeConnector):
             _parse_offset(partition.start),
             _parse_offset(partition.end),
             partition.source,
+            partition.files,
         )
 
 
@@ -429,22 +647,29 @@ def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Itera
 
 
 def read_range(
-    directory: str, start: LogOffset, end: LogOffset, source: str = "debezium-json"
+    directory: str,
+    start: LogOffset,
+    end: LogOffset,
+    source: str = "debezium-json",
+    files: Sequence[LogFile] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
-    Runs on executors (once per partition) and in tests.
+    Runs on executors (once per partition) and in tests. ``files`` is the listing the range was
+    planned from (None: list the directory now).
 
     Raises
     ------
     LogRewrittenError
         When the log no longer contains what ``end`` was planned from.
     """
+    order = start.order
+    listing = list_log_files(directory, order) if files is None else files
     assembler = TransactionAssembler(start.emitted, keep_events=True)
     only = {txn_id for txn_id, _ in start.open}
     released: list[Transaction] = []
     if only:
-        for line in read_lines(directory, start.resume, stop=start.scan):
+        for line in read_lines(directory, listing, start.resume, start.scan, order):
             released += assembler.feed(line, only)
     buffer = RowBuffer()
     last = (end.emitted, end.partial)
@@ -464,7 +689,7 @@ def read_range(
     yield from emit(released)
     reached = max(reached, assembler.next_order)
     if reached < end.emitted + (1 if end.partial else 0):
-        for line in read_lines(directory, start.scan, stop=end.scan):
+        for line in read_lines(directory, listing, start.scan, end.scan, order):
             group = assembler.feed(line)
             if group:
                 yield from emit(group)

@@ -1,10 +1,16 @@
 """Reading an append-only directory of ``*.jsonl`` files as one ordered log of lines.
 
-Files are read in file-name order; files may grow and new files may appear. A position is the
-file name, the byte offset and the number of lines already consumed in that file, so errors can
-name ``file:line``. Only whole lines are consumed: the unterminated tail of the newest file is
-left until its newline arrives. The tail of an *older* file (a later file exists) is consumed
-as a whole line, since nothing more will be appended to it.
+Files are read in a fixed order (:data:`FileOrder`: file names compared as strings, or
+"naturally", with runs of digits compared as numbers); files may grow and new files may appear.
+A position is the file name, the byte offset and the number of lines already consumed in that
+file, so errors can name ``file:line``. Only whole lines are consumed: the unterminated tail of
+the newest file is left until its newline arrives. The tail of an *older* file (a later file
+exists) is consumed as a whole line, since nothing more will be appended to it.
+
+Every read works on a :class:`LogFile` listing taken once (names and sizes): a file is read up
+to its listed size and never further, so the planner and the executors that replay its plan see
+the same bytes whatever is written meanwhile. The listing is what later checks compare against
+(see :mod:`.debezium`): data behind the reader's position is refused, never skipped.
 
 Pure Python; runs in the driver (planning) and on executors (reading).
 """
@@ -12,15 +18,34 @@ Pure Python; runs in the driver (planning) and on executors (reading).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import NamedTuple
+import re
+from collections.abc import Iterator, Sequence
+from typing import Literal, NamedTuple
 
-from spark_ckpt.errors import SourcePathError
+from spark_ckpt.errors import LogRewrittenError, SourcePathError
 
-__all__ = ["LogLine", "LogPosition", "list_log_files", "read_lines"]
+__all__ = [
+    "FILE_ORDERS",
+    "START",
+    "FileOrder",
+    "LogFile",
+    "LogLine",
+    "LogPosition",
+    "file_key",
+    "list_log_files",
+    "newest_modified",
+    "position_key",
+    "read_lines",
+]
 
 _SUFFIX = ".jsonl"
 _CHUNK = 8 << 20
+_DIGITS = re.compile(r"(\d+)")
+
+FileOrder = Literal["name", "natural"]
+"""How file names order the log: ``name`` compares them as strings (``b10`` before ``b9``),
+``natural`` compares runs of digits as numbers (``b9`` before ``b10``)."""
+FILE_ORDERS: tuple[FileOrder, ...] = ("name", "natural")
 
 
 class LogPosition(NamedTuple):
@@ -86,8 +111,32 @@ class LogLine(NamedTuple):
         return self.start.file, self.start.line + 1
 
 
-def list_log_files(directory: str) -> list[str]:
-    """Return the ``*.jsonl`` file names in ``directory`` in read order.
+def file_key(name: str, order: FileOrder) -> tuple[object, ...]:
+    """The sort key of a file name in ``order`` (``""``, before the first file, sorts first)."""
+    if order == "name":
+        return (name,)
+    parts: list[object] = [int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(name))]
+    # Strings sit at even indexes and numbers at odd ones, so two keys always compare; the
+    # name itself breaks ties between spellings of one number (b09 and b9).
+    return (tuple(parts), name)
+
+
+def position_key(position: LogPosition, order: FileOrder) -> tuple[object, ...]:
+    """The sort key of a log position in ``order``."""
+    return (file_key(position.file, order), position.byte, position.line)
+
+
+class LogFile(NamedTuple):
+    """A ``*.jsonl`` file as listed: its name inside the log directory and its size in bytes."""
+
+    name: str
+    size: int
+
+
+def list_log_files(directory: str, order: FileOrder = "name") -> list[LogFile]:
+    """Return the ``*.jsonl`` files in ``directory`` with their sizes, in read order.
+
+    Runs on the driver, once per trigger (and on restore).
 
     Raises
     ------
@@ -95,7 +144,12 @@ def list_log_files(directory: str) -> list[str]:
         When the directory is missing, not a directory or unreadable.
     """
     try:
-        names = os.listdir(directory)
+        entries = [
+            entry
+            for entry in os.scandir(directory)
+            if entry.name.endswith(_SUFFIX) and not entry.name.startswith(".")
+        ]
+        files = [LogFile(entry.name, entry.stat().st_size) for entry in entries]
     except FileNotFoundError as e:
         raise SourcePathError(
             f"the change-log directory {directory!r} does not exist: create it (it may start "
@@ -110,43 +164,90 @@ def list_log_files(directory: str) -> list[str]:
             f"the change-log directory {directory!r} is not readable by this process: "
             f"grant read permission"
         ) from e
-    return sorted(n for n in names if n.endswith(_SUFFIX) and not n.startswith("."))
+    return sorted(files, key=lambda f: file_key(f.name, order))
+
+
+def newest_modified(directory: str, names: Sequence[str]) -> str | None:
+    """The most recently modified of ``names`` (for error messages; driver, rarely)."""
+    stamps: list[tuple[int, str]] = []
+    for name in names:
+        try:
+            stamps.append((os.stat(os.path.join(directory, name)).st_mtime_ns, name))
+        except OSError:
+            continue
+    return max(stamps)[1] if stamps else None
 
 
 def read_lines(
-    directory: str, start: LogPosition, stop: LogPosition | None = None
+    directory: str,
+    files: Sequence[LogFile],
+    start: LogPosition,
+    stop: LogPosition | None = None,
+    order: FileOrder = "name",
 ) -> Iterator[LogLine]:
-    """Yield whole lines from ``start`` onwards, in log order.
+    """Yield whole lines from ``start`` onwards, in log order, within the listing ``files``.
 
-    Runs on the driver and on executors; every call lists the directory once.
+    Runs on the driver and on executors. Each file is read up to its listed size, never
+    further: bytes written after the listing belong to a later listing.
 
     Parameters
     ----------
     directory
         The log directory.
+    files
+        The listing to read (from :func:`list_log_files`, or carried by a partition).
     start
         Where to begin (a position returned earlier, or the log start).
     stop
         Yield only lines that end at or before this position (None: read to the end).
+    order
+        The log's file order.
+
+    Raises
+    ------
+    LogRewrittenError
+        A listed file is gone or shorter than listed: it was deleted or truncated.
     """
-    files = [n for n in list_log_files(directory) if n >= start.file]
-    for index, name in enumerate(files):
-        if stop is not None and name > stop.file:
+    first = file_key(start.file, order)
+    last = None if stop is None else file_key(stop.file, order)
+    todo = [f for f in files if file_key(f.name, order) >= first]
+    for index, (name, size) in enumerate(todo):
+        if last is not None and file_key(name, order) > last:
             return
-        has_later_file = index + 1 < len(files)
+        has_later_file = index + 1 < len(todo)
         byte, line = (start.byte, start.line) if name == start.file else (0, 0)
+        if byte > size:
+            raise LogRewrittenError(
+                f"change-log file {os.path.join(directory, name)!r} is {size} bytes long, but "
+                f"reading resumes at byte {byte}: it was truncated or rewritten (files may only "
+                f"be appended); restore it, or start over with a new checkpointLocation"
+            )
+        if byte == size:
+            continue
         path = os.path.join(directory, name)
         try:
             handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+        except FileNotFoundError as e:
+            raise LogRewrittenError(
+                f"change-log file {path!r} was deleted after it was listed for reading: the "
+                f"changes in it would be skipped. Files of the log may only be appended or "
+                f"added; restore the file, or start over with a new checkpointLocation"
+            ) from e
         except OSError as e:
             raise SourcePathError(f"cannot read change-log file {path!r}: {e.strerror}") from e
         try:
             handle.seek(byte)
             pending = b""
-            while True:
-                chunk = handle.read(_CHUNK)
+            remaining = size - byte
+            while remaining > 0:
+                chunk = handle.read(min(_CHUNK, remaining))
                 if not chunk:
-                    break
+                    raise LogRewrittenError(
+                        f"change-log file {path!r} has only {size - remaining} bytes, but it "
+                        f"was listed with {size}: it was truncated or rewritten (files may only "
+                        f"be appended); restore it, or start over with a new checkpointLocation"
+                    )
+                remaining -= len(chunk)
                 pending += chunk
                 parts = pending.split(b"\n")
                 pending = parts.pop()

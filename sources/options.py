@@ -12,6 +12,8 @@ from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionErro
 from spark_ckpt.files import local_path
 from spark_ckpt.registry import IDENTITY_OPTION
 
+from .log_files import FILE_ORDERS, FileOrder
+
 __all__ = ["CONNECTORS", "IDENTITY_OPTION", "OPTION_NAMES", "SourceOptions"]
 
 Connector = Literal["debezium-json", "postgres"]
@@ -28,6 +30,7 @@ OPTION_NAMES: dict[str, str] = {
         "softDeclineTimeout",
         "changesPerPartition",
         "gate",
+        "fileOrder",
         "dsn",
         "slot",
         "tables",
@@ -69,6 +72,8 @@ class SourceOptions:
         Changes per Spark input partition (split at transaction boundaries).
     gated
         False cuts batches anywhere (splitting transactions): only for measuring the gate.
+    file_order
+        ``debezium-json``: how file names order the log (``name`` or ``natural``).
     identity
         The supervised query this source serves, when it was created by a supervisor's build.
     dsn
@@ -89,6 +94,7 @@ class SourceOptions:
     soft_decline_timeout: float = UNLIMITED
     changes_per_partition: int = 50_000
     gated: bool = True
+    file_order: FileOrder = "name"
     identity: str | None = None
     dsn: str | None = None
     slot: str | None = None
@@ -137,6 +143,15 @@ class SourceOptions:
         gate = lowered.get("gate", "on").strip().lower()
         if gate not in ("on", "off"):
             raise InvalidOptionError("gate", lowered["gate"], "one of: on, off")
+        file_order = lowered.get("fileorder", "name").strip().lower()
+        if file_order not in FILE_ORDERS:
+            raise InvalidOptionError(
+                "fileOrder", lowered["fileorder"], "one of: " + ", ".join(FILE_ORDERS)
+            )
+        if connector == "postgres" and "fileorder" in lowered:
+            raise InvalidOptionError(
+                "fileOrder", lowered["fileorder"], "no value: only debezium-json reads files"
+            )
         timeout = UNLIMITED
         if "softdeclinetimeout" in lowered:
             try:
@@ -162,6 +177,7 @@ class SourceOptions:
             soft_decline_timeout=timeout,
             changes_per_partition=_positive_int(lowered, "changesPerPartition") or 50_000,
             gated=gate == "on",
+            file_order="natural" if file_order == "natural" else "name",
             identity=lowered.get(IDENTITY_OPTION),
             **postgres,
         )

@@ -46,7 +46,9 @@ def make_connector(options: SourceOptions) -> ChangeConnector:
         from .debezium import DebeziumJsonConnector
 
         assert options.path is not None
-        connector = DebeziumJsonConnector(options.path, options.changes_per_partition)
+        connector = DebeziumJsonConnector(
+            options.path, options.changes_per_partition, options.file_order
+        )
         connector.check()
         return connector
     if options.connector == "postgres":

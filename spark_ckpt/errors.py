@@ -18,6 +18,7 @@ __all__ = [
     "DuplicateTransactionError",
     "EventCountMismatchError",
     "InvalidOptionError",
+    "LogOrderError",
     "LogRewrittenError",
     "MalformedEventError",
     "PublishError",
@@ -32,6 +33,7 @@ __all__ = [
     "UnknownOperationError",
     "UnknownOptionError",
     "UnsupportedChangeError",
+    "UnsupportedOutputModeError",
 ]
 
 
@@ -123,11 +125,30 @@ class DuplicateTransactionError(ChangeLogError):
 
 
 class LogRewrittenError(SparkCkptError, RuntimeError):
-    """Replaying a logged offset range did not reproduce what was planned.
+    """The change log was modified in place behind the reader (files may only be appended or added).
 
-    The change log was modified in place (files may only be appended or added), so the same
-    ``(start, end)`` would no longer yield the same rows.
+    A file already read grew, shrank or disappeared, or replaying a logged offset range did not
+    reproduce what was planned: the same ``(start, end)`` would no longer yield the same rows.
     """
+
+
+class LogOrderError(SparkCkptError, RuntimeError):
+    """A change-log file appeared behind the reader's position: it sorts before a file already read.
+
+    Reading it now would deliver its changes out of order, and skipping it would lose them, so
+    the query stops. The message names the file, the file it sorts before and how to name files.
+
+    Parameters
+    ----------
+    file
+        The late file's name.
+    message
+        The full explanation.
+    """
+
+    def __init__(self, file: str, message: str) -> None:
+        self.file = file
+        super().__init__(message)
 
 
 class CheckpointLocationError(SparkCkptError, OSError):
@@ -136,6 +157,10 @@ class CheckpointLocationError(SparkCkptError, OSError):
 
 class TableIncompatibleError(SparkCkptError, ValueError):
     """The target Delta table cannot take this stream's data (schema or table features)."""
+
+
+class UnsupportedOutputModeError(ConfigError):
+    """A sink was started with an output mode it does not implement (``complete``, ``update``)."""
 
 
 class PublishError(SparkCkptError, RuntimeError):

@@ -6,12 +6,28 @@ from pathlib import Path
 
 import pytest
 
-from spark_ckpt.errors import SourcePathError
-from spark_ckpt.sources.log_files import START, LogPosition, list_log_files, read_lines
+from spark_ckpt.errors import LogRewrittenError, SourcePathError
+from spark_ckpt.sources.log_files import (
+    START,
+    FileOrder,
+    LogFile,
+    LogLine,
+    LogPosition,
+    file_key,
+    list_log_files,
+    read_lines,
+)
 
 
 def write(path: Path, text: str) -> None:
     path.write_bytes(text.encode())
+
+
+def lines_from(
+    directory: Path, start: LogPosition = START, stop: LogPosition | None = None
+) -> list[LogLine]:
+    """Read with a fresh listing, as the planner does on every trigger."""
+    return list(read_lines(str(directory), list_log_files(str(directory)), start, stop))
 
 
 def test_files_are_read_in_name_order_ignoring_other_files(tmp_path: Path) -> None:
@@ -20,19 +36,19 @@ def test_files_are_read_in_name_order_ignoring_other_files(tmp_path: Path) -> No
     write(tmp_path / "a.jsonl", "1\n")
     write(tmp_path / "notes.txt", "x\n")
     write(tmp_path / ".hidden.jsonl", "x\n")
-    assert list_log_files(str(tmp_path)) == ["a.jsonl", "b.jsonl"]
-    assert [line.data for line in read_lines(str(tmp_path), START)] == [b"1", b"2"]
+    assert list_log_files(str(tmp_path)) == [LogFile("a.jsonl", 2), LogFile("b.jsonl", 2)]
+    assert [line.data for line in lines_from(tmp_path)] == [b"1", b"2"]
 
 
 def test_unterminated_tail_of_newest_file_waits_for_its_newline(tmp_path: Path) -> None:
     """A half-written last line is not consumed until it is complete."""
     log = tmp_path / "a.jsonl"
     write(log, '{"x":1}\n{"x":')
-    lines = list(read_lines(str(tmp_path), START))
+    lines = lines_from(tmp_path)
     assert [line.data for line in lines] == [b'{"x":1}']
     with log.open("ab") as handle:
         handle.write(b"2}\n")
-    rest = list(read_lines(str(tmp_path), lines[-1].end))
+    rest = lines_from(tmp_path, lines[-1].end)
     assert [line.data for line in rest] == [b'{"x":2}']
     assert rest[0].where == ("a.jsonl", 2)
 
@@ -41,7 +57,7 @@ def test_unterminated_tail_of_older_file_is_a_line(tmp_path: Path) -> None:
     """Once a later file exists, an older file's tail without newline is consumed."""
     write(tmp_path / "a.jsonl", '{"x":1}\n{"x":2}')
     write(tmp_path / "b.jsonl", '{"x":3}\n')
-    assert [line.data for line in read_lines(str(tmp_path), START)] == [
+    assert [line.data for line in lines_from(tmp_path)] == [
         b'{"x":1}',
         b'{"x":2}',
         b'{"x":3}',
@@ -52,14 +68,14 @@ def test_positions_resume_exactly_and_stop_is_inclusive(tmp_path: Path) -> None:
     """Resuming at a line's end yields the following lines; stop includes lines ending at it."""
     write(tmp_path / "a.jsonl", "1\n2\n")
     write(tmp_path / "b.jsonl", "3\n4\n")
-    lines = list(read_lines(str(tmp_path), START))
+    lines = lines_from(tmp_path)
     assert [line.end for line in lines] == [
         LogPosition("a.jsonl", 2, 1),
         LogPosition("a.jsonl", 4, 2),
         LogPosition("b.jsonl", 2, 1),
         LogPosition("b.jsonl", 4, 2),
     ]
-    middle = list(read_lines(str(tmp_path), lines[0].end, stop=lines[2].end))
+    middle = lines_from(tmp_path, lines[0].end, lines[2].end)
     assert [line.data for line in middle] == [b"2", b"3"]
 
 
@@ -77,3 +93,55 @@ def test_file_instead_of_directory_is_a_source_path_error(tmp_path: Path) -> Non
     write(tmp_path / "a.jsonl", "1\n")
     with pytest.raises(SourcePathError, match="must name a directory"):
         list_log_files(str(tmp_path / "a.jsonl"))
+
+
+def test_a_file_is_read_up_to_its_listed_size_only(tmp_path: Path) -> None:
+    """Bytes written after the listing wait for the next listing, whatever their timing."""
+    write(tmp_path / "a.jsonl", "1\n")
+    listing = list_log_files(str(tmp_path))
+    with (tmp_path / "a.jsonl").open("ab") as handle:
+        handle.write(b"2\n")
+    lines = list(read_lines(str(tmp_path), listing, START))
+    assert [line.data for line in lines] == [b"1"]
+
+
+def test_a_listed_file_that_shrank_is_a_rewrite(tmp_path: Path) -> None:
+    """A file shorter than listed (truncated after planning) is refused, not read short."""
+    write(tmp_path / "a.jsonl", "1\n2\n")
+    listing = list_log_files(str(tmp_path))
+    write(tmp_path / "a.jsonl", "1\n")
+    with pytest.raises(LogRewrittenError, match="truncated or rewritten"):
+        list(read_lines(str(tmp_path), listing, START))
+
+
+def test_a_listed_file_that_disappeared_is_a_rewrite(tmp_path: Path) -> None:
+    """A file deleted between listing and reading is refused, not skipped."""
+    write(tmp_path / "a.jsonl", "1\n")
+    write(tmp_path / "b.jsonl", "2\n")
+    listing = list_log_files(str(tmp_path))
+    (tmp_path / "a.jsonl").unlink()
+    with pytest.raises(LogRewrittenError, match="deleted"):
+        list(read_lines(str(tmp_path), listing, START))
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        ("name", ["b10.jsonl", "b9.jsonl", "c.jsonl"]),
+        ("natural", ["b9.jsonl", "b10.jsonl", "c.jsonl"]),
+    ],
+)
+def test_file_order(tmp_path: Path, order: FileOrder, expected: list[str]) -> None:
+    """Name order compares strings; natural order compares runs of digits as numbers."""
+    for name in ("c.jsonl", "b10.jsonl", "b9.jsonl"):
+        write(tmp_path / name, "1\n")
+    assert [f.name for f in list_log_files(str(tmp_path), order)] == expected
+
+
+def test_natural_order_keys_always_compare() -> None:
+    """Keys of names with and without digits compare; padded and unpadded spellings differ."""
+    names = ["", "a.jsonl", "a1.jsonl", "a01.jsonl", "a2.jsonl", "a10b.jsonl", "10.jsonl"]
+    ordered = sorted(names, key=lambda n: file_key(n, "natural"))
+    assert ordered[0] == ""
+    assert ordered.index("a2.jsonl") < ordered.index("a10b.jsonl")
+    assert ordered.index("a01.jsonl") < ordered.index("a1.jsonl")

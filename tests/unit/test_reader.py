@@ -169,7 +169,7 @@ def test_offsets_are_stable_json(tmp_path: Path) -> None:
     write(log, "0001.jsonl", [a[0], b[0], *a[1:], b[1]])  # b begins before a ends; b's END missing
     reader = make_reader(options(log))
     end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
-    assert list(end) == ["v", "checkpoint", "emitted", "partial", "scan", "open"]
+    assert list(end) == ["v", "checkpoint", "emitted", "partial", "scan", "consumed", "open"]
     assert json.loads(json.dumps(end)) == end
     begin_b = len(json.dumps(a[0])) + 1
     assert end["open"] == [["b", "0001.jsonl", begin_b, 1]]
