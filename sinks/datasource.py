@@ -7,6 +7,7 @@ from typing import ClassVar
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from spark_ckpt.errors import UnsupportedOutputModeError
 from spark_ckpt.registry import ControlState
 
 from .options import SinkOptions
@@ -27,6 +28,25 @@ class Delta2pcDataSource(DataSource):
         return "delta-2pc"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """Parse the options, check the table and build the writer (driver)."""
+        """Parse the options, check the table and build the writer (driver, once per query run).
+
+        Only ``outputMode("append")`` is implemented. Spark asks for ``overwrite`` in complete
+        mode, where every batch would have to replace the table: refused here, before anything
+        is staged. Update mode never gets this far: Spark itself refuses it for every Python sink
+        ("does not support Update mode"), since they cannot upsert by key.
+
+        Raises
+        ------
+        UnsupportedOutputModeError
+            In complete mode.
+        """
+        if overwrite:
+            raise UnsupportedOutputModeError(
+                "delta-2pc implements outputMode('append') only, but the query runs in "
+                "outputMode('complete'), where every batch would replace the whole table; "
+                "appending each batch's full result instead would silently pile up copies. "
+                "Use outputMode('append') (with a watermark for aggregations), or write the "
+                "complete result with foreachBatch and delta's overwrite mode"
+            )
         options = SinkOptions.parse(dict(self.options))
         return Delta2pcStreamWriter(options, schema, self.control_state)
