@@ -103,6 +103,7 @@ def check_writable(
                 f"it (for deletion vectors: ALTER TABLE ... SET TBLPROPERTIES "
                 f"('delta.enableDeletionVectors' = false) and REORG TABLE ... APPLY (PURGE))"
             )
+    _refuse_unenforced_rules(uri, table, configuration)
     existing_partitions = table_partition_columns(table)
     if partition_by and list(partition_by) != existing_partitions:
         raise TableIncompatibleError(
@@ -132,6 +133,37 @@ def check_writable(
             f"the stream's schema does not fit the Delta table at {uri}: " + "; ".join(problems)
         )
     return tuple(existing_partitions)
+
+
+# Column metadata that makes delta-spark compute or check a column on every write. delta-rs's
+# write transaction commits staged files as they are, so these rules would go unenforced.
+_COLUMN_RULES = {
+    "delta.generationExpression": "a generated column",
+    "delta.identity.start": "an identity column",
+    "delta.invariants": "a column invariant",
+}
+
+
+def _refuse_unenforced_rules(uri: str, table: DeltaTable, configuration: dict[str, str]) -> None:
+    """Refuse tables whose CHECK constraints or computed columns delta-2pc would bypass."""
+    checks = sorted(
+        k[len("delta.constraints.") :] for k in configuration if k.startswith("delta.constraints.")
+    )
+    if checks:
+        raise TableIncompatibleError(
+            f"the Delta table at {uri} has CHECK constraint(s) {', '.join(checks)}, which "
+            f"delta-2pc cannot enforce (it commits staged files without evaluating them), so "
+            f"rows breaking them could be published. Write to a table without CHECK "
+            f"constraints (ALTER TABLE ... DROP CONSTRAINT ...), or filter the stream instead"
+        )
+    for field in json.loads(table.schema().to_json())["fields"]:
+        for key, words in _COLUMN_RULES.items():
+            if key in (field.get("metadata") or {}):
+                raise TableIncompatibleError(
+                    f"the Delta table at {uri} has {words} ({field['name']!r}), which delta-2pc "
+                    f"cannot compute or check (it commits staged files as they are). Write to a "
+                    f"table without it, or compute the column in the stream"
+                )
 
 
 def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> None:
