@@ -173,7 +173,14 @@ def parse_line(line: LogLine) -> ChangeEvent | TransactionMarker:
             raise _malformed(
                 line, f"transaction.total_order must be an integer >= 1, got {txn['total_order']!r}"
             )
+    table = _table_of(source)
+    if not table:
+        # Every row change names its table; without one it could not be routed (partitionBy
+        # table, mirror tables) and would land nowhere a reader looks.
+        raise _malformed(
+            line, "the change event names no table (field 'source.table' is missing or empty)"
+        )
     ts = _int_or_none(source.get("ts_ms")) if isinstance(source, dict) else None
     if ts is None:
         ts = _int_or_none(obj.get("ts_ms"))
-    return ChangeEvent(txn_id, total_order, _table_of(source), op, ts, obj)
+    return ChangeEvent(txn_id, total_order, table, op, ts, obj)
