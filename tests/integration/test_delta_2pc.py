@@ -206,21 +206,39 @@ def own_staged_files(table: Path) -> list[str]:
             "CREATE TABLE delta.`{table}` (source STRING, txn_id BIGINT) USING delta",
             "does not fit",
         ),
+        (
+            "CREATE TABLE delta.`{table}` (source STRING NOT NULL, txn_id STRING) USING delta",
+            "is NOT NULL in the table but nullable in the stream",
+        ),
+        (
+            "CREATE TABLE delta.`{table}` (source STRING, txn_id STRING) USING delta;"
+            "ALTER TABLE delta.`{table}` ADD CONSTRAINT known CHECK (source <> 'x')",
+            "CHECK constraint(s) known",
+        ),
+        (
+            "CREATE TABLE delta.`{table}` (source STRING, txn_id STRING, "
+            "n INT GENERATED ALWAYS AS (length(source))) USING delta",
+            "a generated column ('n')",
+        ),
     ],
+    ids=["deletion-vectors", "column-mapping", "type", "not-null", "check", "generated"],
 )
 def test_unwritable_table_is_refused_before_anything_is_staged(
     spark: SparkSession, tmp_path: Path, prepare: str, message: str
 ) -> None:
-    """Deletion vectors, column mapping or a schema mismatch stop the query before staging."""
+    """Table features, rules delta-rs would bypass, or a schema mismatch stop the query early."""
     log, _ = generated(tmp_path, 6, 10)
     table = tmp_path / "table"
-    spark.sql(prepare.format(table=table))
+    for statement in prepare.split(";"):
+        spark.sql(statement.format(table=table))
+    version = DeltaTable(str(table)).version()
     query = write_2pc(changes(spark, log, 1000), table, tmp_path / "ckpt")
     with pytest.raises(StreamingQueryException) as info:
         query.awaitTermination(120)
     assert "TableIncompatibleError" in str(info.value)
     assert message in str(info.value)
     assert own_staged_files(table) == []
+    assert DeltaTable(str(table)).version() == version, "nothing is published"
 
 
 def test_missing_checkpoint_location_is_a_clear_error(spark: SparkSession, tmp_path: Path) -> None:

@@ -289,6 +289,34 @@ def test_truncate_fails_the_query_and_publishes_nothing_of_it(
     assert "TRUNCATE" in message
 
 
+def test_changes_of_tables_not_captured_are_left_out_of_whole_transactions(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    """A transaction touching a captured and an uncaptured table delivers the captured part whole.
+
+    Its txn_size and event_index count the captured changes only, so the unit stays complete.
+    """
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_partial")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE other (id int PRIMARY KEY)")
+        with conn.transaction():
+            conn.execute("INSERT INTO k VALUES (2)")
+            conn.execute("INSERT INTO other VALUES (1)")
+            conn.execute("INSERT INTO k VALUES (3)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_partial", "public.k"))
+    rows = (
+        spark.read.format("delta")
+        .load(str(tmp_path / "table"))
+        .where("op = 'c'")
+        .orderBy("event_index")
+        .collect()
+    )
+    assert [r.key for r in rows] == ['{"id":2}', '{"id":3}']
+    assert {r.table for r in rows} == {"public.k"}
+    assert len({r.txn_id for r in rows}) == 1
+    assert [(r.txn_size, r.event_index) for r in rows] == [(2, 0), (2, 1)]
+
+
 def test_added_column_is_carried_through(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
 ) -> None:
