@@ -58,7 +58,7 @@ class Outcome:
 def make_log(directory: Path, seed: int, transactions: int = 40) -> list[list[str]]:
     """Write a change log; return each transaction's change notes, in END order."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from spark_ckpt.sources.debezium_log import random_log, write_log
+    from spark_ckpt.testing.debezium_log import random_log, write_log
 
     rng = random.Random(seed)
     records, expected = random_log(rng, transactions, max_size=10, interleave=4)
@@ -68,7 +68,7 @@ def make_log(directory: Path, seed: int, transactions: int = 40) -> list[list[st
 
 def _hook(checkpoint: str) -> Any:
     """A checkpoint hook storing ``"at <N>"`` and appending what it is handed back to a file."""
-    from spark_ckpt.hooks import CheckpointHook
+    from spark_ckpt.state.hooks import CheckpointHook
 
     class Recorder(CheckpointHook):
         identifier = "crash-recorder"

@@ -188,7 +188,7 @@ def verify(spark: Any, table_path: str, dsn: str, committed: list[int]) -> Verdi
     from deltalake import DeltaTable
     from pyspark.sql.functions import input_file_name
 
-    from spark_ckpt.sources.pg_tables import describe_tables
+    from spark_ckpt.sources.postgres.tables import describe_tables
 
     # Which Delta version added each file (the sink only ever adds files).
     table = DeltaTable(table_path)

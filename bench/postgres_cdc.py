@@ -98,7 +98,7 @@ def raw_rate(dsn: str, slot: str) -> tuple[float, int, float, float, list[tuple[
     """(changes/s, changes, seconds, busy CPU seconds, the rows) of one full peek of ``slot``."""
     import psycopg
 
-    from spark_ckpt.sources.wal2json import PLUGIN_OPTIONS
+    from spark_ckpt.sources.postgres.wal2json import PLUGIN_OPTIONS
 
     options = [*PLUGIN_OPTIONS, "add-tables", ",".join(TABLES)]
     placeholders = ", ".join(["%s"] * len(options))
@@ -124,8 +124,8 @@ def work_per_change(rows: list[tuple[str, int, str]]) -> tuple[float, float]:
     """
     import pyarrow as pa
 
-    from spark_ckpt.sources.wal2json import decode_transactions
-    from spark_ckpt.sources.wal2json_arrow import decode_changes
+    from spark_ckpt.sources.postgres.wal2json import decode_transactions
+    from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes
 
     def cpu(work: Any) -> float:
         runs = []

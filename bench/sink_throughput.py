@@ -25,7 +25,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 import spark_ckpt
-from spark_ckpt.sources.debezium_log import random_log, write_log
+from spark_ckpt.testing.debezium_log import random_log, write_log
 
 
 def run_once(

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from spark_ckpt import local_session
-from spark_ckpt.sources.debezium_log import random_log, write_log
+from spark_ckpt.testing.debezium_log import random_log, write_log
 
 
 def run_once(spark, log: Path, checkpoint: Path, gate: str, cap: int) -> tuple[float, int]:

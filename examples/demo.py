@@ -22,7 +22,7 @@ from typing import Any
 
 import spark_ckpt
 from spark_ckpt import local_session
-from spark_ckpt.sources.debezium_log import random_log, write_log
+from spark_ckpt.testing.debezium_log import random_log, write_log
 
 
 def describe_batch(rows: list[Any]) -> tuple[str, set[str]]:

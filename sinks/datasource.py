@@ -8,7 +8,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
 from spark_ckpt.errors import UnsupportedOutputModeError
-from spark_ckpt.registry import ControlState
+from spark_ckpt.state.registry import ControlState
 
 from .options import SinkOptions
 from .writer import Delta2pcStreamWriter

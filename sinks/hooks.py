@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.registry import Registration
-from spark_ckpt.restore import RestorePoint
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.registry import Registration
+from spark_ckpt.state.restore import RestorePoint
 
 from .manifest import ManifestStore
 from .publisher import discard_after, publish_completed

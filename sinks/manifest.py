@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.files import numbered_files, write_atomically, write_if_changed
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.files import numbered_files, write_atomically, write_if_changed
 
 from .staging import StagedFile
 

@@ -6,9 +6,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spark_ckpt.durations import parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
-from spark_ckpt.files import local_path
+from spark_ckpt.model.durations import parse_duration
+from spark_ckpt.state.files import local_path
 
 __all__ = ["SinkOptions"]
 

@@ -21,8 +21,8 @@ from urllib.parse import unquote
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import PublishError, RestoreError
-from spark_ckpt.faults import crash_point
-from spark_ckpt.history import HistoryLog
+from spark_ckpt.state.history import HistoryLog
+from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
 from .staging import StagedFile, parse_staged_name

@@ -19,10 +19,10 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.faults import crash_point
-from spark_ckpt.hooks import HookChannel
-from spark_ckpt.registry import ControlState, Registration
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.hooks import HookChannel
+from spark_ckpt.state.registry import ControlState, Registration
+from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
 from .options import SinkOptions

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_ckpt.availability import SnapshotAvailability
+from spark_ckpt.model.availability import SnapshotAvailability
 
 from .gate import Cut
 

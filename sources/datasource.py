@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from spark_ckpt.registry import ControlState
+from spark_ckpt.state.registry import ControlState
 
 from .options import SourceOptions
 from .reader import TxnCdcStreamReader, make_connector

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from spark_ckpt.availability import SnapshotAvailability
+from spark_ckpt.model.availability import SnapshotAvailability
 
 __all__ = ["Cut", "GateDecision", "choose_cut"]
 

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
-from spark_ckpt.files import local_path
-from spark_ckpt.registry import IDENTITY_OPTION
+from spark_ckpt.model.durations import UNLIMITED, parse_duration
+from spark_ckpt.state.files import local_path
+from spark_ckpt.state.registry import IDENTITY_OPTION
 
-from .log_files import FILE_ORDERS, FileOrder
+from .debezium.log_files import FILE_ORDERS, FileOrder
 
 __all__ = ["CONNECTORS", "IDENTITY_OPTION", "OPTION_NAMES", "SourceOptions"]
 

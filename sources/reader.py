@@ -23,13 +23,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_ckpt.availability import (
+from spark_ckpt.errors import ConfigError
+from spark_ckpt.model.availability import (
     CheckpointAvailabilityProvider,
     SnapshotAvailability,
 )
-from spark_ckpt.declines import DeclineTracker
-from spark_ckpt.errors import ConfigError
-from spark_ckpt.registry import ControlState
+from spark_ckpt.model.declines import DeclineTracker
+from spark_ckpt.state.registry import ControlState
 
 from .connector import ChangeConnector
 from .gate import Cut, GateDecision, choose_cut
@@ -43,7 +43,7 @@ _log = logging.getLogger(__name__)
 def make_connector(options: SourceOptions) -> ChangeConnector:
     """Build the connector the options name (driver; executors get a pickled copy)."""
     if options.connector == "debezium-json":
-        from .debezium import DebeziumJsonConnector
+        from .debezium.connector import DebeziumJsonConnector
 
         assert options.path is not None
         connector = DebeziumJsonConnector(
@@ -52,7 +52,7 @@ def make_connector(options: SourceOptions) -> ChangeConnector:
         connector.check()
         return connector
     if options.connector == "postgres":
-        from .postgres import PostgresConnector
+        from .postgres.connector import PostgresConnector
 
         assert options.dsn is not None
         assert options.slot is not None

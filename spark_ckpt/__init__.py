@@ -5,17 +5,17 @@ The public API is re-exported here; every other module is an implementation deta
 
 from __future__ import annotations
 
-from spark_ckpt.availability import (
+from spark_ckpt.model.availability import (
     AVAILABLE,
     AvailabilityStatus,
     CheckpointAvailabilityProvider,
     SnapshotAvailability,
 )
-from spark_ckpt.control import Control, install
-from spark_ckpt.history import CheckpointRecord
-from spark_ckpt.hooks import CheckpointHook
-from spark_ckpt.restore import RestorePoint
-from spark_ckpt.session import local_session
+from spark_ckpt.spark.control import Control, install
+from spark_ckpt.spark.session import local_session
+from spark_ckpt.state.history import CheckpointRecord
+from spark_ckpt.state.hooks import CheckpointHook
+from spark_ckpt.state.restore import RestorePoint
 
 __all__ = [
     "AVAILABLE",

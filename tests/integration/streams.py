@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.functions import col, udf
 
-from spark_ckpt.sources.debezium_log import GeneratedTxn, random_log, write_log
+from spark_ckpt.testing.debezium_log import GeneratedTxn, random_log, write_log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

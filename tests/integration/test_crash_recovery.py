@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import crash_harness
 from crash_harness import CRASH_BATCH
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.history import HistoryLog
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

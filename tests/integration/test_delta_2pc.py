@@ -16,9 +16,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 
 import spark_ckpt
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.sinks.staging import parse_staged_name
-from spark_ckpt.sources.debezium_log import GeneratedTxn, random_log, write_log
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.testing.debezium_log import GeneratedTxn, random_log, write_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

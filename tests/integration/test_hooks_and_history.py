@@ -11,8 +11,8 @@ from deltalake import DeltaTable
 from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
-from spark_ckpt.failures import FailureReason
-from spark_ckpt.hooks import CheckpointHook
+from spark_ckpt.model.failures import FailureReason
+from spark_ckpt.state.hooks import CheckpointHook
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

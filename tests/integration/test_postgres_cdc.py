@@ -349,7 +349,7 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
     """snapshot=initial on empty tables: no snapshot batch; later changes stream as usual."""
     import json
 
-    from spark_ckpt.sources.pg_snapshot import SnapshotSpill
+    from spark_ckpt.sources.postgres.snapshot import SnapshotSpill
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
@@ -408,9 +408,9 @@ def test_the_servers_rows_take_the_column_wise_path(pg_dsn: str) -> None:
     """
     import pyarrow as pa
 
-    from spark_ckpt.sources.pg_slot import Slot
-    from spark_ckpt.sources.wal2json import decode_transactions
-    from spark_ckpt.sources.wal2json_arrow import decode_changes, render_change
+    from spark_ckpt.sources.postgres.slot import Slot
+    from spark_ckpt.sources.postgres.wal2json import decode_transactions
+    from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes, render_change
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(

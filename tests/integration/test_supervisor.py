@@ -17,7 +17,7 @@ from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
 from spark_ckpt.errors import SupervisedQueryError
-from spark_ckpt.failures import FailureReason
+from spark_ckpt.model.failures import FailureReason
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,8 +13,8 @@ import pytest
 from conftest import wait_until
 from pyspark.errors import StreamingQueryException
 
-from spark_ckpt.sources.debezium_log import GeneratedTxn, random_log, write_log
 from spark_ckpt.sources.schema import SPARK_DDL
+from spark_ckpt.testing.debezium_log import GeneratedTxn, random_log, write_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_ckpt.config import DEFAULTS, CkptConfig
 from spark_ckpt.errors import ConfigError
-from spark_ckpt.restart import ExponentialDelay, FailureRate, FixedDelay, NoRestart
+from spark_ckpt.model.config import DEFAULTS, CkptConfig
+from spark_ckpt.model.restart import ExponentialDelay, FailureRate, FixedDelay, NoRestart
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "spark-defaults.conf"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_ckpt import SnapshotAvailability as SA
-from spark_ckpt.declines import DeclineTracker
+from spark_ckpt.model.declines import DeclineTracker
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from spark_ckpt.durations import format_duration, parse_duration
 from spark_ckpt.errors import ConfigError
+from spark_ckpt.model.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

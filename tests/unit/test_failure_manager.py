@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from spark_ckpt.failures import (
+from spark_ckpt.model.failures import (
     CheckpointFailure,
     CheckpointFailureManager,
     FailureHandling,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import spark_ckpt.history as history
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.history import HistoryLog, fold, progress_event
+import spark_ckpt.state.history as history
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog, fold, progress_event
 
 
 def progress(batch: int, start: int, end: int, rows: int) -> dict[str, object]:

@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.errors import CheckpointHookError
-from spark_ckpt.hooks import CheckpointHook, HookChannel, HookStore, restore_hooks, trigger_hooks
-from spark_ckpt.registry import ControlState
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.hooks import (
+    CheckpointHook,
+    HookChannel,
+    HookStore,
+    restore_hooks,
+    trigger_hooks,
+)
+from spark_ckpt.state.registry import ControlState
 
 
 class Recorder(CheckpointHook):

@@ -13,8 +13,8 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from spark_ckpt.listener import CheckpointListener
-from spark_ckpt.registry import ControlState, Registration
+from spark_ckpt.spark.listener import CheckpointListener
+from spark_ckpt.state.registry import ControlState, Registration
 
 QUERY = str(uuid.UUID(int=7))
 RUN = str(uuid.UUID(int=8))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark_ckpt.errors import LogRewrittenError, SourcePathError
-from spark_ckpt.sources.log_files import (
+from spark_ckpt.sources.debezium.log_files import (
     START,
     FileOrder,
     LogFile,

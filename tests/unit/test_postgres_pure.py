@@ -15,11 +15,11 @@ from spark_ckpt.errors import (
     UnsupportedChangeError,
 )
 from spark_ckpt.sources.options import SourceOptions
-from spark_ckpt.sources.pg_connect import redact_dsn, scrub
-from spark_ckpt.sources.pg_lsn import format_lsn, parse_lsn
-from spark_ckpt.sources.pg_tables import parse_text_value
-from spark_ckpt.sources.postgres import PgOffset
-from spark_ckpt.sources.wal2json import (
+from spark_ckpt.sources.postgres.connect import redact_dsn, scrub
+from spark_ckpt.sources.postgres.connector import PgOffset
+from spark_ckpt.sources.postgres.lsn import format_lsn, parse_lsn
+from spark_ckpt.sources.postgres.tables import parse_text_value
+from spark_ckpt.sources.postgres.wal2json import (
     NumberText,
     decode_change,
     decode_transactions,
@@ -248,7 +248,7 @@ def test_stream_partitions_decode_in_bounded_chunks_across_transactions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Chunks cut through transactions (memory stays bounded); every row keeps its txn fields."""
-    from spark_ckpt.sources import postgres
+    from spark_ckpt.sources.postgres import connector as postgres
 
     def insert(i: int) -> str:
         return (

@@ -15,14 +15,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, Schema
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.errors import PublishError, RestoreError
-from spark_ckpt.history import HistoryLog
-from spark_ckpt.restore import restore_point
 from spark_ckpt.sinks.hooks import restore_to_checkpoint
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore
 from spark_ckpt.sinks.publisher import clean_orphans, precommit, publish_completed
 from spark_ckpt.sinks.staging import StagingWriter
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog
+from spark_ckpt.state.restore import restore_point
 
 QUERY = "6a1f8f9e-0000-4000-8000-000000000001"
 SCHEMA = pa.schema([("id", pa.int64()), ("txn", pa.string())])

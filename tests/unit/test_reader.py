@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_ckpt import SnapshotAvailability
-from spark_ckpt.declines import DeclineTracker
 from spark_ckpt.errors import RestoreError
+from spark_ckpt.model.declines import DeclineTracker
 from spark_ckpt.sources.gate import Cut
 
 from driver_loop import make_reader, run

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from spark_ckpt.restart import ExponentialDelay, FailureRate, FixedDelay, NoRestart
+from spark_ckpt.model.restart import ExponentialDelay, FailureRate, FixedDelay, NoRestart
 
 
 class Clock:

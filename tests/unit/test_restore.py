@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.restore import RestorePoint, notify_restore, restore_point
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.restore import RestorePoint, notify_restore, restore_point
 
 
 def spark_checkpoint(root: Path, logged: int, committed: int) -> SparkCheckpoint:

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_ckpt.sources.debezium_log import GeneratedTxn, random_log, write_log
+from spark_ckpt.testing.debezium_log import GeneratedTxn, random_log, write_log
 
 from driver_loop import make_reader, read_batch, run
 

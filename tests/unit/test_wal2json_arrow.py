@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_ckpt.sources.wal2json_arrow import decode_changes, render_change
+from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes, render_change
 
 Item = tuple[str, str, str]  # (name, type, the value as wal2json prints it)
 

@@ -19,7 +19,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_ckpt.files import write_atomically, write_if_changed
+from spark_ckpt.state.files import write_atomically, write_if_changed
 
 __all__ = ["IDENTITY_OPTION", "ControlState", "Registration"]
 
@@ -143,7 +143,7 @@ class ControlState:
         write_atomically(path, json.dumps(point, sort_keys=True).encode())
 
     def restore_point(self, identity: str) -> dict[str, Any] | None:
-        """Where the current attempt of ``identity`` resumed from (:mod:`spark_ckpt.restore`)."""
+        """Where the current attempt of ``identity`` resumed from (see :mod:`.restore`)."""
         path = os.path.join(self.directory, "restore", f"{identity}.json")
         try:
             with open(path, encoding="utf-8") as handle:

@@ -2,9 +2,9 @@
 
 Listener callbacks run on Spark's listener bus (a Py4J callback thread in classic mode) and must
 stay short, so every callback only hands work to one background thread. That thread runs the
-*completion hooks* of the components a query registered (see :mod:`spark_ckpt.registry`): after
-the progress event of batch N (checkpoint N is complete) and after the query terminated (publish
-everything complete: no tail left behind). Hooks are found through the entry-point group
+*completion hooks* of the components a query registered (see :mod:`spark_ckpt.state.registry`):
+after the progress event of batch N (checkpoint N is complete) and after the query terminated
+(publish everything complete: no tail left behind). Hooks are found through the entry-point group
 ``spark_ckpt.completion_hooks``, so this module imports no source or sink.
 """
 
@@ -26,7 +26,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from spark_ckpt.registry import ControlState, Registration
+from spark_ckpt.state.registry import ControlState, Registration
 
 __all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "load_hooks"]
 

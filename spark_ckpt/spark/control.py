@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from spark_ckpt.config import CkptConfig
-from spark_ckpt.listener import CheckpointListener, load_hooks
-from spark_ckpt.registry import ControlState
-from spark_ckpt.restore import RestoreHandler, load_restore_handlers
-from spark_ckpt.supervisor import SupervisedQuery
+from spark_ckpt.model.config import CkptConfig
+from spark_ckpt.spark.listener import CheckpointListener, load_hooks
+from spark_ckpt.spark.supervisor import SupervisedQuery
+from spark_ckpt.state.registry import ControlState
+from spark_ckpt.state.restore import RestoreHandler, load_restore_handlers
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    from spark_ckpt.hooks import CheckpointHook
+    from spark_ckpt.state.hooks import CheckpointHook
 
 __all__ = ["DATA_SOURCE_GROUP", "Control", "install"]
 
@@ -81,7 +81,7 @@ class Control:
         The query is restarted from its checkpoint on failure as ``spark.ckpt.restartStrategy``
         allows (settings read from ``spark.conf`` now). ``build`` is called for every attempt and
         must return a fresh ``DataStreamWriter``; the supervisor sets the checkpoint location and
-        the query name. ``hooks`` take part in every checkpoint (see :mod:`spark_ckpt.hooks`;
+        the query name. ``hooks`` take part in every checkpoint (see :mod:`spark_ckpt.state.hooks`;
         they need the ``delta-2pc`` sink).
         """
         return SupervisedQuery(

@@ -25,7 +25,7 @@ from typing import Any
 
 from spark_ckpt.errors import UnsupportedChangeError
 
-from .pg_lsn import parse_lsn
+from .lsn import parse_lsn
 
 __all__ = [
     "PLUGIN_OPTIONS",

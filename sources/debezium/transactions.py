@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from spark_ckpt.errors import DuplicateTransactionError, EventCountMismatchError
 
-from .debezium_events import ChangeEvent, TransactionMarker, parse_line
+from .events import ChangeEvent, TransactionMarker, parse_line
 from .log_files import LogLine, LogPosition
 
 __all__ = ["Transaction", "TransactionAssembler"]

@@ -40,12 +40,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_ckpt.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError
+from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
-from .connector import ChangeConnector, Plan
-from .debezium_events import ChangeEvent
-from .gate import Cut
+from ..connector import ChangeConnector, Plan
+from ..gate import Cut
+from ..schema import RowBuffer, json_text
+from .events import ChangeEvent
 from .log_files import (
     START,
     FileOrder,
@@ -57,7 +58,6 @@ from .log_files import (
     position_key,
     read_lines,
 )
-from .schema import RowBuffer, json_text
 from .transactions import Transaction, TransactionAssembler
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]

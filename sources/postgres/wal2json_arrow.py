@@ -2,9 +2,9 @@ r"""Vectorised decoding of wal2json row changes: Arrow compute (RE2) instead of 
 
 :func:`decode_changes` turns a column of wal2json ``format-version 2`` ``I`` / ``U`` / ``D`` rows
 into the ``table``, ``op``, ``key``, ``before`` and ``after`` columns of the output schema. It is
-the fast path of :func:`~spark_ckpt.sources.wal2json.decode_change` and renders **exactly the same
+the fast path of :func:`.wal2json.decode_change` and renders **exactly the same
 text**: a value wal2json printed is copied, not parsed and printed again, wherever the copy is what
-:func:`~spark_ckpt.sources.wal2json.normalize_value` followed by ``json.dumps`` would give:
+:func:`~spark_ckpt.sources.postgres.wal2json.normalize_value` followed by ``json.dumps`` would give:
 
 - strings, integers, booleans and nulls: wal2json escapes strings like ``json.dumps`` does
   (``\"``, ``\\``, ``\n`` ..., other control characters as ``\u00XX``), so they are copied;
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import json_text
+from ..schema import json_text
 from .wal2json import decode_change
 
 __all__ = ["ChangeColumns", "decode_changes", "render_change"]
@@ -133,14 +133,14 @@ def _keys(image: pa.Array, pk: pa.Array) -> tuple[pa.Array, np.ndarray]:
 def decode_changes(texts: pa.Array) -> ChangeColumns:
     """Decode wal2json ``I`` / ``U`` / ``D`` rows (a string array) into output columns (executor).
 
-    Equivalent to calling :func:`~spark_ckpt.sources.wal2json.decode_change` on every row and
+    Equivalent to calling :func:`.wal2json.decode_change` on every row and
     rendering ``key`` / ``before`` / ``after`` with
     :func:`~spark_ckpt.sources.schema.json_text`, text for text.
 
     Raises
     ------
     spark_ckpt.errors.UnsupportedChangeError, ValueError
-        As :func:`~spark_ckpt.sources.wal2json.decode_change`, for a row the fast path declines
+        As :func:`.wal2json.decode_change`, for a row the fast path declines
         and the Python path cannot read.
     """
     rendered = pc.replace_substring_regex(texts, *_FLOAT_INTEGRAL)

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from spark_ckpt.availability import SnapshotAvailability
-from spark_ckpt.durations import UNLIMITED, format_duration
+from spark_ckpt.model.availability import SnapshotAvailability
+from spark_ckpt.model.durations import UNLIMITED, format_duration
 
 __all__ = ["Decline", "DeclineTracker"]
 

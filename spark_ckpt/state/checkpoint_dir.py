@@ -12,7 +12,7 @@ import json
 import os
 
 from spark_ckpt.errors import CheckpointLocationError
-from spark_ckpt.files import local_path, numbered_files
+from spark_ckpt.state.files import local_path, numbered_files
 
 __all__ = ["SparkCheckpoint"]
 

@@ -33,17 +33,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
-from spark_ckpt.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.errors import LogRewrittenError, ReplicationSlotError, RestoreError
+from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
-from .connector import ChangeConnector, Plan
-from .gate import Cut
-from .pg_connect import redact_dsn
-from .pg_lsn import format_lsn, parse_lsn
-from .pg_slot import Slot
-from .pg_snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
-from .pg_tables import TableInfo, describe_tables
-from .schema import ARROW_SCHEMA
+from ..connector import ChangeConnector, Plan
+from ..gate import Cut
+from ..schema import ARROW_SCHEMA
+from .connect import redact_dsn
+from .lsn import format_lsn, parse_lsn
+from .slot import Slot
+from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
+from .tables import TableInfo, describe_tables
 from .wal2json import PgTransaction, decode_transactions
 from .wal2json_arrow import decode_changes
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from spark_ckpt.durations import UNLIMITED, parse_duration
 from spark_ckpt.errors import ConfigError
-from spark_ckpt.restart import (
+from spark_ckpt.model.durations import UNLIMITED, parse_duration
+from spark_ckpt.model.restart import (
     ExponentialDelay,
     FailureRate,
     FixedDelay,

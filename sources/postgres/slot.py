@@ -17,8 +17,8 @@ import psycopg
 
 from spark_ckpt.errors import ReplicationSlotError
 
-from .pg_connect import connect, scrub
-from .pg_lsn import format_lsn, parse_lsn
+from .connect import connect, scrub
+from .lsn import format_lsn, parse_lsn
 from .wal2json import PLUGIN_OPTIONS
 
 __all__ = ["PLUGIN", "ExportedSnapshot", "Slot", "SlotInfo"]

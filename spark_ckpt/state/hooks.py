@@ -26,10 +26,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.errors import CheckpointHookError
-from spark_ckpt.files import numbered_files, write_atomically
-from spark_ckpt.registry import ControlState
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.files import numbered_files, write_atomically
+from spark_ckpt.state.registry import ControlState
 
 __all__ = ["CheckpointHook", "HookChannel", "HookStore", "restore_hooks", "trigger_hooks"]
 

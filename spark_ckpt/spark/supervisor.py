@@ -7,8 +7,8 @@ it again from its checkpoint; when no restart is left, the supervised query fail
 naming the chain of reasons. Restarts never happen inside a listener callback.
 
 Before every attempt (the first one too) the supervisor works out the checkpoint the query
-resumes from (:mod:`spark_ckpt.restore`), tells the installed restore handlers and the query's
-checkpoint hooks, and records the start in the query's history (:mod:`spark_ckpt.history`).
+resumes from (:mod:`spark_ckpt.state.restore`), tells the installed restore handlers and the query's
+checkpoint hooks, and records the start in the query's history (:mod:`spark_ckpt.state.history`).
 """
 
 from __future__ import annotations
@@ -22,19 +22,25 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.errors import StreamingQueryException
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.config import CkptConfig
 from spark_ckpt.errors import CheckpointHookError, ConfigError, SupervisedQueryError
-from spark_ckpt.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
-from spark_ckpt.history import CheckpointRecord, HistoryLog, progress_event
-from spark_ckpt.hooks import CheckpointHook, HookChannel, HookStore, restore_hooks, trigger_hooks
-from spark_ckpt.restore import notify_restore, restore_point
+from spark_ckpt.model.config import CkptConfig
+from spark_ckpt.model.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import CheckpointRecord, HistoryLog, progress_event
+from spark_ckpt.state.hooks import (
+    CheckpointHook,
+    HookChannel,
+    HookStore,
+    restore_hooks,
+    trigger_hooks,
+)
+from spark_ckpt.state.restore import notify_restore, restore_point
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    from spark_ckpt.control import Control
+    from spark_ckpt.spark.control import Control
 
 __all__ = ["SupervisedQuery"]
 

@@ -29,13 +29,13 @@ import pyarrow as pa
 import pyarrow.ipc
 from psycopg import sql
 
-from spark_ckpt.faults import crash_point
-from spark_ckpt.files import write_atomically
+from spark_ckpt.state.files import write_atomically
+from spark_ckpt.testing.faults import crash_point
 
-from .pg_connect import connect
-from .pg_slot import Slot
-from .pg_tables import TableInfo
-from .schema import json_text
+from ..schema import json_text
+from .connect import connect
+from .slot import Slot
+from .tables import TableInfo
 
 __all__ = ["SPILL_SCHEMA", "SnapshotManifest", "SnapshotSpill", "SnapshotTask"]
 

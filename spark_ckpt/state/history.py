@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
 __all__ = ["ROTATE_BYTES", "CheckpointRecord", "HistoryLog"]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-from spark_ckpt.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
 __all__ = [
     "RESTORE_GROUP",

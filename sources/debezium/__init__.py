@@ -1,0 +1,1 @@
+"""The ``debezium-json`` connector: a directory of Debezium-format ``*.jsonl`` change files."""

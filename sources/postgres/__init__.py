@@ -1,0 +1,1 @@
+"""The ``postgres`` connector: PostgreSQL logical decoding (wal2json) with a snapshot phase."""
