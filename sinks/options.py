@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
-from spark_ckpt.model.durations import parse_duration
+from spark_ckpt.errors import ConfigError
+from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.files import local_path
 
 __all__ = ["SinkOptions"]
@@ -20,36 +19,8 @@ _NAMES = (
     "mergeSchema",
     "orphanGracePeriod",
 )
-_OPTION_NAMES = {name.lower(): name for name in _NAMES}
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
-_SPARK_OPTIONS = {"queryname"}
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1 << 30,
-}
-
-
-def _size(raw: str) -> int:
-    match = _SIZE.match(raw)
-    if match is None or int(match.group(1)) < 1:
-        raise InvalidOptionError(
-            "targetFileSize", raw, "a positive size in bytes, optionally with k, m or g (128m)"
-        )
-    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
-
-
-def _bool(option: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise InvalidOptionError(option, raw, "true or false")
-    return value == "true"
+_SPARK_OPTIONS = ("queryname",)
 
 
 @dataclass(frozen=True)
@@ -89,39 +60,25 @@ class SinkOptions:
         ConfigError
             For an unknown option, a missing required one, or a bad value.
         """
-        lowered = {k.lower(): v for k, v in options.items()}
-        for key in lowered:
-            if key not in _OPTION_NAMES and key not in _SPARK_OPTIONS:
-                raise UnknownOptionError(key, "delta-2pc", list(_NAMES))
-        path = lowered.get("path")
-        if not path:
-            raise ConfigError(
-                "delta-2pc needs the option 'path': the Delta table's location "
-                "(.option('path', '/lake/table') or .start('/lake/table'))"
-            )
-        checkpoint = lowered.get("checkpointlocation")
-        if not checkpoint:
+        reader = OptionReader(options, "delta-2pc", _NAMES, ignored=_SPARK_OPTIONS)
+        path = reader.required(
+            "path",
+            "the Delta table's location (.option('path', '/lake/table') or .start('/lake/table'))",
+        )
+        if reader.text("checkpointLocation") is None:
             raise ConfigError(
                 "delta-2pc needs the query's checkpoint location as a writer option: "
                 ".option('checkpointLocation', '/ckpt/query'). It holds the pre-commit manifests "
                 "and proves when a batch is complete (spark.sql.streaming.checkpointLocation "
                 "alone is not passed to Python sinks)"
             )
-        columns = tuple(c.strip() for c in lowered.get("partitionby", "").split(",") if c.strip())
-        if len(set(columns)) != len(columns):
-            raise InvalidOptionError("partitionBy", lowered["partitionby"], "distinct column names")
-        grace = 3600.0
-        if "orphangraceperiod" in lowered:
-            grace = parse_duration(
-                lowered["orphangraceperiod"], key="option 'orphanGracePeriod'", default_unit="s"
-            )
+        checkpoint = reader.text("checkpointLocation")
+        assert checkpoint is not None
         return cls(
             path=local_path("path", path),
             checkpoint_location=local_path("checkpointLocation", checkpoint),
-            partition_by=columns,
-            target_file_size=_size(lowered["targetfilesize"])
-            if "targetfilesize" in lowered
-            else 128 << 20,
-            merge_schema=_bool("mergeSchema", lowered.get("mergeschema", "false")),
-            orphan_grace_period=grace,
+            partition_by=reader.names("partitionBy", "column names"),
+            target_file_size=reader.size("targetFileSize", 128 << 20),
+            merge_schema=reader.boolean("mergeSchema", False),
+            orphan_grace_period=reader.duration("orphanGracePeriod", 3600.0, default_unit="s"),
         )

@@ -1,5 +1,8 @@
-"""The ``txn-cdc`` streaming source: a transaction-boundary gate and one module per connector.
+"""The ``txn-cdc`` streaming source (installed as ``spark_ckpt.sources``).
 
-Installed as ``spark_ckpt.sources``. Importing this package does not import PySpark; the Spark
-glue lives in :mod:`spark_ckpt.sources.reader` and :mod:`spark_ckpt.sources.datasource`.
+The framework sits at the top: :mod:`.connector` (what a connector provides), :mod:`.gate`
+(where a batch may end), :mod:`.offsets` and :mod:`.partitions` (what both connectors share),
+:mod:`.schema` (the output schema), :mod:`.options`. The Spark glue is :mod:`.reader` and
+:mod:`.datasource`. Each connector is a folder: :mod:`.debezium`, :mod:`.postgres`. Importing
+this package, the framework's pure modules or a connector does not import PySpark.
 """

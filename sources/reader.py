@@ -23,7 +23,6 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.availability import (
     CheckpointAvailabilityProvider,
     SnapshotAvailability,
@@ -42,31 +41,7 @@ _log = logging.getLogger(__name__)
 
 def make_connector(options: SourceOptions) -> ChangeConnector:
     """Build the connector the options name (driver; executors get a pickled copy)."""
-    if options.connector == "debezium-json":
-        from .debezium.connector import DebeziumJsonConnector
-
-        assert options.path is not None
-        connector = DebeziumJsonConnector(
-            options.path, options.changes_per_partition, options.file_order
-        )
-        connector.check()
-        return connector
-    if options.connector == "postgres":
-        from .postgres.connector import PostgresConnector
-
-        assert options.dsn is not None
-        assert options.slot is not None
-        pg = PostgresConnector(
-            options.dsn,
-            options.slot,
-            list(options.tables),
-            options.snapshot,
-            options.changes_per_partition,
-            options.snapshot_dir,
-        )
-        pg.check()
-        return pg
-    raise ConfigError(f"connector {options.connector!r} is not available")
+    return options.connector_options.connector(options)
 
 
 class TxnCdcStreamReader(

@@ -1,33 +1,85 @@
 """spark-ckpt: Flink-grade checkpoint control for Spark Structured Streaming.
 
-The public API is re-exported here; every other module is an implementation detail.
+The public API is re-exported here; every other module is an implementation detail. The pure
+names (availability, failure reasons, errors, hooks, history records) import no pyspark; the
+Spark-facing ones (``install``, ``Control``, ``SupervisedQuery``, ``local_session``) are loaded
+on first use (PEP 562), so ``import spark_ckpt`` stays usable and testable without a JVM.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from spark_ckpt.errors import (
+    ChangeLogError,
+    CheckpointHookError,
+    CheckpointLocationError,
+    ConfigError,
+    PublishError,
+    RestoreError,
+    SparkCkptError,
+    SupervisedQueryError,
+)
 from spark_ckpt.model.availability import (
     AVAILABLE,
     AvailabilityStatus,
     CheckpointAvailabilityProvider,
     SnapshotAvailability,
 )
-from spark_ckpt.spark.control import Control, install
-from spark_ckpt.spark.session import local_session
+from spark_ckpt.model.failures import CheckpointFailure, FailureReason
 from spark_ckpt.state.history import CheckpointRecord
 from spark_ckpt.state.hooks import CheckpointHook
 from spark_ckpt.state.restore import RestorePoint
 
+if TYPE_CHECKING:
+    from spark_ckpt.spark.control import Control, install
+    from spark_ckpt.spark.session import local_session
+    from spark_ckpt.spark.supervisor import SupervisedQuery
+
 __all__ = [
     "AVAILABLE",
     "AvailabilityStatus",
+    "ChangeLogError",
     "CheckpointAvailabilityProvider",
+    "CheckpointFailure",
     "CheckpointHook",
+    "CheckpointHookError",
+    "CheckpointLocationError",
     "CheckpointRecord",
+    "ConfigError",
     "Control",
+    "FailureReason",
+    "PublishError",
+    "RestoreError",
     "RestorePoint",
     "SnapshotAvailability",
+    "SparkCkptError",
+    "SupervisedQuery",
+    "SupervisedQueryError",
     "install",
     "local_session",
 ]
 
 __version__ = "0.1.0"
+
+# Names that need pyspark, and the module that defines each: imported on first access.
+_SPARK_NAMES = {
+    "Control": "spark_ckpt.spark.control",
+    "install": "spark_ckpt.spark.control",
+    "local_session": "spark_ckpt.spark.session",
+    "SupervisedQuery": "spark_ckpt.spark.supervisor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SPARK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_ckpt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

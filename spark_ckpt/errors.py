@@ -8,6 +8,7 @@ was wrong, where (file and line, or option and value), and how to fix it.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 __all__ = [
@@ -75,8 +76,12 @@ class UnknownOptionError(ConfigError):
     def __init__(self, option: str, source: str, known: list[str]) -> None:
         self.option = option
         self.known = sorted(known)
+        by_lower = {name.lower(): name for name in self.known}
+        close = difflib.get_close_matches(option.lower(), list(by_lower), n=1, cutoff=0.6)
+        self.suggestion = by_lower[close[0]] if close else None
+        hint = f" Did you mean {self.suggestion!r}?" if self.suggestion else ""
         super().__init__(
-            f"{source} does not know the option {option!r}. "
+            f"{source} does not know the option {option!r}.{hint} "
             f"Known options: {', '.join(self.known)}. Check the spelling or remove it."
         )
 

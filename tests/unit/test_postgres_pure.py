@@ -18,6 +18,7 @@ from spark_ckpt.sources.options import SourceOptions
 from spark_ckpt.sources.postgres.connect import redact_dsn, scrub
 from spark_ckpt.sources.postgres.connector import PgOffset
 from spark_ckpt.sources.postgres.lsn import format_lsn, parse_lsn
+from spark_ckpt.sources.postgres.options import PostgresOptions
 from spark_ckpt.sources.postgres.tables import parse_text_value
 from spark_ckpt.sources.postgres.wal2json import (
     NumberText,
@@ -208,10 +209,14 @@ def postgres_options(**extra: str) -> dict[str, str]:
 
 def test_postgres_options_parse_and_never_show_the_dsn() -> None:
     parsed = SourceOptions.parse(postgres_options())
-    assert parsed.tables == ("public.orders", "public.items")
-    assert parsed.snapshot == "initial"
+    own = parsed.connector_options
+    assert isinstance(own, PostgresOptions)
+    assert own.tables == ("public.orders", "public.items")
+    assert own.snapshot == "initial"
     assert "secret" not in repr(parsed)
-    assert SourceOptions.parse(postgres_options(snapshot="never")).snapshot == "never"
+    never = SourceOptions.parse(postgres_options(snapshot="never")).connector_options
+    assert isinstance(never, PostgresOptions)
+    assert never.snapshot == "never"
 
 
 @pytest.mark.parametrize(

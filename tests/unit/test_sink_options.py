@@ -52,7 +52,7 @@ def test_values_are_parsed() -> None:
         ({"mergeSchema": "yes"}, InvalidOptionError, "true or false"),
         ({"partitionBy": "a,a"}, InvalidOptionError, "distinct"),
         ({"path": "s3://bucket/t"}, InvalidOptionError, "object stores"),
-        ({"mergeschemma": "true"}, UnknownOptionError, "mergeSchema"),
+        ({"mergeschemma": "true"}, UnknownOptionError, "Did you mean 'mergeSchema'"),
         ({"orphanGracePeriod": "later"}, ConfigError, "orphanGracePeriod"),
     ],
 )

@@ -172,7 +172,9 @@ def test_missing_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "error", "needle"),
     [
-        ({"maxChangesPerTriger": "10"}, UnknownOptionError, "maxChangesPerTrigger"),
+        ({"maxChangesPerTriger": "10"}, UnknownOptionError, "Did you mean 'maxChangesPerTrigger'"),
+        ({"fileorder": "numeric"}, InvalidOptionError, "name, natural"),
+        ({"dsn": "postgresql://h/db"}, InvalidOptionError, "debezium-json connector does not"),
         ({"maxChangesPerTrigger": "0"}, InvalidOptionError, "a positive integer"),
         ({"maxChangesPerTrigger": "ten"}, InvalidOptionError, "'ten'"),
         ({"changesPerPartition": "-5"}, InvalidOptionError, "a positive integer"),

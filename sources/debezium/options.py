@@ -1,0 +1,55 @@
+"""The ``debezium-json`` connector's own options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from spark_ckpt.model.options import OptionReader
+from spark_ckpt.state.files import local_path
+
+from ..options import ConnectorOptions
+from .log_files import FILE_ORDERS, FileOrder
+
+if TYPE_CHECKING:
+    from ..connector import ChangeConnector
+    from ..options import SourceOptions
+
+__all__ = ["DebeziumOptions"]
+
+
+@dataclass(frozen=True)
+class DebeziumOptions(ConnectorOptions):
+    """Options of ``connector=debezium-json``.
+
+    Attributes
+    ----------
+    path
+        The change-log directory.
+    file_order
+        How file names order the log (``name`` or ``natural``).
+    """
+
+    NAMES: ClassVar[tuple[str, ...]] = ("path", "fileOrder")
+
+    path: str
+    file_order: FileOrder = "name"
+
+    @classmethod
+    def parse(cls, options: OptionReader) -> DebeziumOptions:
+        """Read ``path`` and ``fileOrder`` (driver, once per query start)."""
+        path = options.required(
+            "path",
+            "the directory of *.jsonl change files (.option('path', '/data/changes') or "
+            ".load('/data/changes'))",
+        )
+        order = options.choice("fileOrder", FILE_ORDERS, "name")
+        return cls(local_path("path", path), order)
+
+    def connector(self, common: SourceOptions) -> ChangeConnector:
+        """The connector, with its directory checked (driver, once per query run)."""
+        from .connector import DebeziumJsonConnector
+
+        connector = DebeziumJsonConnector(self.path, common.changes_per_partition, self.file_order)
+        connector.check()
+        return connector

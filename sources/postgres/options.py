@@ -1,0 +1,106 @@
+"""The ``postgres`` connector's own options."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from spark_ckpt.errors import ConfigError, InvalidOptionError
+from spark_ckpt.model.options import OptionReader
+from spark_ckpt.state.files import local_path
+
+from ..options import ConnectorOptions
+
+if TYPE_CHECKING:
+    from ..connector import ChangeConnector
+    from ..options import SourceOptions
+
+__all__ = ["PostgresOptions"]
+
+SnapshotMode = Literal["initial", "never"]
+
+
+@dataclass(frozen=True)
+class PostgresOptions(ConnectorOptions):
+    """Options of ``connector=postgres``.
+
+    Attributes
+    ----------
+    dsn
+        libpq connection string or URI (a password in it is never printed).
+    slot
+        The logical replication slot (created when missing).
+    tables
+        The captured tables, ``schema.table``.
+    snapshot
+        ``initial`` reads the tables' rows first; ``never`` streams changes only.
+    snapshot_dir
+        Where the snapshot spills rows (None: under the system temp directory).
+    """
+
+    NAMES: ClassVar[tuple[str, ...]] = ("dsn", "slot", "tables", "snapshot", "snapshotDir")
+
+    dsn: str
+    slot: str
+    tables: tuple[str, ...]
+    snapshot: SnapshotMode = "initial"
+    snapshot_dir: str | None = None
+
+    def __repr__(self) -> str:
+        # Options end up in logs and errors: never show the DSN (it may hold a password).
+        return (
+            f"PostgresOptions(dsn=<set>, slot={self.slot!r}, tables={self.tables!r}, "
+            f"snapshot={self.snapshot!r}, snapshot_dir={self.snapshot_dir!r})"
+        )
+
+    @classmethod
+    def parse(cls, options: OptionReader) -> PostgresOptions:
+        """Read the connection, slot, tables and snapshot options (driver, once per start)."""
+        missing = [n for n in ("dsn", "slot", "tables") if options.text(n) is None]
+        if missing:
+            raise ConfigError(
+                "the postgres connector needs the options "
+                + ", ".join(repr(m) for m in missing)
+                + ": .option('dsn', 'postgresql://user@host/db').option('slot', 'orders_cdc')"
+                ".option('tables', 'public.orders,public.items')"
+            )
+        options.forbid("path", "no value: the postgres connector reads the option 'dsn'")
+        options.forbid("fileOrder", "no value: only debezium-json reads files")
+        if (options.text("gate") or "on").lower() == "off":
+            raise InvalidOptionError(
+                "gate",
+                options.raw("gate"),
+                "on: the postgres connector delivers whole transactions only",
+            )
+        slot = options.text("slot")
+        assert slot is not None
+        if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
+            raise InvalidOptionError(
+                "slot", slot, "a replication slot name: 1 to 63 lower-case letters, digits or _"
+            )
+        directory = options.text("snapshotDir")
+        dsn = options.text("dsn")
+        assert dsn is not None
+        return cls(
+            dsn=dsn,
+            slot=slot,
+            tables=options.names("tables", "schema.table names"),
+            snapshot=options.choice("snapshot", ("initial", "never"), "initial"),
+            snapshot_dir=local_path("snapshotDir", directory) if directory else None,
+        )
+
+    def connector(self, common: SourceOptions) -> ChangeConnector:
+        """The connector, with server, tables and slot checked (driver, once per query run)."""
+        from .connector import PostgresConnector
+
+        connector = PostgresConnector(
+            self.dsn,
+            self.slot,
+            list(self.tables),
+            self.snapshot,
+            common.changes_per_partition,
+            self.snapshot_dir,
+        )
+        connector.check()
+        return connector

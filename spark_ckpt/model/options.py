@@ -1,0 +1,178 @@
+"""One reader for data source options, shared by ``txn-cdc`` and ``delta-2pc``.
+
+Spark hands a Python data source its options with lower-cased keys. :class:`OptionReader` looks
+each one up by its documented spelling, refuses unknown keys (naming the closest valid one), and
+turns values into typed Python values with errors that name the option, the value and what is
+accepted. Each source, connector and sink then builds its own frozen options dataclass from it.
+
+Pure Python, no Spark; runs wherever options are parsed (the driver, and executors that rebuild
+a writer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
+from spark_ckpt.model.durations import parse_duration
+
+__all__ = ["OptionReader"]
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20}
+_SIZE_UNITS |= {"g": 1 << 30, "gb": 1 << 30}
+
+C = TypeVar("C", bound=str)
+
+
+class OptionReader:
+    """The options of one data source, read by documented name.
+
+    Parameters
+    ----------
+    options
+        The options as Spark passed them (keys in any case).
+    owner
+        Who reads them, for messages (``"txn-cdc"``, ``"delta-2pc"``).
+    names
+        Every option ``owner`` accepts, in their documented spelling.
+    ignored
+        Lower-case keys that are not the user's (options Spark or spark-ckpt add).
+
+    Raises
+    ------
+    UnknownOptionError
+        For a key that is neither in ``names`` nor ``ignored``; the message suggests the closest
+        known name.
+    """
+
+    def __init__(
+        self,
+        options: Mapping[str, str],
+        owner: str,
+        names: Iterable[str],
+        ignored: Iterable[str] = (),
+    ) -> None:
+        self.owner = owner
+        self._names = {name.lower(): name for name in names}
+        self._values = {key.lower(): value for key, value in options.items()}
+        skip = {key.lower() for key in ignored}
+        for key in self._values:
+            if key not in self._names and key not in skip:
+                raise UnknownOptionError(key, owner, list(self._names.values()))
+
+    def given(self, name: str) -> bool:
+        """True when the option was set."""
+        return name.lower() in self._values
+
+    def raw(self, name: str) -> str | None:
+        """The value as given (None when unset)."""
+        return self._values.get(name.lower())
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        """The value stripped of surrounding blanks; ``default`` when unset or blank."""
+        value = self.raw(name)
+        if value is None or not value.strip():
+            return default
+        return value.strip()
+
+    def required(self, name: str, how: str) -> str:
+        """The value of a required option.
+
+        Parameters
+        ----------
+        how
+            What the option is and how to set it, for the error message.
+        """
+        value = self.text(name)
+        if value is None:
+            raise ConfigError(f"{self.owner} needs the option {name!r}: {how}")
+        return value
+
+    def forbid(self, name: str, expected: str) -> None:
+        """Refuse an option that makes no sense in this configuration."""
+        value = self.raw(name)
+        if value is not None and value.strip():
+            raise InvalidOptionError(name, value, expected)
+
+    def positive_int(self, name: str, default: int | None = None) -> int | None:
+        """An integer >= 1."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise InvalidOptionError(name, raw, "a positive integer")
+        return value
+
+    def duration(
+        self, name: str, default: float, *, allow_unlimited: bool = False, default_unit: str = "ms"
+    ) -> float:
+        """A positive duration in seconds, in Spark's forms (``500ms``, ``30s``, ``10min``).
+
+        A bare number is in ``default_unit`` (milliseconds, as in Spark, unless documented).
+        """
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        accepted = "a duration such as 500ms, 30s, 10min, 1h" + (
+            ", or unlimited" if allow_unlimited else ""
+        )
+        try:
+            value = parse_duration(
+                raw,
+                key=f"option {name!r}",
+                allow_unlimited=allow_unlimited,
+                default_unit=default_unit,
+            )
+        except ConfigError as e:
+            raise InvalidOptionError(name, raw, accepted) from e
+        if value <= 0:
+            raise InvalidOptionError(name, raw, "a positive duration")
+        return value
+
+    def size(self, name: str, default: int) -> int:
+        """A positive size in bytes, optionally with ``k``, ``m`` or ``g``."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        match = _SIZE.match(raw)
+        if match is None or int(match.group(1)) < 1:
+            raise InvalidOptionError(
+                name, raw, "a positive size in bytes, optionally with k, m or g (128m)"
+            )
+        return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+
+    def boolean(self, name: str, default: bool) -> bool:
+        """``true`` or ``false``, in any case."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        value = raw.strip().lower()
+        if value not in ("true", "false"):
+            raise InvalidOptionError(name, raw, "true or false")
+        return value == "true"
+
+    def choice(self, name: str, choices: tuple[C, ...], default: C) -> C:
+        """One of ``choices`` (compared case-insensitively)."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        by_value = {choice.lower(): choice for choice in choices}
+        value = by_value.get(raw.strip().lower())
+        if value is None:
+            raise InvalidOptionError(name, raw, "one of: " + ", ".join(choices))
+        return value
+
+    def names(self, name: str, what: str = "names") -> tuple[str, ...]:
+        """A comma-separated list of distinct ``what`` (empty when unset)."""
+        raw = self.raw(name) or ""
+        items = tuple(item.strip() for item in raw.split(",") if item.strip())
+        if len(set(items)) != len(items):
+            raise InvalidOptionError(name, raw, f"distinct {what}, separated by commas")
+        return items
