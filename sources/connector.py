@@ -1,9 +1,12 @@
 """What a ``txn-cdc`` connector provides to the reader framework.
 
 A connector knows its external system; the framework (:mod:`.reader`) knows Spark and the gate.
-Between them: JSON offsets, a *plan* (the complete units available after a start offset), the
-connector's FLIP-170 answer for a proposed cut, and picklable partition values that executors
-turn into Arrow record batches. Nothing here imports Spark.
+Between them: JSON offsets (in the envelope of :mod:`.offsets`), a *plan* (the complete units
+available after a start offset), the connector's FLIP-170 answer for a proposed cut, and a
+:class:`PlannedBatch`: the end offset with the picklable partition values that executors turn
+into Arrow record batches. The framework keeps the last planned batch for Spark's
+``partitions`` call and asks the connector to :meth:`~ChangeConnector.replan` a batch only after
+a restart. Nothing here imports Spark.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .gate import Cut
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ChangeConnector", "Plan"]
+__all__ = ["ChangeConnector", "Plan", "PlannedBatch"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,22 @@ class Plan:
     unit_sizes: list[int]
     held_back: SnapshotAvailability | None
     held_changes: int
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A batch as planned at a cut: where it ends and how executors read it.
+
+    Attributes
+    ----------
+    end
+        The end offset (JSON, in the :mod:`.offsets` envelope).
+    partitions
+        Picklable partition values covering ``(start, end]``, whole units each.
+    """
+
+    end: dict[str, Any]
+    partitions: list[object]
 
 
 class ChangeConnector(abc.ABC):
@@ -76,12 +95,19 @@ class ChangeConnector(abc.ABC):
         """FLIP-170: whether a checkpoint may be taken at ``cut`` of the last plan (driver)."""
 
     @abc.abstractmethod
-    def end_offset(self, cut: Cut, checkpoint_id: int) -> dict[str, Any]:
-        """The offset at ``cut`` of the last plan, for checkpoint ``checkpoint_id`` (driver)."""
+    def batch(self, cut: Cut, checkpoint_id: int) -> PlannedBatch:
+        """The batch ending at ``cut`` of the last plan, for checkpoint ``checkpoint_id``.
+
+        Runs on the driver, once per batch; the next plan starts at its end.
+        """
 
     @abc.abstractmethod
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
-        """Picklable partition values covering ``(start, end]`` (driver, per batch)."""
+    def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+        """Partitions of a logged batch ``(start, end]`` planned by an earlier run (driver).
+
+        After a restart Spark re-runs the batch its offset log ends with: the partitions must
+        yield exactly the rows the first attempt planned, or the connector raises.
+        """
 
     @abc.abstractmethod
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:

@@ -10,6 +10,7 @@ progress event's ``sources[i].latestOffset``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,10 @@ _log = logging.getLogger(__name__)
 def make_connector(options: SourceOptions) -> ChangeConnector:
     """Build the connector the options name (driver; executors get a pickled copy)."""
     return options.connector_options.connector(options)
+
+
+def _key(offset: dict[str, Any]) -> str:
+    return json.dumps(offset, sort_keys=True)
 
 
 class TxnCdcStreamReader(
@@ -77,6 +82,8 @@ class TxnCdcStreamReader(
         self._proposal: tuple[int, Cut] | None = None
         self._last_checkpoint = -1
         self._resumed = False
+        # The batch the last latestOffset planned, for Spark's partitions call that follows.
+        self._planned: tuple[str, str, list[object]] | None = None
 
     # -- FLIP-170 ---------------------------------------------------------------------------
 
@@ -152,10 +159,11 @@ class TxnCdcStreamReader(
         self._proposal = None
         if decision.cut is not None:
             self.declines.accept()
-            end = self.connector.end_offset(decision.cut, checkpoint_id)
+            planned = self.connector.batch(decision.cut, checkpoint_id)
+            self._planned = (_key(start), _key(planned.end), planned.partitions)
             self._last_checkpoint = checkpoint_id
             self._report()
-            return end
+            return planned.end
         refusal = decision.refusal or plan.held_back
         if refusal is None:
             self.declines.idle()
@@ -196,9 +204,20 @@ class TxnCdcStreamReader(
         self.connector.prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        """Input partitions of ``(start, end]`` (driver, per batch; ``[]`` when start == end)."""
+        """Input partitions of ``(start, end]`` (driver, per batch; ``[]`` when start == end).
+
+        Normally the batch the last ``latestOffset`` planned; after a restart, the batch the
+        offset log ends with, which the connector plans again.
+        """
         self._resume(start)
-        return [InputPartition(value) for value in self.connector.partitions(start, end)]
+        if start == end:
+            return []
+        planned, self._planned = self._planned, None
+        if planned is not None and planned[:2] == (_key(start), _key(end)):
+            values = planned[2]
+        else:
+            values = self.connector.replan(start, end)
+        return [InputPartition(value) for value in values]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has processed everything up to ``end`` (driver, per batch)."""

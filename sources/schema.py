@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer", "json_text"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer", "change_batch", "json_text"]
 
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("source", "string", pa.string()),
@@ -36,6 +36,18 @@ def json_text(value: object) -> str | None:
     if value is None:
         return None
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def change_batch(**columns: pa.Array) -> pa.RecordBatch:
+    """One record batch of the output schema from its columns, given by name.
+
+    Runs on executors, per batch of rows. Every column of :data:`COLUMNS` must be given, so a
+    connector building batches column-wise cannot put one in the wrong place.
+    """
+    names = [name for name, _, _ in COLUMNS]
+    if set(columns) != set(names):
+        raise TypeError(f"change_batch needs exactly the columns {names}, got {sorted(columns)}")
+    return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=ARROW_SCHEMA)
 
 
 class RowBuffer:

@@ -32,9 +32,8 @@ sizes travel in the partition), so what they deliver never depends on what was w
 from __future__ import annotations
 
 import itertools
-import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,8 +42,10 @@ import pyarrow as pa
 from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
-from ..connector import ChangeConnector, Plan
+from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
+from ..offsets import OffsetHeader, offset_json, read_offset
+from ..partitions import split_after
 from ..schema import RowBuffer, json_text
 from .events import ChangeEvent
 from .log_files import (
@@ -61,8 +62,6 @@ from .log_files import (
 from .transactions import Transaction, TransactionAssembler
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
-
-_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -104,51 +103,44 @@ class LogOffset:
         return min(firsts, default=self.scan, key=lambda p: position_key(p, self.order))
 
     def to_json(self) -> dict[str, Any]:
-        """Render with a fixed key order (Spark compares offsets as JSON strings)."""
-        value: dict[str, Any] = {
-            "v": _VERSION,
-            "checkpoint": self.checkpoint,
-            "emitted": self.emitted,
-            "partial": self.partial,
-            "scan": self.scan.to_json(),
-        }
+        """Render in the :mod:`..offsets` envelope, with a fixed key order."""
+        body: dict[str, Any] = {"partial": self.partial, "scan": self.scan.to_json()}
         if self.consumed is not None:
-            value["consumed"] = list(self.consumed)
-        value["open"] = [[txn_id, *first.to_json()] for txn_id, first in self.open]
+            body["consumed"] = list(self.consumed)
+        body["open"] = [[txn_id, *first.to_json()] for txn_id, first in self.open]
         if self.order != "name":
-            value["order"] = self.order
-        return value
+            body["order"] = self.order
+        return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
 
     @classmethod
-    def from_json(cls, value: dict[str, Any]) -> LogOffset:
+    def from_json(cls, value: Mapping[str, Any]) -> LogOffset:
         """Parse an offset written by :meth:`to_json`.
 
         Raises
         ------
-        ValueError
+        LogRewrittenError
             When ``value`` is not such an offset (for example a checkpoint of another source).
         """
-        try:
-            if value.get("v") != _VERSION:
-                raise ValueError(f"unsupported offset version {value.get('v')!r}")
-            open_items = tuple(
-                (str(item[0]), LogPosition.from_json(list(item[1:]))) for item in value["open"]
-            )
-            consumed = value.get("consumed")
-            order = value.get("order", "name")
-            if order not in ("name", "natural"):
-                raise ValueError(f"unknown file order {order!r}")
-            return cls(
-                int(value["checkpoint"]),
-                int(value["emitted"]),
-                int(value["partial"]),
-                LogPosition.from_json(value["scan"]),
-                None if consumed is None else (int(consumed[0]), int(consumed[1])),
-                open_items,
-                order,
-            )
-        except (KeyError, TypeError, IndexError, AttributeError) as e:
-            raise ValueError(f"not a debezium-json offset: {value!r}") from e
+        return read_offset(value, "debezium-json", cls._from_body)
+
+    @classmethod
+    def _from_body(cls, header: OffsetHeader, value: Mapping[str, Any]) -> LogOffset:
+        open_items = tuple(
+            (str(item[0]), LogPosition.from_json(list(item[1:]))) for item in value["open"]
+        )
+        consumed = value.get("consumed")
+        order = value.get("order", "name")
+        if order not in ("name", "natural"):
+            raise ValueError(f"unknown file order {order!r}")
+        return cls(
+            header.checkpoint,
+            header.emitted,
+            int(value["partial"]),
+            LogPosition.from_json(value["scan"]),
+            None if consumed is None else (int(consumed[0]), int(consumed[1])),
+            open_items,
+            order,
+        )
 
 
 def initial_offset(order: FileOrder) -> LogOffset:
@@ -426,8 +418,6 @@ class DebeziumJsonConnector(ChangeConnector):
         self.file_order: FileOrder = file_order
         self._planner: _Planner | None = None
         self._available_now_target: LogPosition | None = None
-        # Partition bounds computed while planning, keyed by (start, end) JSON.
-        self._splits: dict[tuple[str, str], list[DebeziumPartition]] = {}
 
     def check(self) -> None:
         """Fail early (driver, once) when the directory is missing or unreadable."""
@@ -440,7 +430,7 @@ class DebeziumJsonConnector(ChangeConnector):
         return initial_offset(self.file_order).to_json()
 
     def _parse(self, value: dict[str, Any]) -> LogOffset:
-        offset = _parse_offset(value)
+        offset = LogOffset.from_json(value)
         if offset.order != self.file_order:
             raise RestoreError(
                 f"the checkpoint reads {self.directory!r} with fileOrder={offset.order}, but the "
@@ -509,8 +499,8 @@ class DebeziumJsonConnector(ChangeConnector):
             f"change events"
         )
 
-    def end_offset(self, cut: Cut, checkpoint_id: int) -> dict[str, Any]:
-        """Return the offset at ``cut`` and make it the base of the next plan."""
+    def batch(self, cut: Cut, checkpoint_id: int) -> PlannedBatch:
+        """The batch ending at ``cut``; its end becomes the base of the next plan."""
         planner = self._planner
         assert planner is not None
         start = planner.base
@@ -518,25 +508,19 @@ class DebeziumJsonConnector(ChangeConnector):
         bounds = [start, *self._split_points(planner, cut), end]
         partitions = self._partitions_of(planner, bounds)
         planner.advance(cut, end)
-        key = (json.dumps(start.to_json()), json.dumps(end.to_json()))
-        self._splits = {key: partitions}
-        return end.to_json()
+        return PlannedBatch(end.to_json(), partitions)
 
     def _split_points(self, planner: _Planner, cut: Cut) -> list[LogOffset]:
         """Offsets at transaction boundaries inside ``(base, cut)``, about evenly spaced."""
-        points: list[LogOffset] = []
-        sizes = planner.unit_sizes()
-        done = since_split = 0
-        for index in range(cut.unit):
-            done += sizes[index]
-            since_split += sizes[index]
-            if since_split >= self.changes_per_partition and done < cut.changes:
-                boundary = Cut(index, sizes[index], done, True)
-                points.append(planner.offset_at(boundary, planner.base.checkpoint))
-                since_split = 0
-        return points
+        sizes = planner.unit_sizes()[: cut.unit + 1]
+        return [
+            planner.offset_at(
+                Cut(index, sizes[index], sum(sizes[: index + 1]), True), planner.base.checkpoint
+            )
+            for index in split_after(sizes, self.changes_per_partition)
+        ]
 
-    def _partitions_of(self, planner: _Planner, bounds: list[LogOffset]) -> list[DebeziumPartition]:
+    def _partitions_of(self, planner: _Planner, bounds: list[LogOffset]) -> list[object]:
         source = os.path.basename(os.path.normpath(self.directory))
         return [
             DebeziumPartition(
@@ -549,47 +533,39 @@ class DebeziumJsonConnector(ChangeConnector):
             for lo, hi in itertools.pairwise(bounds)
         ]
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
-        """One partition per run of about ``changes_per_partition`` changes."""
-        if start == end:
-            return []
-        partitions = self._splits.get((json.dumps(start), json.dumps(end)))
-        if partitions is None:
-            partitions = self._replan(self._parse(start), self._parse(end))
-        return list(partitions)
-
-    def _replan(self, start: LogOffset, end: LogOffset) -> list[DebeziumPartition]:
-        # After a restart Spark re-plans the logged batch: rebuild the units of (start, end).
-        planner = _Planner(self.directory, start)
-        planner.scan(None, end.scan)
-        total = end.emitted - start.emitted
-        needed = total + (1 if end.partial else 0)
+    def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+        """Re-plan a logged batch after a restart: rebuild the units of ``(start, end]``."""
+        first, last = self._parse(start), self._parse(end)
+        planner = _Planner(self.directory, first)
+        planner.scan(None, last.scan)
+        total = last.emitted - first.emitted
+        needed = total + (1 if last.partial else 0)
         if len(planner.units) < needed:
             raise LogRewrittenError(
-                f"re-planning the logged batch up to {end.scan} found {len(planner.units)} "
+                f"re-planning the logged batch up to {last.scan} found {len(planner.units)} "
                 f"complete transactions after the start offset, not {needed}: the change log in "
                 f"{self.directory!r} was modified in place (files may only be appended or added)"
             )
         planner.truncate(needed)
         sizes = planner.unit_sizes()
         if not sizes:
-            return self._partitions_of(planner, [start, end])
-        last = needed - 1
-        if end.partial:
-            within = end.partial - (start.partial if last == 0 else 0)
-            cut = Cut(last, within, sum(sizes[:last]) + within, False)
+            return self._partitions_of(planner, [first, last])
+        final = needed - 1
+        if last.partial:
+            within = last.partial - (first.partial if final == 0 else 0)
+            cut = Cut(final, within, sum(sizes[:final]) + within, False)
         else:
-            cut = Cut(last, sizes[last], sum(sizes), True)
-        replanned = planner.offset_at(cut, end.checkpoint)
-        logged = end if end.consumed is not None else replace(end, consumed=replanned.consumed)
+            cut = Cut(final, sizes[final], sum(sizes), True)
+        replanned = planner.offset_at(cut, last.checkpoint)
+        logged = last if last.consumed is not None else replace(last, consumed=replanned.consumed)
         if replanned != logged:
             raise LogRewrittenError(
-                f"re-planning the logged batch {end.checkpoint} over {self.directory!r} now ends "
-                f"at {replanned.to_json()}, but it was logged ending at {end.to_json()}: a file "
+                f"re-planning the logged batch {last.checkpoint} over {self.directory!r} now ends "
+                f"at {replanned.to_json()}, but it was logged ending at {end}: a file "
                 f"was added behind the reader's position, or a file already read was changed "
                 f"or deleted. Undo the change, or start over with a new checkpointLocation"
             )
-        return self._partitions_of(planner, [start, *self._split_points(planner, cut), end])
+        return self._partitions_of(planner, [first, *self._split_points(planner, cut), last])
 
     def prepare_available_now(self) -> None:
         """Fix the end of the last file now as the target of ``Trigger.availableNow``."""
@@ -605,22 +581,11 @@ class DebeziumJsonConnector(ChangeConnector):
         assert isinstance(partition, DebeziumPartition)
         return read_range(
             partition.directory,
-            _parse_offset(partition.start),
-            _parse_offset(partition.end),
+            LogOffset.from_json(partition.start),
+            LogOffset.from_json(partition.end),
             partition.source,
             partition.files,
         )
-
-
-def _parse_offset(value: dict[str, Any]) -> LogOffset:
-    try:
-        return LogOffset.from_json(value)
-    except ValueError as e:
-        raise LogRewrittenError(
-            f"the checkpoint holds an offset that the debezium-json connector cannot read "
-            f"({e}); was this checkpoint location written by another source? Use a new "
-            f"checkpointLocation"
-        ) from e
 
 
 def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Iterator[list[object]]:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,12 +34,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
-from spark_ckpt.errors import LogRewrittenError, ReplicationSlotError, RestoreError
+from spark_ckpt.errors import ReplicationSlotError, RestoreError
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
-from ..connector import ChangeConnector, Plan
+from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
-from ..schema import ARROW_SCHEMA
+from ..offsets import OffsetHeader, offset_json, read_offset
+from ..partitions import split_after
+from ..schema import change_batch
 from .connect import redact_dsn
 from .lsn import format_lsn, parse_lsn
 from .slot import Slot
@@ -50,7 +53,6 @@ from .wal2json_arrow import decode_changes
 __all__ = ["PostgresConnector"]
 
 _log = logging.getLogger(__name__)
-_VERSION = 1
 _READ_AHEAD_MIN = 20_000  # peek at least this many rows ahead, to serve several small batches
 
 Phase = Literal["snapshot", "stream"]
@@ -66,17 +68,14 @@ class PgOffset:
     lsn: int | None
 
     def to_json(self) -> dict[str, Any]:
-        """Stable key order (Spark compares offsets as JSON text)."""
-        return {
-            "v": _VERSION,
-            "checkpoint": self.checkpoint,
-            "emitted": self.emitted,
-            "phase": self.phase,
-            "lsn": None if self.lsn is None else format_lsn(self.lsn),
-        }
+        """Render in the :mod:`..offsets` envelope, with a fixed key order."""
+        lsn = None if self.lsn is None else format_lsn(self.lsn)
+        return offset_json(
+            OffsetHeader(self.checkpoint, self.emitted), {"phase": self.phase, "lsn": lsn}
+        )
 
     @classmethod
-    def from_json(cls, value: dict[str, Any]) -> PgOffset:
+    def from_json(cls, value: Mapping[str, Any]) -> PgOffset:
         """Parse :meth:`to_json`.
 
         Raises
@@ -84,22 +83,20 @@ class PgOffset:
         LogRewrittenError
             When ``value`` is not such an offset (a checkpoint of another source).
         """
-        try:
-            if value.get("v") != _VERSION or value["phase"] not in ("snapshot", "stream"):
-                raise ValueError("unsupported version or phase")
-            lsn = value["lsn"]
-            return cls(
-                int(value["checkpoint"]),
-                int(value["emitted"]),
-                value["phase"],
-                None if lsn is None else parse_lsn(str(lsn)),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise LogRewrittenError(
-                f"the checkpoint holds an offset the postgres connector cannot read ({value!r}); "
-                f"was this checkpoint location written by another source? Use a new "
-                f"checkpointLocation"
-            ) from e
+        return read_offset(value, "postgres", cls._from_body)
+
+    @classmethod
+    def _from_body(cls, header: OffsetHeader, value: Mapping[str, Any]) -> PgOffset:
+        phase = value["phase"]
+        if phase not in ("snapshot", "stream"):
+            raise ValueError(f"unknown phase {phase!r}")
+        lsn = value["lsn"]
+        return cls(
+            header.checkpoint,
+            header.emitted,
+            phase,
+            None if lsn is None else parse_lsn(str(lsn)),
+        )
 
 
 TxnMeta = tuple[int, int, int | None, int]
@@ -193,7 +190,6 @@ class PostgresConnector(ChangeConnector):
         self._task: SnapshotTask | None = None
         self._cache: list[PgTransaction] = []  # decoded transactions after the last start
         self._cache_complete_to: int | None = None  # the server had nothing more up to here
-        self._planned: dict[tuple[int, int], list[PgTransaction]] = {}
         self._target: int | None = None  # Trigger.availableNow: stop at this LSN
         self._planning: PgOffset | None = None  # the start offset of the last plan()
         self._snapshot_unit = False  # the last plan() offered the snapshot as its one unit
@@ -201,7 +197,7 @@ class PostgresConnector(ChangeConnector):
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        for transient in ("_slot", "_task", "_cache", "_planned"):  # executors need none
+        for transient in ("_slot", "_task", "_cache"):  # executors need none
             state[transient] = None if transient in ("_slot", "_task") else type(state[transient])()
         return state
 
@@ -400,17 +396,16 @@ class PostgresConnector(ChangeConnector):
             "the postgres connector delivers whole transactions only (gate=off is not supported)"
         )
 
-    def end_offset(self, cut: Cut, checkpoint_id: int) -> dict[str, Any]:
-        """The offset after unit ``cut.unit``."""
+    def batch(self, cut: Cut, checkpoint_id: int) -> PlannedBatch:
+        """The batch after unit ``cut.unit``: the snapshot, or whole transactions."""
         start = self._planning
-        assert start is not None, "end_offset() follows plan()"
+        assert start is not None, "batch() follows plan()"
         if self._snapshot_unit:  # the whole snapshot is the one unit
-            return PgOffset(checkpoint_id, start.emitted + 1, "stream", None).to_json()
-        units = [t for t in self._cache if t.changes]
-        last = units[cut.unit]
-        end = PgOffset(checkpoint_id, start.emitted + cut.unit + 1, "stream", last.end_lsn)
-        self._planned[(start.emitted, end.emitted)] = units[: cut.unit + 1]
-        return end.to_json()
+            end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None)
+            return PlannedBatch(end.to_json(), self._snapshot_partitions(start))
+        units = [t for t in self._cache if t.changes][: cut.unit + 1]
+        end = PgOffset(checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn)
+        return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
 
     def prepare_available_now(self) -> None:
         """Stop ``Trigger.availableNow`` at the server's current WAL position.
@@ -444,19 +439,13 @@ class PostgresConnector(ChangeConnector):
 
     # -- driver: partitions ----------------------------------------------------------------------
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
-        """Partitions of ``(start, end]``: decoded transactions, or the snapshot's spill files."""
-        if start == end:
-            return []
+    def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+        """Partitions of a logged batch after a restart: the snapshot, or a peek of its range."""
         first, last = PgOffset.from_json(start), PgOffset.from_json(end)
         if first.phase == "snapshot" and last.lsn is None:
             return self._snapshot_partitions(first)
         # Stream transactions (after an empty snapshot, the start is the slot's consistent point).
-        txns = self._planned.pop((first.emitted, last.emitted), None)
-        if txns is None:
-            txns = self._replay(first, last)
-        self._planned.clear()
-        return self._stream_partitions(txns, first.emitted)
+        return self._stream_partitions(self._replay(first, last), first.emitted)
 
     def _replay(self, first: PgOffset, last: PgOffset) -> list[PgTransaction]:
         # After a restart Spark re-plans the logged batch: peek exactly the logged range again.
@@ -474,21 +463,19 @@ class PostgresConnector(ChangeConnector):
         return txns
 
     def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
-        # Split at transaction boundaries into runs of about changes_per_partition changes,
-        # and at least two runs when there is enough work for both executor cores.
-        total = sum(len(t.changes) for t in txns)
-        per_partition = max(1, min(self.changes_per_partition, -(-total // 2)))
+        # At transaction boundaries, in runs of about changes_per_partition changes, and at
+        # least two runs when there is enough work for both executor cores.
+        sizes = [len(t.changes) for t in txns]
+        bounds = [0, *(i + 1 for i in split_after(sizes, self.changes_per_partition, spread=2))]
         partitions: list[object] = []
-        run: list[TxnMeta] = []
-        changes: list[str] = []
-        for order, txn in enumerate(txns, start=emitted):
-            run.append((txn.xid, order, txn.commit_ts_us, len(txn.changes)))
-            changes += txn.changes
-            if len(changes) >= per_partition:
-                partitions.append(PgStreamPartition.of(self.source, run, changes))
-                run, changes = [], []
-        if run:
-            partitions.append(PgStreamPartition.of(self.source, run, changes))
+        for lo, hi in itertools.pairwise([*bounds, len(txns)]):
+            run = txns[lo:hi]
+            meta = [
+                (t.xid, order, t.commit_ts_us, len(t.changes))
+                for order, t in enumerate(run, start=emitted + lo)
+            ]
+            changes = [change for t in run for change in t.changes]
+            partitions.append(PgStreamPartition.of(self.source, meta, changes))
         return partitions
 
     def _snapshot_partitions(self, first: PgOffset) -> list[object]:
@@ -553,21 +540,20 @@ class PostgresConnector(ChangeConnector):
                 for i in range(reader.num_record_batches):
                     spilled = reader.get_batch(i)
                     n = spilled.num_rows
-                    yield pa.RecordBatch.from_arrays(
-                        [
-                            pa.array([partition.source] * n, pa.string()),
-                            pa.array([partition.txn_id] * n, pa.string()),
-                            pa.array([0] * n, pa.int64()),
-                            pa.array([partition.total] * n, pa.int32()),
-                            pa.array(range(offset, offset + n), pa.int32()),
-                            pa.array([partition.taken_at_us] * n, pa.timestamp("us", tz="UTC")),
-                            spilled.column("table"),
-                            pa.array(["r"] * n, pa.string()),
-                            spilled.column("key"),
-                            pa.nulls(n, pa.string()),
-                            spilled.column("after"),
-                        ],
-                        schema=ARROW_SCHEMA,
+                    yield change_batch(
+                        source=pa.array([partition.source] * n, pa.string()),
+                        txn_id=pa.array([partition.txn_id] * n, pa.string()),
+                        txn_order=pa.array([0] * n, pa.int64()),
+                        txn_size=pa.array([partition.total] * n, pa.int32()),
+                        event_index=pa.array(range(offset, offset + n), pa.int32()),
+                        commit_ts=pa.array(
+                            [partition.taken_at_us] * n, pa.timestamp("us", tz="UTC")
+                        ),
+                        table=spilled.column("table"),
+                        op=pa.array(["r"] * n, pa.string()),
+                        key=spilled.column("key"),
+                        before=pa.nulls(n, pa.string()),
+                        after=spilled.column("after"),
                     )
                     offset += n
 
@@ -599,19 +585,16 @@ def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
         count = min(_CHUNK_CHANGES, total - first)
         changes = decode_changes(texts.slice(first, count))
         of = pa.array(owner[first : first + count])
-        yield pa.RecordBatch.from_arrays(
-            [
-                source.take(np.zeros(count, dtype=np.int32)),
-                txn_ids.take(of),
-                orders.take(of),
-                txn_sizes.take(of),
-                pa.array(event_index[first : first + count]),
-                commit_ts.take(of),
-                changes.table,
-                changes.op,
-                changes.key,
-                changes.before,
-                changes.after,
-            ],
-            schema=ARROW_SCHEMA,
+        yield change_batch(
+            source=source.take(np.zeros(count, dtype=np.int32)),
+            txn_id=txn_ids.take(of),
+            txn_order=orders.take(of),
+            txn_size=txn_sizes.take(of),
+            event_index=pa.array(event_index[first : first + count]),
+            commit_ts=commit_ts.take(of),
+            table=changes.table,
+            op=changes.op,
+            key=changes.key,
+            before=changes.before,
+            after=changes.after,
         )
