@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import PublishError, RestoreError
+from spark_ckpt.model.events import PublishedEvent
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.testing.faults import crash_point
 
@@ -158,14 +159,7 @@ def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = N
             crash_point("during_publish", batch_id)
             version = batch_id
             published.append(batch_id)
-            HistoryLog(checkpoint).append(
-                {
-                    "event": "published",
-                    "checkpoint": batch_id,
-                    "deltaVersion": delta_version,
-                    "table": table_uri,
-                }
-            )
+            HistoryLog(checkpoint).append(PublishedEvent(batch_id, delta_version, table_uri))
         if version is not None:
             for old in batch_ids:
                 if old <= version - _RETAIN_PUBLISHED:

@@ -24,9 +24,11 @@ from pyspark.errors import StreamingQueryException
 
 from spark_ckpt.errors import CheckpointHookError, ConfigError, SupervisedQueryError
 from spark_ckpt.model.config import CkptConfig
-from spark_ckpt.model.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
+from spark_ckpt.model.events import CompletedEvent, FailureEvent, HooksEvent, StartEvent
+from spark_ckpt.model.failures import CheckpointFailure, FailureReason
+from spark_ckpt.model.supervision import SupervisionRules
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.state.history import CheckpointRecord, HistoryLog, progress_event
+from spark_ckpt.state.history import CheckpointRecord, HistoryLog
 from spark_ckpt.state.hooks import (
     CheckpointHook,
     HookChannel,
@@ -98,23 +100,20 @@ class SupervisedQuery:
         self._history = HistoryLog(checkpoint)
         self._hook_store = HookStore(checkpoint)
         self._strategy = config.restart_strategy_factory()()
-        self._checkpoint_timeout = config.checkpoint_timeout
         self.identity = f"{name}-{uuid.uuid4().hex[:12]}"
         """Given to the sources this supervisor builds, so their declines reach it."""
-        self._running: tuple[int, float] | None = None  # (batch id, seen active since)
-        self._declines: set[tuple[int, str, str]] = set()  # recorded in the history already
-        self._hook_abort: CheckpointFailure | None = None  # a hook aborted this attempt's batch
-        self._channel = HookChannel.for_checkpoint(control.state, checkpoint_location)
-        if self.hooks:
-            self._channel.enable(self._checkpoint_timeout)
-        self.failovers: list[list[CheckpointFailure]] = []
-        """Every failover so far, each as the chain of failures that caused it."""
-        self._failover_chain: list[CheckpointFailure] | None = None
-        self.failures = CheckpointFailureManager(
+        self.rules = SupervisionRules(
             config.tolerable_failed_checkpoints,
             config.tolerable_failure_timeout,
-            self._request_failover,
+            config.checkpoint_timeout,
+            self._history.append,
         )
+        """The failure accounting this glue feeds (see :mod:`spark_ckpt.model.supervision`)."""
+        self._channel = HookChannel.for_checkpoint(control.state, checkpoint_location)
+        if self.hooks:
+            self._channel.enable(config.checkpoint_timeout)
+        self.failovers: list[list[CheckpointFailure]] = []
+        """Every failover so far, each as the chain of failures that caused it."""
         self.restarts = 0
         """Times the query was started again after a failover."""
         self.query: StreamingQuery | None = None
@@ -123,7 +122,6 @@ class SupervisedQuery:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._fatal: BaseException | None = None  # a misuse found while running: no restart
-        self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._supervise, name=f"spark-ckpt-supervisor-{name}", daemon=True
         )
@@ -149,12 +147,11 @@ class SupervisedQuery:
     def checkpoint_completed(self, progress: dict[str, Any]) -> None:
         """A progress event: checkpoint ``progress["batchId"]`` completed (listener bus; quick)."""
         batch_id = int(progress["batchId"])
-        with self._lock:
-            self.failures.handle_completed(batch_id)
-        event = progress_event(progress)
+        self.rules.checkpoint_completed(batch_id)
+        event = CompletedEvent.of_progress(progress)
         if self.hooks and self._hook_store.read(batch_id) is None:
             # Only a sink taking part in checkpoints asks for the hooks before commits/N.
-            self._request_failover(
+            self.rules.request_failover(
                 [
                     CheckpointFailure(
                         batch_id,
@@ -182,31 +179,9 @@ class SupervisedQuery:
         """
         message = str(error)[:2000]
         if batch_id is None:
-            self._history.append(
-                {
-                    "event": "failure",
-                    "reason": FailureReason.PUBLISH_FAILED.name,
-                    "message": message,
-                }
-            )
+            self._history.append(FailureEvent(None, FailureReason.PUBLISH_FAILED.name, message))
             return
-        self._fail(FailureReason.PUBLISH_FAILED, batch_id + 1, message)
-
-    def _fail(self, reason: FailureReason, checkpoint: int | None, message: str) -> None:
-        """Record a failure with the manager and in the history (any thread)."""
-        self._history.append(
-            {
-                "event": "failure",
-                "checkpoint": checkpoint,
-                "reason": reason.name,
-                "message": message,
-            }
-        )
-        with self._lock:
-            self.failures.handle_failure(reason, checkpoint, message)
-
-    def _request_failover(self, chain: list[CheckpointFailure]) -> None:
-        self._failover_chain = chain
+        self.rules.fail(FailureReason.PUBLISH_FAILED, batch_id + 1, message)
 
     # -- the supervision loop (its own thread) ----------------------------------------------
 
@@ -225,15 +200,8 @@ class SupervisedQuery:
         if point.checkpoint_id is not None and self.hooks:
             restore_hooks(self.hooks, self._hook_store, point.checkpoint_id)
         state.set_restore_point(self.identity, point.to_json())
-        self._hook_abort = None
-        self._history.append(
-            {
-                "event": "start",
-                "attempt": self.restarts,
-                "restored": point.checkpoint_id,
-                "rerunBatch": point.rerun_batch,
-            }
-        )
+        self.rules.attempt_started()
+        self._history.append(StartEvent(self.restarts, point.checkpoint_id, point.rerun_batch))
         with self._control.build_lock:
             # Sources created by this build claim the identity (see ControlState).
             state.set_pending_identity(self.identity)
@@ -278,66 +246,26 @@ class SupervisedQuery:
             self._done.set()
 
     def _check_expiry(self, query: StreamingQuery) -> None:
-        """Count the running batch as expired once it runs past ``checkpointTimeout``.
-
-        Polled about once a second. A trigger seen active for the same batch for longer than the
-        timeout is a counted failure of that checkpoint (each checkpoint counts once).
-        """
-        if not query.status.get("isTriggerActive"):
-            self._running = None
-            return
+        """Tell the rules which batch is running, if any (polled about once a second)."""
         last = query.lastProgress
         batch_id = 0 if last is None else int(last.batchId) + 1
-        now = time.monotonic()
-        if self._running is None or self._running[0] != batch_id:
-            self._running = (batch_id, now)
-            return
-        if now - self._running[1] > self._checkpoint_timeout:
-            self._fail(
-                FailureReason.CHECKPOINT_EXPIRED,
-                batch_id,
-                f"batch {batch_id} ran longer than checkpointTimeout={self._checkpoint_timeout:g}s",
-            )
+        self.rules.trigger_seen(bool(query.status.get("isTriggerActive")), batch_id)
 
     def _check_sources(self) -> None:
-        """Feed the sources' declines to the failure manager (polled about once a second).
-
-        A hard decline is a counted failure of its checkpoint; any decline means data is held
-        back, which the manager times out after ``tolerableFailureTimeout``.
-        """
+        """Tell the rules the sources' current declines (polled about once a second)."""
         declines = [
-            report["decline"]
+            (str(report["decline"]["kind"]), str(report["decline"]["reason"]))
             for report in self._control.state.source_reports(self.identity)
             if report.get("decline")
         ]
         if not declines:
-            with self._lock:
-                self.failures.handle_holding(False)
+            self.rules.declines_seen([], 0)
             return
         # A source numbers its own checkpoints, which can lag Spark's batch ids (Spark runs an
         # empty first batch at the initial offset when a new query's source offers nothing), so
         # a decline is charged to the checkpoint Spark will take next.
         latest = self._checkpoint.latest_committed()
-        next_checkpoint = 0 if latest is None else latest + 1
-        for decline in declines:
-            kind, reason = str(decline["kind"]), str(decline["reason"])
-            if (next_checkpoint, kind, reason) not in self._declines:
-                self._declines.add((next_checkpoint, kind, reason))
-                self._history.append(
-                    {
-                        "event": "decline",
-                        "checkpoint": next_checkpoint,
-                        "kind": kind,
-                        "reason": reason,
-                    }
-                )
-            if kind == "hard":
-                with self._lock:
-                    self.failures.handle_failure(
-                        FailureReason.SOURCE_DECLINED_HARD, next_checkpoint, reason
-                    )
-        with self._lock:
-            self.failures.handle_holding(True)
+        self.rules.declines_seen(declines, 0 if latest is None else latest + 1)
 
     def _wait(self, query: StreamingQuery) -> list[CheckpointFailure] | None:
         """Wait for the attempt to end; return the failover chain, or None for a clean end."""
@@ -354,8 +282,8 @@ class SupervisedQuery:
             if not ended:
                 self._check_expiry(query)
                 self._check_sources()
-            if self._failover_chain is not None:
-                chain, self._failover_chain = self._failover_chain, None
+            chain = self.rules.take_failover()
+            if chain is not None:
                 query.stop()
                 return chain
             if ended or not query.isActive:
@@ -364,12 +292,7 @@ class SupervisedQuery:
         error = query.exception()
         if error is None:
             return None
-        self._fail(FailureReason.QUERY_FAILED, None, str(error)[:2000])
-        chain, self._failover_chain = self._failover_chain or [], None
-        if self._hook_abort is not None and self._hook_abort not in chain:
-            # Spark aborts a checkpoint only by failing its batch: name the hook as the cause.
-            chain.insert(0, self._hook_abort)
-        return chain
+        return self.rules.query_failed(str(error)[:2000])
 
     # -- checkpoint hooks (a thread of their own) ---------------------------------------------
 
@@ -387,15 +310,11 @@ class SupervisedQuery:
         try:
             record = trigger_hooks(self.hooks, self._hook_store, batch_id, requested_at)
         except CheckpointHookError as e:
-            reason = FailureReason.HOOK_IO_FAILED if e.io else FailureReason.HOOK_TRIGGER_FAILED
-            self._hook_abort = CheckpointFailure(batch_id, reason, e.detail, time.monotonic())
-            self._fail(reason, batch_id, str(e))
+            self.rules.hook_failed(batch_id, e.io, e.detail, str(e))
             self._channel.reply(name, e)
             return
         self._channel.reply(name, None)
-        self._history.append(
-            {"event": "hooks", "checkpoint": batch_id, "identifiers": sorted(record.data)}
-        )
+        self._history.append(HooksEvent(batch_id, tuple(sorted(record.data))))
 
     # -- public -----------------------------------------------------------------------------
 

@@ -17,9 +17,20 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_ckpt.model.events import (
+    CompletedEvent,
+    DeclineEvent,
+    FailureEvent,
+    HistoryEvent,
+    HooksEvent,
+    PublishedEvent,
+    StartEvent,
+    event_from_json,
+)
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
 __all__ = ["ROTATE_BYTES", "CheckpointRecord", "HistoryLog"]
@@ -108,27 +119,6 @@ def _transactions(sources: list[dict[str, Any]]) -> tuple[int, int] | None:
     return (min(firsts), max(lasts)) if firsts else None
 
 
-def progress_event(progress: dict[str, Any]) -> dict[str, Any]:
-    """The ``completed`` history event for a ``StreamingQueryProgress`` in JSON form."""
-    sources = [
-        {
-            "description": s.get("description"),
-            "startOffset": s.get("startOffset"),
-            "endOffset": s.get("endOffset"),
-            "numInputRows": s.get("numInputRows"),
-        }
-        for s in progress.get("sources", [])
-    ]
-    return {
-        "event": "completed",
-        "checkpoint": int(progress["batchId"]),
-        "triggeredAt": progress.get("timestamp"),
-        "durationMs": progress.get("batchDuration"),
-        "rows": progress.get("numInputRows"),
-        "sources": sources,
-    }
-
-
 class HistoryLog:
     """The history of the query on one checkpoint location.
 
@@ -142,13 +132,14 @@ class HistoryLog:
         self.path = checkpoint.path("spark_ckpt", "history.jsonl")
         self._previous = self.path[: -len(".jsonl")] + ".1.jsonl"
 
-    def append(self, event: dict[str, Any]) -> None:
-        """Append one event (any process; ``at`` is added when missing).
+    def append(self, event: HistoryEvent) -> None:
+        """Append one event (any process; ``at`` is set to now when it has none).
 
         History is best-effort bookkeeping, never part of a checkpoint's correctness: a failed
         append is not an error worth failing a batch for, so I/O errors are swallowed.
         """
-        line = json.dumps({"at": time.time(), **event}, sort_keys=True, default=str) + "\n"
+        stored = {"at": time.time(), **event.to_json()}
+        line = json.dumps(stored, sort_keys=True, default=str) + "\n"
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -167,9 +158,9 @@ class HistoryLog:
             if os.path.getsize(self.path) > ROTATE_BYTES:
                 os.replace(self.path, self._previous)
 
-    def events(self) -> list[dict[str, Any]]:
-        """Every readable event, oldest first (a torn line is skipped)."""
-        found: list[dict[str, Any]] = []
+    def events(self) -> list[HistoryEvent]:
+        """Every readable event, oldest first (a torn line or an unknown kind is skipped)."""
+        found: list[HistoryEvent] = []
         for path in (self._previous, self.path):
             try:
                 with open(path, encoding="utf-8") as handle:
@@ -178,10 +169,11 @@ class HistoryLog:
                 continue
             for line in lines:
                 with contextlib.suppress(ValueError):
-                    event = json.loads(line)
-                    if isinstance(event, dict):
+                    value = json.loads(line)
+                    event = event_from_json(value) if isinstance(value, dict) else None
+                    if event is not None:
                         found.append(event)
-        found.sort(key=lambda e: float(e.get("at", 0)))
+        found.sort(key=lambda e: e.at or 0.0)
         return found
 
     def records(self) -> list[CheckpointRecord]:
@@ -189,7 +181,7 @@ class HistoryLog:
         return fold(self.events())
 
 
-def fold(events: list[dict[str, Any]]) -> list[CheckpointRecord]:
+def fold(events: Iterable[HistoryEvent]) -> list[CheckpointRecord]:
     """Fold history events (oldest first) into records by checkpoint id."""
     records: dict[int, CheckpointRecord] = {}
 
@@ -197,32 +189,28 @@ def fold(events: list[dict[str, Any]]) -> list[CheckpointRecord]:
         return records.setdefault(checkpoint, CheckpointRecord(checkpoint))
 
     for event in events:
-        kind, checkpoint = event.get("event"), event.get("checkpoint")
-        if kind == "start":
-            restored = event.get("restored")
-            if isinstance(restored, int):
-                record(restored).restarts += 1
-            continue
-        if not isinstance(checkpoint, int):
-            continue  # a failure not tied to one checkpoint
-        rec = record(checkpoint)
-        if kind == "completed":
-            rec.completed_at = float(event["at"])
-            rec.triggered_at = event.get("triggeredAt")
-            rec.duration_ms = event.get("durationMs")
-            rec.rows = event.get("rows")
-            rec.sources = list(event.get("sources", []))
+        if isinstance(event, StartEvent):
+            if event.restored is not None:
+                record(event.restored).restarts += 1
+        elif isinstance(event, CompletedEvent):
+            rec = record(event.checkpoint)
+            rec.completed_at = event.at
+            rec.triggered_at = event.triggered_at
+            rec.duration_ms = event.duration_ms
+            rec.rows = event.rows
+            rec.sources = [dict(s) for s in event.sources]
             rec.transactions = _transactions(rec.sources)
-        elif kind == "failure":
-            rec.failures.append(
-                {"reason": event.get("reason"), "message": event.get("message"), "at": event["at"]}
+        elif isinstance(event, FailureEvent):
+            if event.checkpoint is not None:  # else a failure not tied to one checkpoint
+                record(event.checkpoint).failures.append(
+                    {"reason": event.reason, "message": event.message, "at": event.at}
+                )
+        elif isinstance(event, DeclineEvent):
+            record(event.checkpoint).declines.append(
+                {"kind": event.decline, "reason": event.reason, "at": event.at}
             )
-        elif kind == "decline":
-            rec.declines.append(
-                {"kind": event.get("kind"), "reason": event.get("reason"), "at": event["at"]}
-            )
-        elif kind == "published":
-            rec.delta_version = event.get("deltaVersion")
-        elif kind == "hooks":
-            rec.hooks = list(event.get("identifiers", []))
+        elif isinstance(event, PublishedEvent):
+            record(event.checkpoint).delta_version = event.delta_version
+        elif isinstance(event, HooksEvent):
+            record(event.checkpoint).hooks = list(event.identifiers)
     return [records[k] for k in sorted(records)]

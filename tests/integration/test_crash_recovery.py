@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import crash_harness
 from crash_harness import CRASH_BATCH
 
+from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 
@@ -53,8 +54,8 @@ def test_supervised_restart_after_a_kill_restores_the_exact_checkpoint_and_its_h
     ]
     assert handed_back == [{"checkpoint": restored, "data": f"at {restored}"}]
     history = HistoryLog(SparkCheckpoint(str(tmp_path / "ckpt")))
-    starts = [e for e in history.events() if e["event"] == "start"]
-    assert [(s["restored"], s["rerunBatch"]) for s in starts] == [
+    starts = [e for e in history.events() if isinstance(e, StartEvent)]
+    assert [(s.restored, s.rerun_batch) for s in starts] == [
         (None, None),
         (restored, CRASH_BATCH),
     ]

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import spark_ckpt.state.history as history
+from spark_ckpt.model.events import (
+    CompletedEvent,
+    DeclineEvent,
+    FailureEvent,
+    HooksEvent,
+    PublishedEvent,
+    StartEvent,
+    event_from_json,
+)
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.state.history import HistoryLog, fold, progress_event
+from spark_ckpt.state.history import HistoryLog, fold
 
 
 def progress(batch: int, start: int, end: int, rows: int) -> dict[str, object]:
@@ -32,15 +42,15 @@ def progress(batch: int, start: int, end: int, rows: int) -> dict[str, object]:
 
 def test_a_checkpoint_record_gathers_everything_that_happened_to_it() -> None:
     events = [
-        {"event": "start", "at": 1.0, "restored": None},
-        {"event": "decline", "at": 2.0, "checkpoint": 0, "kind": "soft", "reason": "T1 open"},
-        {**progress_event(progress(0, 0, 3, 17)), "at": 3.0},
-        {"event": "hooks", "at": 2.5, "checkpoint": 0, "identifiers": ["h"]},
-        {"event": "published", "at": 3.5, "checkpoint": 0, "deltaVersion": 0},
-        {"event": "failure", "at": 4.0, "checkpoint": 1, "reason": "CHECKPOINT_EXPIRED"},
-        {"event": "failure", "at": 4.5, "checkpoint": None, "reason": "QUERY_FAILED"},
-        {"event": "start", "at": 5.0, "restored": 0},
-        {"event": "start", "at": 6.0, "restored": 0},
+        StartEvent(0, None, at=1.0),
+        DeclineEvent(0, "soft", "T1 open", at=2.0),
+        replace(CompletedEvent.of_progress(progress(0, 0, 3, 17)), at=3.0),
+        HooksEvent(0, ("h",), at=2.5),
+        PublishedEvent(0, 0, at=3.5),
+        FailureEvent(1, "CHECKPOINT_EXPIRED", at=4.0),
+        FailureEvent(None, "QUERY_FAILED", at=4.5),
+        StartEvent(1, 0, at=5.0),
+        StartEvent(2, 0, at=6.0),
     ]
     first, second = fold(events)
     assert first.checkpoint_id == 0
@@ -60,14 +70,14 @@ def test_a_checkpoint_record_gathers_everything_that_happened_to_it() -> None:
 
 
 def test_a_batch_without_transactions_has_no_range() -> None:
-    (record,) = fold([{**progress_event(progress(4, 9, 9, 0)), "at": 1.0}])
+    (record,) = fold([replace(CompletedEvent.of_progress(progress(4, 9, 9, 0)), at=1.0)])
     assert record.transactions is None
 
 
 def test_history_survives_new_log_objects_and_skips_a_torn_line(tmp_path: Path) -> None:
     checkpoint = SparkCheckpoint(str(tmp_path / "ckpt"))
-    HistoryLog(checkpoint).append(progress_event(progress(0, 0, 2, 5)))
-    HistoryLog(checkpoint).append({"event": "published", "checkpoint": 0, "deltaVersion": 3})
+    HistoryLog(checkpoint).append(CompletedEvent.of_progress(progress(0, 0, 2, 5)))
+    HistoryLog(checkpoint).append(PublishedEvent(0, 3))
     with open(HistoryLog(checkpoint).path, "a", encoding="utf-8") as handle:
         handle.write('{"event": "completed", "checkpo')  # a crash mid-append
     (record,) = HistoryLog(checkpoint).records()
@@ -78,8 +88,33 @@ def test_rotation_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(history, "ROTATE_BYTES", 2000)
     log = HistoryLog(SparkCheckpoint(str(tmp_path / "ckpt")))
     for batch in range(40):
-        log.append(progress_event(progress(batch, batch, batch + 1, 1)))
+        log.append(CompletedEvent.of_progress(progress(batch, batch, batch + 1, 1)))
     ids = [r.checkpoint_id for r in log.records()]
     assert ids == list(range(ids[0], 40)), "the newest checkpoints are kept, without gaps"
     assert 0 < ids[0] < 40, "older checkpoints were rotated away"
     assert Path(log.path).stat().st_size <= 2000 + 600
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        StartEvent(2, 7, 8, at=1.5),
+        StartEvent(0, None, at=1.0),
+        CompletedEvent(3, "2026-11-22T01:00:00.000Z", 120, 17, ({"endOffset": "{}"},), at=2.0),
+        FailureEvent(None, "QUERY_FAILED", "boom", at=3.0),
+        DeclineEvent(4, "hard", "T9 waits", at=4.0),
+        PublishedEvent(4, 12, "/lake/t", at=5.0),
+        HooksEvent(4, ("a", "b"), at=6.0),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_event_round_trips_through_its_stored_json(event: object) -> None:
+    """to_json and event_from_json are inverses; the stored keys stay camelCase."""
+    stored = json.loads(json.dumps(event.to_json()))  # type: ignore[attr-defined]
+    assert event_from_json(stored) == event
+
+
+def test_unknown_or_malformed_events_are_skipped_when_read() -> None:
+    """A newer writer's event kind, or one without its checkpoint, reads as nothing."""
+    assert event_from_json({"event": "savepoint", "at": 1.0, "checkpoint": 3}) is None
+    assert event_from_json({"event": "published", "at": 1.0}) is None

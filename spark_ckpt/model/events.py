@@ -1,0 +1,215 @@
+"""The checkpoint history's events, typed, with their JSON form in one place.
+
+The supervisor, the listener's workers and the sink append these to a query's history
+(:mod:`spark_ckpt.state.history`); :func:`event_from_json` reads them back. The JSON keys are the
+stored format: camelCase, as in Spark's progress events, and stable across releases (an event
+kind this code does not know is skipped when read, so newer writers do not break older readers).
+
+Pure Python, no Spark, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "CompletedEvent",
+    "DeclineEvent",
+    "FailureEvent",
+    "HistoryEvent",
+    "HooksEvent",
+    "PublishedEvent",
+    "StartEvent",
+    "event_from_json",
+]
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class _Event:
+    kind: ClassVar[str]
+    at: float | None = field(default=None, kw_only=True)
+    """When it happened (epoch seconds); filled in when the event is appended."""
+
+    def _body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: ``{"event": kind, "at": ..., ...}``."""
+        value: dict[str, Any] = {"event": self.kind}
+        if self.at is not None:
+            value["at"] = self.at
+        value.update(self._body())
+        return value
+
+
+@dataclass(frozen=True)
+class StartEvent(_Event):
+    """A (re)start of the query: attempt number, the checkpoint it resumed from."""
+
+    kind: ClassVar[str] = "start"
+    attempt: int
+    restored: int | None
+    rerun_batch: int | None = None
+
+    def _body(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "restored": self.restored, "rerunBatch": self.rerun_batch}
+
+
+@dataclass(frozen=True)
+class CompletedEvent(_Event):
+    """Checkpoint ``checkpoint`` completed (Spark wrote ``commits/N``), from its progress event."""
+
+    kind: ClassVar[str] = "completed"
+    checkpoint: int
+    triggered_at: str | None = None
+    duration_ms: int | None = None
+    rows: int | None = None
+    sources: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def of_progress(cls, progress: Mapping[str, Any]) -> CompletedEvent:
+        """The event for a ``StreamingQueryProgress`` in JSON form."""
+        sources = tuple(
+            {
+                "description": s.get("description"),
+                "startOffset": s.get("startOffset"),
+                "endOffset": s.get("endOffset"),
+                "numInputRows": s.get("numInputRows"),
+            }
+            for s in progress.get("sources", [])
+        )
+        return cls(
+            int(progress["batchId"]),
+            progress.get("timestamp"),
+            _int(progress.get("batchDuration")),
+            _int(progress.get("numInputRows")),
+            sources,
+        )
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "triggeredAt": self.triggered_at,
+            "durationMs": self.duration_ms,
+            "rows": self.rows,
+            "sources": [dict(s) for s in self.sources],
+        }
+
+
+@dataclass(frozen=True)
+class FailureEvent(_Event):
+    """A failure charged to ``checkpoint`` (None: to the query), by ``FailureReason`` name."""
+
+    kind: ClassVar[str] = "failure"
+    checkpoint: int | None
+    reason: str
+    message: str = ""
+
+    def _body(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "reason": self.reason, "message": self.message}
+
+
+@dataclass(frozen=True)
+class DeclineEvent(_Event):
+    """A source declined ``checkpoint``: ``soft`` or ``hard``, and why."""
+
+    kind: ClassVar[str] = "decline"
+    checkpoint: int
+    decline: str
+    reason: str
+
+    def _body(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "kind": self.decline, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PublishedEvent(_Event):
+    """Checkpoint ``checkpoint`` became visible as Delta version ``delta_version`` of ``table``."""
+
+    kind: ClassVar[str] = "published"
+    checkpoint: int
+    delta_version: int | None
+    table: str = ""
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "deltaVersion": self.delta_version,
+            "table": self.table,
+        }
+
+
+@dataclass(frozen=True)
+class HooksEvent(_Event):
+    """The checkpoint hooks whose data is stored with ``checkpoint``."""
+
+    kind: ClassVar[str] = "hooks"
+    checkpoint: int
+    identifiers: tuple[str, ...]
+
+    def _body(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "identifiers": list(self.identifiers)}
+
+
+HistoryEvent = (
+    StartEvent | CompletedEvent | FailureEvent | DeclineEvent | PublishedEvent | HooksEvent
+)
+"""Every kind of history event."""
+
+
+def event_from_json(value: Mapping[str, Any]) -> HistoryEvent | None:
+    """Read one stored event; None for a kind this code does not know, or a malformed one."""
+    kind, at = value.get("event"), _float(value.get("at"))
+    checkpoint = _int(value.get("checkpoint"))
+    if kind == "start":
+        return StartEvent(
+            _int(value.get("attempt")) or 0,
+            _int(value.get("restored")),
+            _int(value.get("rerunBatch")),
+            at=at,
+        )
+    if kind == "failure":
+        return FailureEvent(
+            checkpoint, _str(value.get("reason")), _str(value.get("message")), at=at
+        )
+    if checkpoint is None:
+        return None
+    if kind == "completed":
+        raw = value.get("sources")
+        sources = tuple(s for s in raw if isinstance(s, Mapping)) if isinstance(raw, list) else ()
+        triggered = value.get("triggeredAt")
+        return CompletedEvent(
+            checkpoint,
+            triggered if isinstance(triggered, str) else None,
+            _int(value.get("durationMs")),
+            _int(value.get("rows")),
+            sources,
+            at=at,
+        )
+    if kind == "decline":
+        return DeclineEvent(checkpoint, _str(value.get("kind")), _str(value.get("reason")), at=at)
+    if kind == "published":
+        return PublishedEvent(
+            checkpoint, _int(value.get("deltaVersion")), _str(value.get("table")), at=at
+        )
+    if kind == "hooks":
+        raw = value.get("identifiers")
+        names = tuple(i for i in raw if isinstance(i, str)) if isinstance(raw, list) else ()
+        return HooksEvent(checkpoint, names, at=at)
+    return None
