@@ -28,7 +28,7 @@ from spark_ckpt.model.availability import (
     CheckpointAvailabilityProvider,
     SnapshotAvailability,
 )
-from spark_ckpt.model.declines import DeclineTracker
+from spark_ckpt.model.declines import DeclineReport, DeclineTracker
 from spark_ckpt.state.registry import ControlState
 
 from .connector import ChangeConnector
@@ -76,7 +76,7 @@ class TxnCdcStreamReader(
         self.options = options
         self.connector = connector
         self._control = control
-        self._reported: dict[str, Any] | None = None
+        self._reported: DeclineReport | None = None
         self.declines = DeclineTracker(options.soft_decline_timeout)
         self.last_decision: GateDecision | None = None
         self._proposal: tuple[int, Cut] | None = None
@@ -124,7 +124,7 @@ class TxnCdcStreamReader(
         restored = None
         if self._control is not None and self.options.identity is not None:
             point = self._control.restore_point(self.options.identity)
-            restored = None if point is None else point.get("checkpoint")
+            restored = None if point is None else point.checkpoint_id
         _log.info(
             "txn-cdc resumes from checkpoint %s (source checkpoint %s)",
             "unknown" if restored is None else restored,
@@ -179,13 +179,9 @@ class TxnCdcStreamReader(
         if self._control is None or self.options.identity is None:
             return
         current = self.declines.current
-        decline = None
-        if current is not None:
-            # heldForMs changes every trigger; the supervisor measures time itself.
-            decline = {k: v for k, v in current.to_json().items() if k != "heldForMs"}
-        report: dict[str, Any] = {"decline": decline}
+        report = None if current is None else current.report()
         if report != self._reported:
-            self._control.report_source(self.options.identity, report)
+            self._control.report_decline(self.options.identity, report)
             self._reported = report
 
     def reportLatestOffset(self) -> dict[str, Any]:

@@ -13,11 +13,74 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from spark_ckpt.model.availability import SnapshotAvailability
 from spark_ckpt.model.durations import UNLIMITED, format_duration
 
-__all__ = ["Decline", "DeclineTracker"]
+__all__ = ["Decline", "DeclineReport", "DeclineTracker"]
+
+
+@dataclass(frozen=True)
+class DeclineReport:
+    """A source's current decline, as its reader process tells the supervisor.
+
+    What :class:`Decline` says, less how long data has been held back (that changes every
+    trigger; the supervisor measures time itself), so a report changes only when the decline
+    does.
+
+    Attributes
+    ----------
+    checkpoint_id
+        The checkpoint the source refused.
+    kind
+        ``"soft"`` or ``"hard"``.
+    reason
+        Why, in words.
+    held_since_ms
+        Wall-clock epoch milliseconds since which data has been held back.
+    held_changes
+        Change events held back, when the source knows it.
+    escalated
+        True when a soft decline became hard because it lasted too long.
+    """
+
+    checkpoint_id: int
+    kind: str
+    reason: str
+    held_since_ms: int
+    held_changes: int | None
+    escalated: bool
+
+    def to_json(self) -> dict[str, object]:
+        """The form stored between processes (stable keys)."""
+        return {
+            "checkpoint": self.checkpoint_id,
+            "kind": self.kind,
+            "reason": self.reason,
+            "heldSinceMs": self.held_since_ms,
+            "heldChanges": self.held_changes,
+            "escalated": self.escalated,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> DeclineReport:
+        """Read :meth:`to_json`'s form.
+
+        Raises
+        ------
+        KeyError, TypeError, ValueError
+            When ``value`` is not such a report.
+        """
+        held = value["heldChanges"]
+        return cls(
+            int(value["checkpoint"]),
+            str(value["kind"]),
+            str(value["reason"]),
+            int(value["heldSinceMs"]),
+            None if held is None else int(held),
+            bool(value["escalated"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -46,6 +109,17 @@ class Decline:
     held_for: float
     held_changes: int | None
     escalated: bool
+
+    def report(self) -> DeclineReport:
+        """What the reader tells the supervisor about this decline."""
+        return DeclineReport(
+            self.checkpoint_id,
+            "hard" if self.availability.is_hard else "soft",
+            self.availability.message,
+            round(self.held_since * 1000),
+            self.held_changes,
+            self.escalated,
+        )
 
     def to_json(self) -> dict[str, object]:
         """Render for ``reportLatestOffset`` (stable keys, JSON primitives only)."""

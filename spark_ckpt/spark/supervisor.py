@@ -194,12 +194,12 @@ class SupervisedQuery:
         assert jvm is not None
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         state = self._control.state
-        state.clear_source_reports(self.identity)
+        state.clear_declines(self.identity)
         point = restore_point(self._checkpoint)
         notify_restore(point, self._control.restore_handlers)
         if point.checkpoint_id is not None and self.hooks:
             restore_hooks(self.hooks, self._hook_store, point.checkpoint_id)
-        state.set_restore_point(self.identity, point.to_json())
+        state.set_restore_point(self.identity, point)
         self.rules.attempt_started()
         self._history.append(StartEvent(self.restarts, point.checkpoint_id, point.rerun_batch))
         with self._control.build_lock:
@@ -253,11 +253,7 @@ class SupervisedQuery:
 
     def _check_sources(self) -> None:
         """Tell the rules the sources' current declines (polled about once a second)."""
-        declines = [
-            (str(report["decline"]["kind"]), str(report["decline"]["reason"]))
-            for report in self._control.state.source_reports(self.identity)
-            if report.get("decline")
-        ]
+        declines = [(d.kind, d.reason) for d in self._control.state.declines(self.identity)]
         if not declines:
             self.rules.declines_seen([], 0)
             return

@@ -19,7 +19,9 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_ckpt.model.declines import DeclineReport
 from spark_ckpt.state.files import write_atomically, write_if_changed
+from spark_ckpt.state.restore import RestorePoint
 
 __all__ = ["IDENTITY_OPTION", "ControlState", "Registration"]
 
@@ -115,34 +117,36 @@ class ControlState:
         except FileNotFoundError:
             return None
 
-    def report_source(self, identity: str, report: dict[str, Any]) -> None:
-        """Publish one source's current decline state (reader process, when it changes)."""
-        body = json.dumps(report, sort_keys=True).encode()
+    def report_decline(self, identity: str, decline: DeclineReport | None) -> None:
+        """Publish one source's current decline, or None (reader process, when it changes)."""
+        body = {"decline": None if decline is None else decline.to_json()}
         path = os.path.join(self.directory, "sources", identity, f"{os.getpid()}.json")
-        write_atomically(path, body)
+        write_atomically(path, json.dumps(body, sort_keys=True).encode())
 
-    def source_reports(self, identity: str) -> list[dict[str, Any]]:
-        """The latest decline state of every source reporting under ``identity``."""
+    def declines(self, identity: str) -> list[DeclineReport]:
+        """The current declines of the sources reporting under ``identity`` (supervisor)."""
         directory = os.path.join(self.directory, "sources", identity)
         try:
             names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
         except FileNotFoundError:
             return []
-        reports = []
+        declines = []
         for name in names:
             with (
                 contextlib.suppress(FileNotFoundError),
                 open(os.path.join(directory, name), "rb") as handle,
             ):
-                reports.append(json.loads(handle.read()))
-        return reports
+                value = json.loads(handle.read()).get("decline")
+                if value is not None:
+                    declines.append(DeclineReport.from_json(value))
+        return declines
 
-    def set_restore_point(self, identity: str, point: dict[str, Any]) -> None:
+    def set_restore_point(self, identity: str, point: RestorePoint) -> None:
         """Record where the next attempt of ``identity`` resumes (supervisor, before a start)."""
         path = os.path.join(self.directory, "restore", f"{identity}.json")
-        write_atomically(path, json.dumps(point, sort_keys=True).encode())
+        write_atomically(path, json.dumps(point.to_json(), sort_keys=True).encode())
 
-    def restore_point(self, identity: str) -> dict[str, Any] | None:
+    def restore_point(self, identity: str) -> RestorePoint | None:
         """Where the current attempt of ``identity`` resumed from (see :mod:`.restore`)."""
         path = os.path.join(self.directory, "restore", f"{identity}.json")
         try:
@@ -150,10 +154,10 @@ class ControlState:
                 value = json.load(handle)
         except FileNotFoundError:
             return None
-        return value if isinstance(value, dict) else None
+        return RestorePoint.from_json(value)
 
-    def clear_source_reports(self, identity: str) -> None:
-        """Forget the reports of a previous attempt (its readers are gone)."""
+    def clear_declines(self, identity: str) -> None:
+        """Forget the declines of a previous attempt (its readers are gone)."""
         directory = os.path.join(self.directory, "sources", identity)
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(directory):

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from typing import Any
 
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
@@ -68,12 +69,24 @@ class RestorePoint:
         return 0 if self.checkpoint_id is None else self.checkpoint_id + 1
 
     def to_json(self) -> dict[str, object]:
-        """A JSON-ready form (history events, logs)."""
+        """A JSON-ready form (handed to the query's sources; logs)."""
         return {
+            "checkpointLocation": self.checkpoint_location,
             "checkpoint": self.checkpoint_id,
             "rerunBatch": self.rerun_batch,
             "sourceOffsets": list(self.source_offsets),
         }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> RestorePoint:
+        """Read :meth:`to_json`'s form."""
+        checkpoint, rerun = value.get("checkpoint"), value.get("rerunBatch")
+        return cls(
+            str(value.get("checkpointLocation", "")),
+            None if checkpoint is None else int(checkpoint),
+            None if rerun is None else int(rerun),
+            tuple(str(offset) for offset in value.get("sourceOffsets", [])),
+        )
 
 
 RestoreHandler = Callable[[RestorePoint], None]

@@ -100,3 +100,17 @@ def test_json_form_has_stable_keys() -> None:
         "heldChanges",
         "escalated",
     ]
+
+
+def test_a_decline_report_round_trips_and_leaves_out_the_held_time() -> None:
+    """What a reader tells the supervisor changes only when the decline does."""
+    from spark_ckpt.model.availability import SnapshotAvailability
+    from spark_ckpt.model.declines import Decline, DeclineReport
+
+    soft = SnapshotAvailability.soft_failure("T1 waits")
+    early = Decline(3, soft, held_since=100.0, held_for=1.0, held_changes=4, escalated=False)
+    late = Decline(3, soft, held_since=100.0, held_for=9.0, held_changes=4, escalated=False)
+    assert early.report() == late.report()
+    report = early.report()
+    assert DeclineReport.from_json(report.to_json()) == report
+    assert (report.kind, report.reason, report.held_since_ms) == ("soft", "T1 waits", 100_000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
@@ -52,3 +53,9 @@ def test_handlers_are_told_in_name_order_and_only_for_existing_locations(tmp_pat
     point = restore_point(spark_checkpoint(tmp_path / "c", logged=1, committed=1))
     notify_restore(point, handlers)
     assert told == [("a", 0), ("b", 0)]
+
+
+def test_a_restore_point_round_trips_through_json(tmp_path: Path) -> None:
+    """The point handed to a query's sources reads back as it was written."""
+    point = restore_point(spark_checkpoint(tmp_path / "c", logged=4, committed=3))
+    assert RestorePoint.from_json(json.loads(json.dumps(point.to_json()))) == point
