@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from spark_ckpt.errors import StateFormatError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.files import numbered_files, write_atomically, write_if_changed
 
@@ -74,7 +75,7 @@ class Manifest:
         """Parse :meth:`to_bytes` output."""
         body = json.loads(data)
         if body.get("v") != _VERSION:
-            raise ValueError(f"unsupported manifest version {body.get('v')!r}")
+            raise StateFormatError(f"unsupported manifest version {body.get('v')!r}")
         return cls(
             int(body["batchId"]),
             str(body["queryId"]),

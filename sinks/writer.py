@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from spark_ckpt.errors import PublishError, UsageError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.hooks import HookChannel
 from spark_ckpt.state.registry import ControlState, Registration
@@ -104,7 +105,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         query_id = context.getLocalProperty("sql.streaming.queryId")
         batch = context.getLocalProperty("streaming.sql.batchId")
         if query_id is None or batch is None:
-            raise RuntimeError(
+            raise UsageError(
                 "delta-2pc is a streaming sink: write() ran outside a streaming micro-batch "
                 "(no query or batch id in the task's properties)"
             )
@@ -136,7 +137,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 continue  # a failed task's message; Spark would not commit then, but be strict
             assert isinstance(message, StagedFiles)
             if message.batch_id != batchId:
-                raise ValueError(f"commit message of batch {message.batch_id} in batch {batchId}")
+                raise PublishError(f"commit message of batch {message.batch_id} in batch {batchId}")
             files += message.files
         manifest = Manifest(
             batchId,

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from spark_ckpt.errors import UsageError
 from spark_ckpt.model.availability import SnapshotAvailability
 
 __all__ = ["Cut", "GateDecision", "choose_cut"]
@@ -99,9 +100,9 @@ def choose_cut(
         The cut, or the reason there is none.
     """
     if any(size < 1 for size in unit_sizes):
-        raise ValueError(f"unit sizes must be >= 1, got {list(unit_sizes)}")
+        raise UsageError(f"unit sizes must be >= 1, got {list(unit_sizes)}")
     if max_changes is not None and max_changes < 1:
-        raise ValueError(f"max_changes must be >= 1 or None, got {max_changes}")
+        raise UsageError(f"max_changes must be >= 1 or None, got {max_changes}")
     ends = list(itertools.accumulate(unit_sizes))
     total = ends[-1] if ends else 0
     if total == 0:

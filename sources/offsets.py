@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from spark_ckpt.errors import LogRewrittenError
+from spark_ckpt.errors import LogRewrittenError, StateFormatError
 
 __all__ = ["OFFSET_VERSION", "OffsetHeader", "offset_json", "read_offset"]
 
@@ -72,7 +72,7 @@ def read_offset(
     """
     try:
         if value.get("v") != OFFSET_VERSION:
-            raise ValueError(f"unsupported offset version {value.get('v')!r}")
+            raise StateFormatError(f"unsupported offset version {value.get('v')!r}")
         header = OffsetHeader(int(value["checkpoint"]), int(value["emitted"]))
         return body(header, value)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from spark_ckpt.errors import UsageError
+
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer", "change_batch", "json_text"]
 
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
@@ -46,7 +48,7 @@ def change_batch(**columns: pa.Array) -> pa.RecordBatch:
     """
     names = [name for name, _, _ in COLUMNS]
     if set(columns) != set(names):
-        raise TypeError(f"change_batch needs exactly the columns {names}, got {sorted(columns)}")
+        raise UsageError(f"change_batch needs exactly the columns {names}, got {sorted(columns)}")
     return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=ARROW_SCHEMA)
 
 

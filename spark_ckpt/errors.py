@@ -12,6 +12,7 @@ import difflib
 from collections.abc import Sequence
 
 __all__ = [
+    "ChangeDecodeError",
     "ChangeLogError",
     "CheckpointHookError",
     "CheckpointLocationError",
@@ -19,6 +20,7 @@ __all__ = [
     "DuplicateTransactionError",
     "EventCountMismatchError",
     "InvalidOptionError",
+    "JavaNotFoundError",
     "LogOrderError",
     "LogRewrittenError",
     "MalformedEventError",
@@ -28,6 +30,7 @@ __all__ = [
     "SourceConnectionError",
     "SourcePathError",
     "SparkCkptError",
+    "StateFormatError",
     "SupervisedQueryError",
     "TableCaptureError",
     "TableIncompatibleError",
@@ -35,11 +38,31 @@ __all__ = [
     "UnknownOptionError",
     "UnsupportedChangeError",
     "UnsupportedOutputModeError",
+    "UsageError",
 ]
 
 
 class SparkCkptError(Exception):
     """Root of every error raised by spark-ckpt."""
+
+
+class UsageError(SparkCkptError, ValueError):
+    """spark-ckpt's API was called against its contract: a bug in the calling code, not bad data.
+
+    For example a restart strategy built with a negative delay, or an AVAILABLE answer passed
+    where a decline is expected.
+    """
+
+
+class StateFormatError(SparkCkptError, ValueError):
+    """A file or offset spark-ckpt wrote cannot be read.
+
+    An unknown format version or a damaged record; the message names what could not be read.
+    """
+
+
+class JavaNotFoundError(SparkCkptError, RuntimeError):
+    """No suitable Java runtime for Spark was found (Spark 4 needs 17 or 21)."""
 
 
 class ConfigError(SparkCkptError, ValueError):
@@ -241,6 +264,13 @@ class ReplicationSlotError(SparkCkptError, RuntimeError):
 
 class TableCaptureError(SparkCkptError, ValueError):
     """A table cannot be captured as asked (missing, no primary key or replica identity)."""
+
+
+class ChangeDecodeError(SparkCkptError, ValueError):
+    """A change from a source system could not be decoded (its plugin's output was unexpected).
+
+    Nothing of the batch is delivered; the message shows the start of the undecodable text.
+    """
 
 
 class UnsupportedChangeError(SparkCkptError, ValueError):

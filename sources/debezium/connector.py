@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError
+from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError, StateFormatError
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
@@ -131,7 +131,7 @@ class LogOffset:
         consumed = value.get("consumed")
         order = value.get("order", "name")
         if order not in ("name", "natural"):
-            raise ValueError(f"unknown file order {order!r}")
+            raise StateFormatError(f"unknown file order {order!r}")
         return cls(
             header.checkpoint,
             header.emitted,

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple
 
-from spark_ckpt.errors import LogRewrittenError, SourcePathError
+from spark_ckpt.errors import LogRewrittenError, SourcePathError, StateFormatError
 
 __all__ = [
     "FILE_ORDERS",
@@ -78,7 +78,7 @@ class LogPosition(NamedTuple):
             or not isinstance(value[0], str)
             or not all(isinstance(v, int) for v in value[1:])
         ):
-            raise ValueError(f"not a log position [file, byte, line]: {value!r}")
+            raise StateFormatError(f"not a log position [file, byte, line]: {value!r}")
         return cls(value[0], value[1], value[2])
 
     def __str__(self) -> str:

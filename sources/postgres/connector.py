@@ -34,7 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
-from spark_ckpt.errors import ReplicationSlotError, RestoreError
+from spark_ckpt.errors import (
+    ChangeDecodeError,
+    ReplicationSlotError,
+    RestoreError,
+    StateFormatError,
+)
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
@@ -89,7 +94,7 @@ class PgOffset:
     def _from_body(cls, header: OffsetHeader, value: Mapping[str, Any]) -> PgOffset:
         phase = value["phase"]
         if phase not in ("snapshot", "stream"):
-            raise ValueError(f"unknown phase {phase!r}")
+            raise StateFormatError(f"unknown phase {phase!r}")
         lsn = value["lsn"]
         return cls(
             header.checkpoint,
@@ -572,7 +577,7 @@ def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
     sizes = np.fromiter((t[3] for t in txns), dtype=np.int64, count=len(txns))
     total = int(sizes.sum())
     if total != len(texts):
-        raise ValueError(f"a partition holds {len(texts)} changes, its transactions {total}")
+        raise ChangeDecodeError(f"a partition holds {len(texts)} changes, its transactions {total}")
     # Per-change values of its transaction; event_index restarts at 0 in each transaction.
     owner = np.repeat(np.arange(len(txns)), sizes)
     event_index = (np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)

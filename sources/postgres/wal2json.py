@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from spark_ckpt.errors import UnsupportedChangeError
+from spark_ckpt.errors import ChangeDecodeError, UnsupportedChangeError
 
 from .lsn import parse_lsn
 
@@ -167,7 +167,7 @@ def _field(data: str, name: str) -> str:
     # B and C rows are parsed once per transaction on the driver: a regex beats json.loads.
     match = _FIELDS[name].search(data)
     if match is None:
-        raise ValueError(f"wal2json row without {name!r}: {data[:200]}")
+        raise ChangeDecodeError(f"wal2json row without {name!r}: {data[:200]}")
     return match.group(1)
 
 
@@ -178,8 +178,14 @@ def _integer(text: str) -> int | NumberText:
 
 def decode_change(data: str) -> PgChange:
     """One ``I`` / ``U`` / ``D`` row's data -> the change with normalised values (executor)."""
-    body = json.loads(data, parse_float=NumberText, parse_int=_integer, parse_constant=_constant)
-    return _change(body["action"], body)
+    try:
+        body = json.loads(
+            data, parse_float=NumberText, parse_int=_integer, parse_constant=_constant
+        )
+        action = body["action"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ChangeDecodeError(f"a wal2json row that is not a row change: {data[:200]!r}") from e
+    return _change(action, body)
 
 
 def decode_transactions(

@@ -139,7 +139,7 @@ def decode_changes(texts: pa.Array) -> ChangeColumns:
 
     Raises
     ------
-    spark_ckpt.errors.UnsupportedChangeError, ValueError
+    spark_ckpt.errors.UnsupportedChangeError, spark_ckpt.errors.ChangeDecodeError
         As :func:`.wal2json.decode_change`, for a row the fast path declines
         and the Python path cannot read.
     """

@@ -12,6 +12,8 @@ import abc
 import enum
 from dataclasses import dataclass
 
+from spark_ckpt.errors import UsageError
+
 __all__ = [
     "AVAILABLE",
     "AvailabilityStatus",
@@ -50,9 +52,9 @@ class SnapshotAvailability:
 
     def __post_init__(self) -> None:
         if self.status is AvailabilityStatus.AVAILABLE and self.message:
-            raise ValueError("an AVAILABLE snapshot carries no failure message")
+            raise UsageError("an AVAILABLE snapshot carries no failure message")
         if self.status is not AvailabilityStatus.AVAILABLE and not self.message:
-            raise ValueError(f"a {self.status.name} must say why the snapshot is unavailable")
+            raise UsageError(f"a {self.status.name} must say why the snapshot is unavailable")
 
     @classmethod
     def soft_failure(cls, message: str) -> SnapshotAvailability:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spark_ckpt.errors import UsageError
 from spark_ckpt.model.availability import SnapshotAvailability
 from spark_ckpt.model.durations import UNLIMITED, format_duration
 
@@ -154,7 +155,7 @@ class DeclineTracker:
         clock: Callable[[], float] = time.time,
     ) -> None:
         if soft_decline_timeout <= 0:
-            raise ValueError(f"soft_decline_timeout must be positive, got {soft_decline_timeout}")
+            raise UsageError(f"soft_decline_timeout must be positive, got {soft_decline_timeout}")
         self._timeout = soft_decline_timeout
         self._clock = clock
         self._held_since: float | None = None
@@ -185,7 +186,7 @@ class DeclineTracker:
             What was recorded, with the effective (possibly escalated) availability.
         """
         if availability.is_available:
-            raise ValueError("an AVAILABLE answer is not a decline")
+            raise UsageError("an AVAILABLE answer is not a decline")
         now = self._clock()
         if self._held_since is None:
             self._held_since = now

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from spark_ckpt.errors import UsageError
+
 __all__ = [
     "CheckpointFailure",
     "CheckpointFailureManager",
@@ -50,7 +52,7 @@ class FailureReason(enum.Enum):
         try:
             return _HANDLING[self]
         except KeyError:
-            raise ValueError(f"failure reason {self.name} is not classified") from None
+            raise UsageError(f"failure reason {self.name} is not classified") from None
 
 
 # Flink: declined, expired, I/O and finalize (commit) failures count; trigger-side and shutdown
@@ -118,11 +120,11 @@ class CheckpointFailureManager:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if tolerable_failed_checkpoints < 0:
-            raise ValueError(
+            raise UsageError(
                 f"tolerable_failed_checkpoints must be >= 0, got {tolerable_failed_checkpoints}"
             )
         if not tolerable_failure_timeout > 0:
-            raise ValueError(
+            raise UsageError(
                 f"tolerable_failure_timeout must be > 0 seconds, got {tolerable_failure_timeout}"
             )
         self._tolerable = tolerable_failed_checkpoints

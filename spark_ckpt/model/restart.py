@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from spark_ckpt.errors import UsageError
+
 __all__ = [
     "ExponentialDelay",
     "FailureRate",
@@ -81,7 +83,7 @@ class FixedDelay(RestartStrategy):
 
     def __init__(self, attempts: int = 1, delay: float = 1.0) -> None:
         if attempts < 0 or delay < 0:
-            raise ValueError(f"attempts and delay must be >= 0, got {attempts}, {delay}")
+            raise UsageError(f"attempts and delay must be >= 0, got {attempts}, {delay}")
         self.attempts = attempts
         self.delay = delay
         self._failures = 0
@@ -129,11 +131,11 @@ class ExponentialDelay(RestartStrategy):
         rng: random.Random | None = None,
     ) -> None:
         if not 0 < initial_backoff <= max_backoff:
-            raise ValueError(
+            raise UsageError(
                 f"need 0 < initialBackoff <= maxBackoff, got {initial_backoff}, {max_backoff}"
             )
         if multiplier < 1 or not 0 <= jitter <= 1 or reset_threshold <= 0 or attempts < 0:
-            raise ValueError(
+            raise UsageError(
                 "need backoffMultiplier >= 1, 0 <= jitterFactor <= 1, resetBackoffThreshold > 0, "
                 f"attempts >= 0; got {multiplier}, {jitter}, {reset_threshold}, {attempts}"
             )
@@ -195,7 +197,7 @@ class FailureRate(RestartStrategy):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_failures_per_interval < 1 or interval <= 0 or delay < 0:
-            raise ValueError(
+            raise UsageError(
                 "need maxFailuresPerInterval >= 1, failureRateInterval > 0, delay >= 0; got "
                 f"{max_failures_per_interval}, {interval}, {delay}"
             )

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from spark_ckpt.errors import SparkCkptError
+from spark_ckpt.errors import JavaNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -17,10 +17,6 @@ if TYPE_CHECKING:
 __all__ = ["JavaNotFoundError", "check_java", "local_session"]
 
 _MIN_JAVA = 17
-
-
-class JavaNotFoundError(SparkCkptError, RuntimeError):
-    """No suitable Java runtime for Spark was found."""
 
 
 def check_java() -> int:

@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from spark_ckpt.errors import CheckpointHookError
+from spark_ckpt.errors import CheckpointHookError, StateFormatError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.files import numbered_files, write_atomically
 from spark_ckpt.state.registry import ControlState
@@ -69,7 +69,7 @@ class CheckpointHook(abc.ABC):
 
     def upgrade(self, data: bytes, version: int) -> bytes:
         """Convert ``data`` stored in format ``version`` to :attr:`version` (default: refuse)."""
-        raise ValueError(
+        raise StateFormatError(
             f"stored data has format version {version} and this hook reads version {self.version}; "
             f"override upgrade() to convert it"
         )

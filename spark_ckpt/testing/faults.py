@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import signal
 
+from spark_ckpt.errors import ConfigError
+
 __all__ = ["POINTS", "crash_point"]
 
 POINTS = (
@@ -31,7 +33,7 @@ def _armed() -> set[tuple[str, int]]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         point, _, batch = item.partition(":")
         if point not in POINTS or not batch.isdigit():
-            raise ValueError(
+            raise ConfigError(
                 f"SPARK_CKPT_FAULT has the invalid entry {item!r}: expected <point>:<batch> with "
                 f"point one of {', '.join(POINTS)}"
             )

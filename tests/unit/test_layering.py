@@ -9,6 +9,7 @@ Imports are read from the source text (AST), so a lazy import counts where it is
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import spark_ckpt
+from spark_ckpt.errors import SparkCkptError
 
 PACKAGE = Path(spark_ckpt.__file__).parent
 
@@ -202,3 +204,28 @@ def test_no_module_level_import_cycles() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name)
+
+
+# Raises that are not errors a user sees: the abstract-method convention, and the attribute
+# protocol of a module's __getattr__ (PEP 562).
+_NOT_USER_ERRORS = {"NotImplementedError", "AttributeError"}
+# Raised on purpose and caught inside the package: a concurrent Delta commit, which the
+# publisher answers by re-reading the table's txn version.
+_CAUGHT_INSIDE = {("spark_ckpt.sinks.table", "CommitFailedError")}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_error_raised_is_a_spark_ckpt_error(name: str) -> None:
+    """Each ``raise X(...)`` names a SparkCkptError subclass (errors.py's promise)."""
+    module = importlib.import_module(name)
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            continue
+        target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if not isinstance(target, ast.Name) or target.id in _NOT_USER_ERRORS:
+            continue  # re-raising a caught error, or calling a helper that builds one
+        if (name, target.id) in _CAUGHT_INSIDE:
+            continue
+        raised = getattr(module, target.id, None)
+        if isinstance(raised, type):
+            assert issubclass(raised, SparkCkptError), f"{name}:{node.lineno} raises {target.id}"

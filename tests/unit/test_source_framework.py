@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_ckpt.errors import LogRewrittenError
+from spark_ckpt.errors import LogRewrittenError, UsageError
 from spark_ckpt.sources.offsets import OffsetHeader, offset_json, read_offset
 from spark_ckpt.sources.partitions import split_after
 from spark_ckpt.sources.schema import ARROW_SCHEMA, COLUMNS, change_batch
@@ -73,5 +73,5 @@ def test_change_batch_places_columns_by_name() -> None:
     assert batch.schema == ARROW_SCHEMA
     assert batch.column("op").to_pylist() == ["c"]
     del columns["key"]
-    with pytest.raises(TypeError, match="key"):
+    with pytest.raises(UsageError, match="key"):
         change_batch(**columns)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spark_ckpt.errors import ChangeDecodeError
 from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes, render_change
 
 Item = tuple[str, str, str]  # (name, type, the value as wal2json prints it)
@@ -118,8 +119,9 @@ def test_rows_the_patterns_do_not_cover_take_the_render_change(odd: str) -> None
 
 
 def test_an_unreadable_row_raises_like_the_render_change() -> None:
-    with pytest.raises(json.JSONDecodeError, match="Expecting value"):
+    with pytest.raises(ChangeDecodeError, match="not a row change") as info:
         decode_changes(pa.array(['{"action":"I","schema":'], pa.string()))
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
 
 
 # -- property: any mix of values, names and layouts renders the same on both paths ----------------
