@@ -229,3 +229,12 @@ def test_every_error_raised_is_a_spark_ckpt_error(name: str) -> None:
         raised = getattr(module, target.id, None)
         if isinstance(raised, type):
             assert issubclass(raised, SparkCkptError), f"{name}:{node.lineno} raises {target.id}"
+
+
+def test_the_public_api_names_resolve_and_export_every_error() -> None:
+    """Each name in spark_ckpt.__all__ exists (Spark-facing ones load on first access)."""
+    from spark_ckpt import errors
+
+    for name in spark_ckpt.__all__:
+        assert getattr(spark_ckpt, name) is not None, name
+    assert set(errors.__all__) <= set(spark_ckpt.__all__)
