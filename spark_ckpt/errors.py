@@ -31,6 +31,7 @@ __all__ = [
     "SourcePathError",
     "SparkCkptError",
     "StateFormatError",
+    "StorageError",
     "SupervisedQueryError",
     "TableCaptureError",
     "TableIncompatibleError",
@@ -107,6 +108,14 @@ class UnknownOptionError(ConfigError):
             f"{source} does not know the option {option!r}.{hint} "
             f"Known options: {', '.join(self.known)}. Check the spelling or remove it."
         )
+
+
+class StorageError(SparkCkptError, OSError):
+    """A location cannot be read or written.
+
+    An unknown scheme, an unreachable endpoint, wrong credentials, a missing bucket. The message
+    names the location and what the store answered, never the credentials used.
+    """
 
 
 class SourcePathError(SparkCkptError, OSError):

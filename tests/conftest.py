@@ -8,9 +8,16 @@ README's test command, which installs first.
 from __future__ import annotations
 
 import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from s3_server import S3Server
 
 settings.register_profile(
     "ci",
@@ -30,3 +37,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if f"{os.sep}integration{os.sep}" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One S3-protocol server (moto) on loopback for the whole test session."""
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> str:
+    """A fresh, empty bucket for one test; returns its name."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(name)
+    return name

@@ -1,0 +1,120 @@
+"""A throwaway S3-protocol server on loopback, for tests and benchmarks.
+
+``S3Server().start()`` runs moto's S3 server (``python -m moto.server``, from PyPI's ``moto``) in
+a process of its own on 127.0.0.1 at a free port, waits until it answers, and ``stop()`` ends it.
+It speaks the S3 REST protocol, conditional puts (``If-None-Match: *``) included, which delta-rs
+uses to commit safely. A process of its own so the server's work never holds the test process's
+interpreter lock, and so a test can kill the drivers it starts without touching the store.
+
+No mock inside the code under test: spark-ckpt, delta-rs, pyarrow and Spark's s3a connector all
+talk HTTP to this server exactly as to AWS.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+__all__ = ["S3Server"]
+
+ACCESS_KEY = "spark-ckpt-test"
+SECRET_KEY = "s3-secret-never-logged"  # the tests check that it never appears in errors or logs
+REGION = "us-east-1"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class S3Server:
+    """One moto S3 server process on 127.0.0.1.
+
+    Parameters
+    ----------
+    port
+        The port to listen on (default: a free one).
+    """
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> S3Server:
+        """Start the server and wait (at most ``timeout`` seconds) until it answers."""
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a test's SIGKILL of its drivers' sessions spares it
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"the S3 server exited with {self._process.returncode} at start: is moto "
+                    f"installed (pip install 'moto[server]')?"
+                )
+            try:
+                with urllib.request.urlopen(self.endpoint + "/", timeout=2):
+                    return self
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the S3 server did not answer within {timeout:.0f}s") from e
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop the server (its data is gone)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+    def options(self) -> dict[str, str]:
+        """Storage options (delta-rs spelling) that reach this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+        }
+
+    def environment(self) -> dict[str, str]:
+        """The same as environment variables, for processes that read the standard chain."""
+        return {**self.options(), "AWS_DEFAULT_REGION": REGION}
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket (one request to the server, signed with the test credentials)."""
+        import pyarrow.fs as pafs
+
+        fs = pafs.S3FileSystem(
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
+            endpoint_override=f"127.0.0.1:{self.port}",
+            scheme="http",
+            allow_bucket_creation=True,
+        )
+        fs.create_dir(name)
+
+
+if __name__ == "__main__":  # a server for a manual session: python bench/s3_server.py
+    server = S3Server().start()
+    print(server.endpoint, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+        os._exit(0)

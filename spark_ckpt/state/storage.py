@@ -1,0 +1,495 @@
+"""One storage layer for every byte spark-ckpt reads or writes, on local disks and object stores.
+
+A :class:`Location` is a URI (``/lake/t``, ``file:/lake/t``, ``s3://bucket/t``, ``s3a://...``,
+``gs://...``, ``abfss://container@account.dfs.core.windows.net/t``, ``az://...``) plus the
+:class:`StorageOptions` that reach it (endpoint, region, credentials). Everything goes through
+pyarrow's file systems (``pyarrow.fs``): the same C++ clients write the staged Parquet files, so
+one configuration serves reads, writes and the Parquet writer; delta-rs gets the same options in
+its own spelling (:meth:`Location.delta_options`) for the Delta commits.
+
+Object stores have no rename, no lock and no append. So the layer offers only what every store
+does atomically: write a whole object (:meth:`Location.write_bytes`; a local file is written to a
+temporary name and renamed, so readers see the old or the new bytes, never a part), read one,
+list a prefix, delete. Callers name objects so that an overwrite is impossible or harmless.
+
+Options come from where users already keep them, later ones overriding earlier:
+
+1. the standard environment variables and credential chains (pyarrow and delta-rs read them
+   themselves: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+   ``AWS_REGION``, ``AWS_ENDPOINT_URL``, instance profiles; ``GOOGLE_APPLICATION_CREDENTIALS``;
+   ``AZURE_STORAGE_ACCOUNT_KEY``, ...);
+2. Spark's ``spark.hadoop.fs.s3a.*`` keys of the session (captured by ``spark_ckpt.install``);
+3. a source's or sink's ``storageOptions.<key>`` options.
+
+A secret never reaches a log or an error: :class:`StorageOptions` masks them when printed, and
+errors name the location without its options.
+
+Pure Python over pyarrow; runs on the driver and on executors. A :class:`Location` pickles
+without its file-system client, which is rebuilt on first use in the receiving process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from spark_ckpt.errors import ConfigError, StorageError
+
+__all__ = [
+    "SCHEMES",
+    "Entry",
+    "Location",
+    "StorageOptions",
+    "iter_chunks",
+    "s3a_options",
+]
+
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
+"""URI schemes a location may have (no scheme: a local path)."""
+
+_SECRET_WORDS = ("secret", "password", "token", "key", "credential", "sas", "signature")
+_S3_SCHEMES = ("s3", "s3a")
+
+# spark.hadoop.fs.s3a.* keys -> spark-ckpt's storage option names (delta-rs's spelling).
+_S3A_KEYS = {
+    "fs.s3a.endpoint": "AWS_ENDPOINT_URL",
+    "fs.s3a.endpoint.region": "AWS_REGION",
+    "fs.s3a.access.key": "AWS_ACCESS_KEY_ID",
+    "fs.s3a.secret.key": "AWS_SECRET_ACCESS_KEY",
+    "fs.s3a.session.token": "AWS_SESSION_TOKEN",
+    "fs.s3a.path.style.access": "AWS_PATH_STYLE",
+    "fs.s3a.connection.ssl.enabled": "AWS_SSL",
+}
+
+
+def _is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_WORDS) and "region" not in lowered
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Endpoint, region and credential settings, with secrets masked whenever printed.
+
+    Keys use delta-rs's names (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ...,
+    ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_KEY``); they are case-insensitive.
+    """
+
+    values: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, *layers: Mapping[str, str]) -> StorageOptions:
+        """Merge layers of options, later ones overriding earlier ones."""
+        merged: dict[str, str] = {}
+        for layer in layers:
+            for key, value in layer.items():
+                merged[key.upper()] = value
+        return cls(tuple(sorted(merged.items())))
+
+    def get(self, key: str) -> str | None:
+        """The value of ``key`` (any case), or None."""
+        wanted = key.upper()
+        return next((v for k, v in self.values if k == wanted), None)
+
+    def as_dict(self) -> dict[str, str]:
+        """The options as a dict (for a client; never for a message)."""
+        return dict(self.values)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={'***' if _is_secret(k) else v}" for k, v in self.values)
+        return f"StorageOptions({shown})"
+
+    __str__ = __repr__
+
+
+def s3a_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """Spark's ``spark.hadoop.fs.s3a.*`` settings as storage options (driver, at install).
+
+    ``conf`` maps Spark configuration keys to values (with or without ``spark.hadoop.``).
+    """
+    out: dict[str, str] = {}
+    for key, value in conf.items():
+        name = key.removeprefix("spark.hadoop.")
+        option = _S3A_KEYS.get(name)
+        if option is not None and value.strip():
+            out[option] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file (object) found by :meth:`Location.list`.
+
+    Its name relative to the listed location, its size and its modification time.
+    """
+
+    name: str
+    size: int
+    mtime_ns: int
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """``(scheme, rest)``; a path without a scheme is local."""
+    if "://" not in uri:
+        if uri.startswith("file:"):
+            return "file", uri[len("file:") :]
+        return "file", uri
+    scheme, _, rest = uri.partition("://")
+    return scheme.lower(), rest
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place on a file system: a local directory or file, or an object-store prefix or object.
+
+    Parameters
+    ----------
+    uri
+        As the user wrote it (``/lake/t``, ``file:/lake/t``, ``s3a://bucket/t``, ...).
+    options
+        How to reach it.
+
+    Raises
+    ------
+    StorageError
+        For a scheme no store here supports (the message names it and the supported ones).
+    """
+
+    uri: str
+    options: StorageOptions = field(default_factory=StorageOptions)
+
+    def __post_init__(self) -> None:
+        scheme, rest = _split(self.uri)
+        if scheme not in SCHEMES:
+            raise StorageError(
+                f"{self.uri!r} has the scheme {scheme!r}, which spark-ckpt cannot read or write; "
+                f"use a local path or one of: " + ", ".join(f"{s}://" for s in SCHEMES[1:])
+            )
+        if not rest.strip("/"):
+            raise StorageError(f"{self.uri!r} names no path")
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def scheme(self) -> str:
+        """``file``, ``s3``, ``gs``, ``abfss``, ... (``s3a`` counts as ``s3``)."""
+        scheme = _split(self.uri)[0]
+        return "s3" if scheme == "s3a" else "gs" if scheme == "gcs" else scheme
+
+    @property
+    def is_local(self) -> bool:
+        """True for a path on the local (or a mounted) file system."""
+        return self.scheme == "file"
+
+    @property
+    def path(self) -> str:
+        """The location's path on its file system (``bucket/prefix`` on object stores)."""
+        scheme, rest = _split(self.uri)
+        if scheme == "file":
+            return os.path.abspath(rest)
+        if self.scheme in ("abfs", "abfss"):
+            container, _, account_path = rest.partition("@")
+            _, _, path = account_path.partition("/")
+            return f"{container}/{path}".rstrip("/")
+        return rest.rstrip("/")
+
+    @property
+    def url(self) -> str:
+        """The canonical URI: an absolute local path, or ``s3://`` for ``s3a://`` (delta-rs)."""
+        if self.is_local:
+            return self.path
+        scheme, rest = _split(self.uri)
+        if scheme == "s3a":
+            return "s3://" + rest.rstrip("/")
+        return f"{scheme}://{rest.rstrip('/')}"
+
+    def __str__(self) -> str:
+        return self.url
+
+    def child(self, *parts: str) -> Location:
+        """The location ``parts`` below this one."""
+        joined = "/".join(p.strip("/") for p in parts if p)
+        base = self.uri.rstrip("/")
+        return Location(f"{base}/{joined}" if joined else base, self.options)
+
+    @property
+    def name(self) -> str:
+        """The last path component."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    # -- the file system --------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "uri", state["uri"])
+        object.__setattr__(self, "options", state["options"])
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        """The pyarrow file system serving this location (built once per process)."""
+        cached = self.__dict__.get("_fs")
+        if cached is None:
+            cached = _filesystem(self.scheme, self.uri, self.options)
+            object.__setattr__(self, "_fs", cached)
+        return cached
+
+    def delta_options(self) -> dict[str, str]:
+        """Options for delta-rs (``storage_options``) to reach this location.
+
+        On S3, commits use conditional puts (``If-None-Match``; AWS S3 and MinIO support them),
+        so concurrent writers of one table are safe without a lock table. An explicit
+        ``AWS_S3_LOCKING_PROVIDER`` (DynamoDB) is kept. Unsafe renames are refused.
+        """
+        if self.is_local:
+            return {}
+        options = self.options.as_dict()
+        options.pop("AWS_PATH_STYLE", None)
+        options.pop("AWS_SSL", None)
+        if self.scheme == "s3":
+            if (options.get("AWS_S3_ALLOW_UNSAFE_RENAME") or "").lower() == "true":
+                raise ConfigError(
+                    f"storage option AWS_S3_ALLOW_UNSAFE_RENAME=true for {self.url}: two "
+                    f"writers could both commit one Delta version, so exactly-once cannot "
+                    f"hold. Remove it; commits use S3 conditional puts (or set "
+                    f"AWS_S3_LOCKING_PROVIDER=dynamodb)"
+                )
+            if "AWS_S3_LOCKING_PROVIDER" not in options:
+                options.setdefault("AWS_CONDITIONAL_PUT", "etag")
+            endpoint = _s3_endpoint(self.options)
+            if endpoint is not None:
+                options["AWS_ENDPOINT_URL"] = endpoint
+                if endpoint.startswith("http://"):
+                    options.setdefault("AWS_ALLOW_HTTP", "true")
+            if (self.options.get("AWS_PATH_STYLE") or "").lower() == "true":
+                options.setdefault("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false")
+        return options
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _fail(self, what: str, error: BaseException) -> StorageError:
+        # The error names the location, never its options (they may hold credentials).
+        return StorageError(f"cannot {what} {self.url}: {_describe(error)}")
+
+    def info(self) -> pafs.FileInfo:
+        """The file system's information about this location."""
+        try:
+            return self.fs.get_file_info(self.path)
+        except OSError as e:
+            raise self._fail("look at", e) from e
+
+    def exists(self) -> bool:
+        """True when a file (object) or directory exists here."""
+        return bool(self.info().type != pafs.FileType.NotFound)
+
+    def is_dir(self) -> bool:
+        """True for a directory (on object stores: a prefix with objects below it)."""
+        return bool(self.info().type == pafs.FileType.Directory)
+
+    def read_bytes(self) -> bytes | None:
+        """The whole file, or None when it does not exist."""
+        try:
+            with self.fs.open_input_stream(self.path) as stream:
+                return bytes(stream.read())
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if _not_found(e):
+                return None
+            raise self._fail("read", e) from e
+
+    def open_input(self) -> pa.NativeFile:
+        """A random-access reader of the file (caller closes it)."""
+        try:
+            return self.fs.open_input_file(self.path)
+        except OSError as e:
+            raise self._fail("open", e) from e
+
+    def list(self, *, recursive: bool = False) -> list[Entry]:
+        """Files below this location (names relative to it); [] when it does not exist."""
+        selector = pafs.FileSelector(self.path, allow_not_found=True, recursive=recursive)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError as e:
+            if _not_found(e):
+                return []
+            raise self._fail("list", e) from e
+        base = self.path.rstrip("/") + "/"
+        entries = [
+            Entry(
+                info.path[len(base) :] if info.path.startswith(base) else info.base_name,
+                info.size or 0,
+                info.mtime_ns or 0,
+            )
+            for info in infos
+            if info.type == pafs.FileType.File
+        ]
+        return sorted(entries, key=lambda e: e.name)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def write_bytes(self, data: bytes) -> None:
+        """Replace the file with ``data``: readers see the old or the new bytes, never a part.
+
+        On an object store one PUT (atomic). Locally a temporary file in the same directory,
+        fsynced and renamed over the target, so the bytes survive a crash once this returns.
+        """
+        if self.is_local:
+            _write_local_atomically(self.path, data)
+            return
+        try:
+            with self.fs.open_output_stream(self.path) as stream:
+                stream.write(data)
+        except OSError as e:
+            raise self._fail("write", e) from e
+
+    def open_output(self) -> pa.NativeFile:
+        """A writer of a new file (caller closes it; the object appears when it is closed)."""
+        try:
+            if self.is_local:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            return self.fs.open_output_stream(self.path)
+        except OSError as e:
+            raise self._fail("create", e) from e
+
+    def delete(self) -> bool:
+        """Delete the file; False when it was not there."""
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            if _not_found(e):
+                return False
+            raise self._fail("delete", e) from e
+        return True
+
+    def delete_tree(self) -> None:
+        """Delete the directory (prefix) and everything below it, if present."""
+        with contextlib.suppress(FileNotFoundError):
+            try:
+                self.fs.delete_dir(self.path)
+            except OSError as e:
+                if not _not_found(e):
+                    raise self._fail("delete", e) from e
+
+    def make_dirs(self) -> None:
+        """Create the directory locally (object stores have none to create)."""
+        if self.is_local:
+            os.makedirs(self.path, exist_ok=True)
+
+
+def _not_found(error: BaseException) -> bool:
+    text = str(error)
+    return (
+        isinstance(error, FileNotFoundError) or "NoSuchKey" in text or "Path does not exist" in text
+    )
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:500]
+
+
+def _s3_endpoint(options: StorageOptions) -> str | None:
+    endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT_URL_S3")
+    if endpoint is None:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None:
+        return None
+    if "://" not in endpoint:  # s3a's endpoints often have no scheme
+        ssl = (options.get("AWS_SSL") or "true").lower() != "false"
+        endpoint = ("https://" if ssl else "http://") + endpoint
+    return endpoint.rstrip("/")
+
+
+def _filesystem(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSystem:
+    if scheme == "file":
+        return pafs.LocalFileSystem()
+    try:
+        if scheme == "s3":
+            return _s3(options)
+        if scheme == "gs":
+            return pafs.GcsFileSystem(
+                **({"endpoint_override": e} if (e := options.get("GOOGLE_ENDPOINT_URL")) else {})
+            )
+        if scheme in ("abfs", "abfss", "az"):
+            _, rest = _split(uri)
+            account = options.get("AZURE_STORAGE_ACCOUNT_NAME")
+            if account is None and "@" in rest:
+                account = rest.partition("@")[2].split(".", 1)[0]
+            if account is None:
+                raise ConfigError(
+                    f"{uri!r} names no storage account: write abfss://container@account.dfs."
+                    f"core.windows.net/path, or set storageOptions.AZURE_STORAGE_ACCOUNT_NAME"
+                )
+            key = options.get("AZURE_STORAGE_ACCOUNT_KEY")
+            return pafs.AzureFileSystem(account, **({"account_key": key} if key else {}))
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise StorageError(
+            f"cannot set up the {scheme} file system for {uri}: {_describe(e)}"
+        ) from e
+    raise StorageError(f"no file system for {uri!r}")
+
+
+def _s3(options: StorageOptions) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {}
+    key, secret = options.get("AWS_ACCESS_KEY_ID"), options.get("AWS_SECRET_ACCESS_KEY")
+    if key and secret:
+        kwargs["access_key"], kwargs["secret_key"] = key, secret
+        if token := options.get("AWS_SESSION_TOKEN"):
+            kwargs["session_token"] = token
+    if region := (options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION")):
+        kwargs["region"] = region
+    endpoint = _s3_endpoint(options)
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        kwargs["endpoint_override"] = parts.netloc + parts.path
+        kwargs["scheme"] = parts.scheme or "https"
+    if (options.get("AWS_PATH_STYLE") or "").lower() == "false":
+        kwargs["force_virtual_addressing"] = True
+    return pafs.S3FileSystem(**kwargs)
+
+
+def _write_local_atomically(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def iter_chunks(location: Location, start: int, stop: int, chunk: int) -> Iterator[bytes]:
+    """Bytes ``[start, stop)`` of a file, in pieces of at most ``chunk`` (a random-access read)."""
+    with location.open_input() as handle:
+        handle.seek(start)
+        remaining = stop - start
+        while remaining > 0:
+            data = handle.read(min(chunk, remaining))
+            if not data:
+                return
+            remaining -= len(data)
+            yield bytes(data)
