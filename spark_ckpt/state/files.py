@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 
 from spark_ckpt.errors import InvalidOptionError
+from spark_ckpt.state.storage import Location
 
 __all__ = ["local_path", "numbered_files", "write_atomically", "write_if_changed"]
 
@@ -14,27 +13,11 @@ __all__ = ["local_path", "numbered_files", "write_atomically", "write_if_changed
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never a part.
 
-    Writes a temporary file in the same directory, fsyncs it, renames it over ``path`` and
-    fsyncs the directory, so the new content survives a crash once this returns.
+    A temporary file in the same directory, fsynced and renamed over ``path`` (see
+    :meth:`spark_ckpt.state.storage.Location.write_bytes`), so the new content survives a crash
+    once this returns.
     """
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    Location(path).write_bytes(data)
 
 
 def write_if_changed(path: str, data: bytes) -> None:

@@ -28,28 +28,7 @@ from spark_ckpt.errors import (
 )
 
 from driver_loop import make_reader, read_batch
-
-
-def change(txn: str | None, order: int, op: str = "c", table: str | None = "t") -> dict[str, Any]:
-    source: dict[str, Any] = {"schema": "public", "ts_ms": 1}
-    if table is not None:
-        source["table"] = table
-    event: dict[str, Any] = {"op": op, "before": None, "after": {"id": order}, "source": source}
-    if txn is not None:
-        event["transaction"] = {"id": txn, "total_order": order, "data_collection_order": order}
-    return event
-
-
-def begin(txn: str) -> dict[str, Any]:
-    return {"status": "BEGIN", "id": txn}
-
-
-def end(txn: str, count: int) -> dict[str, Any]:
-    return {"status": "END", "id": txn, "event_count": count}
-
-
-def txn(txn_id: str, size: int = 2) -> list[object]:
-    return [begin(txn_id), *(change(txn_id, i + 1) for i in range(size)), end(txn_id, size)]
+from log_records import begin, change, end, txn
 
 
 def render(lines: list[object]) -> str:

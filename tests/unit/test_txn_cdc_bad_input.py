@@ -21,32 +21,7 @@ from spark_ckpt.errors import (
 )
 
 from driver_loop import make_reader, run
-
-
-def change(txn: str | None, order: int, op: str = "c") -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "op": op,
-        "before": None,
-        "after": {"id": order},
-        "source": {"schema": "public", "table": "t", "ts_ms": 1},
-    }
-    if txn is not None:
-        event["transaction"] = {"id": txn, "total_order": order, "data_collection_order": order}
-    return event
-
-
-def begin(txn: str) -> dict[str, Any]:
-    return {"status": "BEGIN", "id": txn}
-
-
-def end(txn: str, count: int) -> dict[str, Any]:
-    return {"status": "END", "id": txn, "event_count": count}
-
-
-def write_lines(directory: Path, name: str, lines: list[object]) -> None:
-    directory.mkdir(exist_ok=True)
-    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
-    (directory / name).write_text(text)
+from log_records import begin, change, end, write_lines
 
 
 def options(directory: Path, **extra: str) -> dict[str, str]:
