@@ -40,6 +40,9 @@ class OptionReader:
         Every option ``owner`` accepts, in their documented spelling.
     ignored
         Lower-case keys that are not the user's (options Spark or spark-ckpt add).
+    prefixes
+        Option families taking free keys after a prefix (``storageOptions.``); see
+        :meth:`prefixed`.
 
     Raises
     ------
@@ -54,14 +57,28 @@ class OptionReader:
         owner: str,
         names: Iterable[str],
         ignored: Iterable[str] = (),
+        prefixes: Iterable[str] = (),
     ) -> None:
         self.owner = owner
         self._names = {name.lower(): name for name in names}
         self._values = {key.lower(): value for key, value in options.items()}
+        self._prefixes = tuple(prefix.lower() for prefix in prefixes)
         skip = {key.lower() for key in ignored}
         for key in self._values:
-            if key not in self._names and key not in skip:
-                raise UnknownOptionError(key, owner, list(self._names.values()))
+            if key in self._names or key in skip:
+                continue
+            if any(key.startswith(p) and len(key) > len(p) for p in self._prefixes):
+                continue
+            raise UnknownOptionError(key, owner, list(self._names.values()))
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        """The options ``<prefix><key>`` as ``{key: value}`` (keys lower-cased, as Spark gives)."""
+        wanted = prefix.lower()
+        return {
+            key[len(wanted) :]: value
+            for key, value in self._values.items()
+            if key.startswith(wanted) and len(key) > len(wanted)
+        }
 
     def given(self, name: str) -> bool:
         """True when the option was set."""

@@ -16,6 +16,7 @@ from spark_ckpt.spark.listener import CheckpointListener, load_hooks
 from spark_ckpt.spark.supervisor import SupervisedQuery
 from spark_ckpt.state.registry import ControlState
 from spark_ckpt.state.restore import RestoreHandler, load_restore_handlers
+from spark_ckpt.state.storage import S3A_KEYS, StorageOptions, s3a_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -164,12 +165,24 @@ def install(spark: SparkSession) -> Control:
         return control
 
 
+def session_storage_options(spark: SparkSession) -> StorageOptions:
+    """The session's ``spark.hadoop.fs.s3a.*`` settings as storage options (driver, at install)."""
+    conf = {}
+    for key in S3A_KEYS:
+        value = spark.conf.get(f"spark.hadoop.{key}", None)
+        if value is not None:
+            conf[key] = value
+    return StorageOptions.of(s3a_options(conf))
+
+
 _INSTALL_LOCK = threading.Lock()
 _INSTALLED: dict[int, Control] = {}
 
 
 def _install(spark: SparkSession, config: CkptConfig) -> Control:
-    state = ControlState(tempfile.mkdtemp(prefix="spark-ckpt-control-"))
+    state = ControlState(
+        tempfile.mkdtemp(prefix="spark-ckpt-control-"), session_storage_options(spark)
+    )
     listener = CheckpointListener(state, load_hooks())
     control = Control(spark, state, listener, config, restore_handlers=load_restore_handlers())
     for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):

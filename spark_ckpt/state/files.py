@@ -1,13 +1,14 @@
-"""Small file-system helpers shared by the control plane, sources and sinks."""
+"""Writes into the control plane's driver-local state directory (never a user's location).
+
+The control plane keeps small files in a private temporary directory on the driver (see
+:mod:`spark_ckpt.state.registry`); users' locations go through :mod:`spark_ckpt.state.storage`.
+"""
 
 from __future__ import annotations
 
-import os
-
-from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.state.storage import Location
 
-__all__ = ["local_path", "numbered_files", "write_atomically", "write_if_changed"]
+__all__ = ["write_atomically", "write_if_changed"]
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -22,43 +23,6 @@ def write_atomically(path: str, data: bytes) -> None:
 
 def write_if_changed(path: str, data: bytes) -> None:
     """:func:`write_atomically`, skipped when ``path`` already holds exactly ``data``."""
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data:
-                return
-    except FileNotFoundError:
-        pass
-    write_atomically(path, data)
-
-
-def numbered_files(directory: str, suffix: str = "") -> list[int]:
-    """The N of every file ``<N><suffix>`` in ``directory``, ascending ([] when it is missing).
-
-    Spark's ``offsets/N`` and ``commits/N``, manifests ``N.json``, hook records ``N.json``.
-    """
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    stems = (name[: len(name) - len(suffix)] for name in names if name.endswith(suffix))
-    return sorted(int(stem) for stem in stems if stem.isdigit())
-
-
-def local_path(option: str, raw: str) -> str:
-    """A local path from a path or ``file:`` URI given as ``option``; other schemes are refused.
-
-    Raises
-    ------
-    InvalidOptionError
-        For a URI of another scheme (``s3://...``): spark-ckpt reads and writes local (or
-        mounted) file systems only.
-    """
-    if raw.startswith("file://"):
-        return raw[len("file://") :]
-    if raw.startswith("file:"):
-        return raw[len("file:") :]
-    if "://" in raw:
-        raise InvalidOptionError(
-            option, raw, "a local (or mounted) path or a file: URI; object stores are not supported"
-        )
-    return raw
+    target = Location(path)
+    if target.read_bytes() != data:
+        target.write_bytes(data)

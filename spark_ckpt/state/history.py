@@ -1,26 +1,31 @@
 """Checkpoint history, persisted in the checkpoint location so it survives restarts.
 
-Every party appends events to ``<checkpointLocation>/spark_ckpt/history.jsonl``: the supervisor
+Every party records events under ``<checkpointLocation>/spark_ckpt/history/``: the supervisor
 (starts and the checkpoint each resumed from, completed checkpoints with their progress, failures,
-declines, hook data), the sink (the Delta version a checkpoint was published as). Appends are
-single ``O_APPEND`` writes of one line, so writers in different processes do not interleave; a
-line torn by a crash is skipped when reading. :meth:`HistoryLog.records` folds the events into one
-:class:`CheckpointRecord` per checkpoint. The file is rotated at :data:`ROTATE_BYTES` (the
-previous file is kept), so the history covers roughly the last few thousand checkpoints. Pure
-Python, no Spark.
+declines, hook data), the sink (the Delta version a checkpoint was published as). Object stores
+have no append, so each event is one small object written whole, named by its time and a random
+suffix: writers in different processes and on different machines never touch each other's
+objects. Now and then a writer folds the oldest loose events into a *segment* (one JSON line per
+event, each with the name of the object it came from, so two writers compacting at once only
+duplicate lines, which reading drops) and deletes them; only the newest :data:`KEEP_SEGMENTS`
+segments are kept, so the history covers roughly the last few thousand checkpoints.
+:meth:`HistoryLog.records` folds the events into one :class:`CheckpointRecord` per checkpoint.
+Histories written by earlier versions (``history.jsonl``, ``history.1.jsonl``) are still read.
+Pure Python over the storage layer, no Spark.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import threading
+import random
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_ckpt.errors import StorageError
 from spark_ckpt.model.events import (
     CompletedEvent,
     DeclineEvent,
@@ -33,12 +38,16 @@ from spark_ckpt.model.events import (
 )
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
-__all__ = ["ROTATE_BYTES", "CheckpointRecord", "HistoryLog"]
+__all__ = ["COMPACT_AT", "KEEP_SEGMENTS", "CheckpointRecord", "HistoryLog"]
 
-ROTATE_BYTES = 4 * 1024 * 1024
-"""The history file is rotated when it grows past this size (one older file is kept)."""
-
-_ROTATE_LOCK = threading.Lock()
+COMPACT_AT = 512
+"""Loose event objects beyond which a writer folds the oldest into a segment."""
+KEEP_LOOSE = 64
+"""Newest loose events a compaction leaves loose (a writer may still be listing them)."""
+KEEP_SEGMENTS = 8
+"""Segments kept; older ones are deleted (each holds about COMPACT_AT - KEEP_LOOSE events)."""
+COMPACT_CHANCE = 1 / 32
+"""Probability that an append looks at the loose events (one listing per ~32 appends)."""
 
 
 @dataclass
@@ -126,51 +135,83 @@ class HistoryLog:
     ----------
     checkpoint
         The query's checkpoint location.
+    chance
+        Source of randomness deciding when an append compacts (a fake in tests).
     """
 
-    def __init__(self, checkpoint: SparkCheckpoint) -> None:
-        self.path = checkpoint.path("spark_ckpt", "history.jsonl")
-        self._previous = self.path[: -len(".jsonl")] + ".1.jsonl"
+    def __init__(self, checkpoint: SparkCheckpoint, chance: random.Random | None = None) -> None:
+        self.root = checkpoint.child("spark_ckpt", "history")
+        self._legacy = (
+            checkpoint.child("spark_ckpt", "history.1.jsonl"),
+            checkpoint.child("spark_ckpt", "history.jsonl"),
+        )
+        self._chance = chance or random.Random()
 
     def append(self, event: HistoryEvent) -> None:
-        """Append one event (any process; ``at`` is set to now when it has none).
+        """Record one event (any process; ``at`` is set to now when it has none).
 
         History is best-effort bookkeeping, never part of a checkpoint's correctness: a failed
-        append is not an error worth failing a batch for, so I/O errors are swallowed.
+        write is not an error worth failing a batch for, so storage errors are swallowed.
         """
-        stored = {"at": time.time(), **event.to_json()}
-        line = json.dumps(stored, sort_keys=True, default=str) + "\n"
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-                size = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-            if size > ROTATE_BYTES:
-                self._rotate()
+        at = time.time()
+        stored = {"at": at, **event.to_json()}
+        name = f"{int((event.at or at) * 1e6):020d}-{uuid.uuid4().hex[:12]}.json"
+        body = json.dumps(stored, sort_keys=True, default=str).encode()
+        with contextlib.suppress(StorageError):
+            self.root.child(name).write_bytes(body)
+            if self._chance.random() < COMPACT_CHANCE:
+                self.compact()
 
-    def _rotate(self) -> None:
-        # A writer that opened the file before the rename appends to the renamed file, which is
-        # still read; nothing is lost but the file before the previous one.
-        with _ROTATE_LOCK, contextlib.suppress(FileNotFoundError):
-            if os.path.getsize(self.path) > ROTATE_BYTES:
-                os.replace(self.path, self._previous)
+    def compact(self) -> None:
+        """Fold the oldest loose events into a segment once there are too many (any process)."""
+        loose = [e.name for e in self.root.list() if e.name.endswith(".json")]
+        if len(loose) <= COMPACT_AT:
+            return
+        folded = sorted(loose)[: len(loose) - KEEP_LOOSE]
+        lines = []
+        for name in folded:
+            data = self.root.child(name).read_bytes()
+            with contextlib.suppress(ValueError):
+                value = json.loads(data or b"")
+                if isinstance(value, dict):
+                    lines.append(json.dumps({**value, "id": name}, sort_keys=True, default=str))
+        segment = f"{folded[0][:-5]}_{folded[-1][:-5]}.jsonl"
+        self.root.child("segments", segment).write_bytes(("\n".join(lines) + "\n").encode())
+        for name in folded:
+            self.root.child(name).delete()
+        segments = sorted(e.name for e in self.root.child("segments").list())
+        for old in segments[: max(0, len(segments) - KEEP_SEGMENTS)]:
+            self.root.child("segments", old).delete()
+
+    def _values(self) -> Iterable[tuple[str | None, bytes]]:
+        # Loose events are listed before segments are read: a compaction in between moves
+        # events into a segment this reader then sees (a listed object deleted meanwhile reads
+        # as empty).
+        loose = [e.name for e in self.root.list() if e.name.endswith(".json")]
+        for legacy in self._legacy:
+            yield None, legacy.read_bytes() or b""
+        segments = self.root.child("segments")
+        for entry in segments.list():
+            yield None, segments.child(entry.name).read_bytes() or b""
+        for name in loose:
+            yield name, self.root.child(name).read_bytes() or b""
 
     def events(self) -> list[HistoryEvent]:
         """Every readable event, oldest first (a torn line or an unknown kind is skipped)."""
         found: list[HistoryEvent] = []
-        for path in (self._previous, self.path):
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    lines = handle.readlines()
-            except FileNotFoundError:
-                continue
-            for line in lines:
+        seen: set[str] = set()
+        for name, data in self._values():
+            for line in data.decode("utf-8", errors="replace").splitlines():
                 with contextlib.suppress(ValueError):
                     value = json.loads(line)
-                    event = event_from_json(value) if isinstance(value, dict) else None
+                    if not isinstance(value, dict):
+                        continue
+                    key = value.pop("id", None) or name
+                    if key is not None:
+                        if key in seen:
+                            continue  # folded into two segments by racing compactions
+                        seen.add(key)
+                    event = event_from_json(value)
                     if event is not None:
                         found.append(event)
         found.sort(key=lambda e: e.at or 0.0)

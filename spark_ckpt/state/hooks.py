@@ -27,9 +27,10 @@ import uuid
 from dataclasses import dataclass
 
 from spark_ckpt.errors import CheckpointHookError, StateFormatError
-from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.state.files import numbered_files, write_atomically
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint, numbered
+from spark_ckpt.state.files import write_atomically
 from spark_ckpt.state.registry import ControlState
+from spark_ckpt.state.storage import Location
 
 __all__ = ["CheckpointHook", "HookChannel", "HookStore", "restore_hooks", "trigger_hooks"]
 
@@ -113,30 +114,29 @@ class HookStore:
     """Hook records inside a checkpoint location (``spark_ckpt/hooks/<N>.json``)."""
 
     def __init__(self, checkpoint: SparkCheckpoint) -> None:
-        self.directory = checkpoint.path("spark_ckpt", "hooks")
+        self.directory = checkpoint.child("spark_ckpt", "hooks")
 
-    def _path(self, checkpoint_id: int) -> str:
-        return os.path.join(self.directory, f"{checkpoint_id}.json")
+    def _object(self, checkpoint_id: int) -> Location:
+        return self.directory.child(f"{checkpoint_id}.json")
 
     def write(self, record: HookRecord) -> None:
-        """Durably store ``record`` (replacing an aborted attempt's) and drop very old ones."""
-        write_atomically(self._path(record.checkpoint_id), record.to_bytes())
+        """Durably store ``record`` (replacing an aborted attempt's) and drop very old ones.
+
+        Written whole (one object): a reader sees the aborted attempt's record or this one.
+        """
+        self._object(record.checkpoint_id).write_bytes(record.to_bytes())
         for old in self.checkpoint_ids():
             if old <= record.checkpoint_id - _RETAIN:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._path(old))
+                self._object(old).delete()
 
     def read(self, checkpoint_id: int) -> HookRecord | None:
         """The record of ``checkpoint_id``, or None."""
-        try:
-            with open(self._path(checkpoint_id), "rb") as handle:
-                return HookRecord.from_bytes(handle.read())
-        except FileNotFoundError:
-            return None
+        data = self._object(checkpoint_id).read_bytes()
+        return None if data is None else HookRecord.from_bytes(data)
 
     def checkpoint_ids(self) -> list[int]:
         """Checkpoints with a record, ascending."""
-        return numbered_files(self.directory, ".json")
+        return numbered(self.directory, ".json")
 
 
 def trigger_hooks(
@@ -221,8 +221,9 @@ class HookChannel:
     @classmethod
     def for_checkpoint(cls, state: ControlState, checkpoint_location: str) -> HookChannel:
         """The channel of the query on ``checkpoint_location``."""
-        path = os.path.realpath(SparkCheckpoint(checkpoint_location).location)
-        return cls(state, hashlib.sha256(path.encode()).hexdigest()[:24])
+        return cls(
+            state, hashlib.sha256(Location(checkpoint_location).url.encode()).hexdigest()[:24]
+        )
 
     # -- supervisor side ---------------------------------------------------------------------
 

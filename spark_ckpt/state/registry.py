@@ -16,12 +16,13 @@ import contextlib
 import json
 import os
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_ckpt.model.declines import DeclineReport
 from spark_ckpt.state.files import write_atomically, write_if_changed
 from spark_ckpt.state.restore import RestorePoint
+from spark_ckpt.state.storage import StorageOptions
 
 __all__ = ["IDENTITY_OPTION", "ControlState", "Registration"]
 
@@ -50,9 +51,19 @@ class Registration:
 
 @dataclass(frozen=True)
 class ControlState:
-    """The control plane's driver-local state directory (picklable, travels with classes)."""
+    """The control plane's driver-local state directory (picklable, travels with classes).
+
+    Attributes
+    ----------
+    directory
+        The driver-local directory.
+    storage
+        The session's storage settings (its ``spark.hadoop.fs.s3a.*`` keys), the defaults of
+        every source's and sink's object-store options.
+    """
 
     directory: str
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     def _query_dir(self, query_id: str) -> str:
         return os.path.join(self.directory, "queries", query_id)

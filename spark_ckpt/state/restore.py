@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.storage import Location, StorageOptions
 
 __all__ = [
     "RESTORE_GROUP",
@@ -56,12 +56,20 @@ class RestorePoint:
     source_offsets
         The end offsets of checkpoint ``checkpoint_id`` as Spark logged them, one JSON text per
         source in plan order (empty for a fresh query).
+    storage
+        How the checkpoint location is reached (object stores). Never serialised: it may hold
+        credentials.
     """
 
     checkpoint_location: str
     checkpoint_id: int | None
     rerun_batch: int | None
     source_offsets: tuple[str, ...]
+    storage: StorageOptions = field(default=StorageOptions(), compare=False, repr=False)
+
+    def checkpoint(self) -> SparkCheckpoint:
+        """The checkpoint location, reachable with :attr:`storage`."""
+        return SparkCheckpoint(self.checkpoint_location, self.storage)
 
     @property
     def next_batch(self) -> int:
@@ -95,12 +103,10 @@ RestoreHandler = Callable[[RestorePoint], None]
 
 def _logged_offsets(checkpoint: SparkCheckpoint, batch_id: int) -> tuple[str, ...]:
     # offsets/N: a version line ("v1"), a metadata JSON line, then one line per source.
-    path = checkpoint.path("offsets", str(batch_id))
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
+    data = checkpoint.child("offsets", str(batch_id)).read_bytes()
+    if data is None:
         return ()
+    lines = data.decode("utf-8").splitlines()
     return tuple(line for line in lines[2:] if line.strip())
 
 
@@ -111,7 +117,7 @@ def restore_point(checkpoint: SparkCheckpoint) -> RestorePoint:
     next_batch = 0 if committed is None else committed + 1
     rerun = next_batch if next_batch in logged else None
     offsets = () if committed is None else _logged_offsets(checkpoint, committed)
-    return RestorePoint(checkpoint.location, committed, rerun, offsets)
+    return RestorePoint(checkpoint.location, committed, rerun, offsets, checkpoint.options)
 
 
 def load_restore_handlers() -> dict[str, RestoreHandler]:
@@ -125,7 +131,7 @@ def notify_restore(point: RestorePoint, handlers: dict[str, RestoreHandler]) -> 
     A handler failure propagates: starting the query anyway could publish or skip data the
     handler was about to put right.
     """
-    if not os.path.isdir(point.checkpoint_location):
+    if not Location(point.checkpoint_location, point.storage).exists():
         return  # a new query: nothing to restore
     for name, handler in sorted(handlers.items()):
         _log.info(

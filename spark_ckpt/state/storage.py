@@ -31,11 +31,12 @@ without its file-system client, which is rebuilt on first use in the receiving p
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -44,6 +45,7 @@ import pyarrow.fs as pafs
 from spark_ckpt.errors import ConfigError, StorageError
 
 __all__ = [
+    "S3A_KEYS",
     "SCHEMES",
     "Entry",
     "Location",
@@ -59,7 +61,7 @@ _SECRET_WORDS = ("secret", "password", "token", "key", "credential", "sas", "sig
 _S3_SCHEMES = ("s3", "s3a")
 
 # spark.hadoop.fs.s3a.* keys -> spark-ckpt's storage option names (delta-rs's spelling).
-_S3A_KEYS = {
+S3A_KEYS = {
     "fs.s3a.endpoint": "AWS_ENDPOINT_URL",
     "fs.s3a.endpoint.region": "AWS_REGION",
     "fs.s3a.access.key": "AWS_ACCESS_KEY_ID",
@@ -118,7 +120,7 @@ def s3a_options(conf: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in conf.items():
         name = key.removeprefix("spark.hadoop.")
-        option = _S3A_KEYS.get(name)
+        option = S3A_KEYS.get(name)
         if option is not None and value.strip():
             out[option] = value.strip()
     return out
@@ -352,12 +354,17 @@ class Location:
         except OSError as e:
             raise self._fail("write", e) from e
 
-    def open_output(self) -> pa.NativeFile:
-        """A writer of a new file (caller closes it; the object appears when it is closed)."""
+    def open_output(self) -> BinaryIO:
+        """A writer of a new file (caller closes it).
+
+        On an object store the object appears whole when the writer is closed (a multipart
+        upload). A local file is fsynced when closed, so it survives a crash once closed.
+        """
         try:
             if self.is_local:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            return self.fs.open_output_stream(self.path)
+                return _SyncedFile(self.path, "wb")
+            return cast(BinaryIO, self.fs.open_output_stream(self.path))
         except OSError as e:
             raise self._fail("create", e) from e
 
@@ -386,6 +393,16 @@ class Location:
         """Create the directory locally (object stores have none to create)."""
         if self.is_local:
             os.makedirs(self.path, exist_ok=True)
+
+
+class _SyncedFile(io.FileIO):
+    """A local file that is fsynced when closed."""
+
+    def close(self) -> None:
+        if not self.closed:
+            self.flush()
+            os.fsync(self.fileno())
+        super().close()
 
 
 def _not_found(error: BaseException) -> bool:

@@ -1,8 +1,9 @@
-"""Checkpoint history: events folded into one record per checkpoint, persisted and rotated."""
+"""Checkpoint history: events folded into one record per checkpoint, persisted and compacted."""
 
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,25 +75,57 @@ def test_a_batch_without_transactions_has_no_range() -> None:
     assert record.transactions is None
 
 
-def test_history_survives_new_log_objects_and_skips_a_torn_line(tmp_path: Path) -> None:
+def test_history_reads_the_files_of_earlier_versions_and_skips_a_torn_line(
+    tmp_path: Path,
+) -> None:
     checkpoint = SparkCheckpoint(str(tmp_path / "ckpt"))
-    HistoryLog(checkpoint).append(CompletedEvent.of_progress(progress(0, 0, 2, 5)))
+    legacy = tmp_path / "ckpt" / "spark_ckpt" / "history.jsonl"
+    legacy.parent.mkdir(parents=True)
+    completed = {"at": 1.0, **CompletedEvent.of_progress(progress(0, 0, 2, 5)).to_json()}
+    legacy.write_text(json.dumps(completed) + "\n" + '{"event": "completed", "checkpo')
     HistoryLog(checkpoint).append(PublishedEvent(0, 3))
-    with open(HistoryLog(checkpoint).path, "a", encoding="utf-8") as handle:
-        handle.write('{"event": "completed", "checkpo')  # a crash mid-append
     (record,) = HistoryLog(checkpoint).records()
     assert (record.checkpoint_id, record.rows, record.delta_version) == (0, 5, 3)
 
 
-def test_rotation_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(history, "ROTATE_BYTES", 2000)
-    log = HistoryLog(SparkCheckpoint(str(tmp_path / "ckpt")))
-    for batch in range(40):
-        log.append(CompletedEvent.of_progress(progress(batch, batch, batch + 1, 1)))
+class _Always(random.Random):
+    def random(self) -> float:
+        return 0.0
+
+
+def test_compaction_keeps_the_newest_checkpoints_without_gaps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history, "COMPACT_AT", 20)
+    monkeypatch.setattr(history, "KEEP_LOOSE", 5)
+    monkeypatch.setattr(history, "KEEP_SEGMENTS", 2)
+    log = HistoryLog(SparkCheckpoint(str(tmp_path / "ckpt")), chance=_Always())
+    for batch in range(80):
+        log.append(
+            replace(
+                CompletedEvent.of_progress(progress(batch, batch, batch + 1, 1)), at=batch + 1.0
+            )
+        )
     ids = [r.checkpoint_id for r in log.records()]
-    assert ids == list(range(ids[0], 40)), "the newest checkpoints are kept, without gaps"
-    assert 0 < ids[0] < 40, "older checkpoints were rotated away"
-    assert Path(log.path).stat().st_size <= 2000 + 600
+    assert ids == list(range(ids[0], 80)), "the newest checkpoints are kept, without gaps"
+    assert 0 < ids[0] < 80 - 20, "older checkpoints were compacted away"
+    loose = [p for p in (tmp_path / "ckpt" / "spark_ckpt" / "history").iterdir() if p.is_file()]
+    assert len(loose) <= 20
+    assert len(list((tmp_path / "ckpt" / "spark_ckpt" / "history" / "segments").iterdir())) == 2
+
+
+def test_racing_compactions_do_not_duplicate_events(tmp_path: Path) -> None:
+    log = HistoryLog(SparkCheckpoint(str(tmp_path / "ckpt")))
+    for batch in range(3):
+        log.append(PublishedEvent(batch, batch))
+    root = tmp_path / "ckpt" / "spark_ckpt" / "history"
+    lines = []
+    for path in sorted(root.iterdir()):
+        lines.append(json.dumps({**json.loads(path.read_text()), "id": path.name}))
+    (root / "segments").mkdir()
+    for copy in ("a", "b"):  # two writers folded the same events, one deleted them
+        (root / "segments" / f"{copy}.jsonl").write_text("\n".join(lines) + "\n")
+    assert [e.checkpoint for e in log.events()] == [0, 1, 2]
 
 
 @pytest.mark.parametrize(
