@@ -5,6 +5,7 @@ from __future__ import annotations
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.registry import Registration
 from spark_ckpt.state.restore import RestorePoint
+from spark_ckpt.state.storage import Location, StorageOptions
 
 from .manifest import ManifestStore
 from .publisher import discard_after, publish_completed
@@ -12,11 +13,17 @@ from .publisher import discard_after, publish_completed
 __all__ = ["publish_on_completion", "restore_to_checkpoint"]
 
 
-def publish_on_completion(registration: Registration, batch_id: int | None) -> None:
-    """Publish up to ``batch_id`` (everything complete when None); driver, listener thread."""
+def publish_on_completion(
+    registration: Registration, batch_id: int | None, run_id: str | None = None
+) -> None:
+    """Publish up to ``batch_id`` (everything complete when None); driver, listener thread.
+
+    ``run_id`` is the run the event came from: a stale run is fenced off.
+    """
     settings = registration.settings
-    store = ManifestStore(SparkCheckpoint(settings["checkpointLocation"]))
-    publish_completed(store, settings["path"], upto=batch_id)
+    storage = StorageOptions.of(settings.get("storage") or {})
+    store = ManifestStore(SparkCheckpoint(settings["checkpointLocation"], storage))
+    publish_completed(store, Location(settings["path"], storage), upto=batch_id, run=run_id)
 
 
 def restore_to_checkpoint(point: RestorePoint) -> None:
@@ -25,10 +32,11 @@ def restore_to_checkpoint(point: RestorePoint) -> None:
     Runs on the driver before a supervised attempt starts (FLINK-20396: restoring checkpoint C
     implies C completed). Nothing to do when the checkpoint location has no ``delta-2pc`` state.
     """
-    store = ManifestStore(SparkCheckpoint(point.checkpoint_location))
-    table = store.table()
-    if table is None:
+    store = ManifestStore(point.checkpoint())
+    recorded = store.table()
+    if recorded is None:
         return
+    table = Location(recorded, point.storage)
     if point.checkpoint_id is not None:
         publish_completed(store, table, upto=point.checkpoint_id)
     discard_after(store, table, point.checkpoint_id)

@@ -1,28 +1,43 @@
 """Pre-commit manifests: what batch N will publish, made durable before Spark completes N.
 
-``commit(messages, N)`` (driver) writes ``<checkpointLocation>/delta_2pc/manifests/<N>.json``
-atomically (temporary file, fsync, rename, fsync of the directory). The manifest lives in the
-checkpoint location, so it travels with a copy of the checkpoint. Executors' staging intents live
-beside it under ``staging/<N>/``.
+The sink's state lives in the checkpoint location (so it travels with a copy of it), under
+``delta_2pc/``. Object stores have no rename, no lock and no append, so every object is written
+whole, once, under a name no other writer uses:
+
+``manifests/<N>/<attempt>.json``
+    What attempt ``<attempt>`` (the Spark run id of the query run that executed it) of batch N
+    stages, written by ``commit(messages, N)`` on the driver. Two attempts of one batch (a run
+    that crashed after its pre-commit, a stale driver) never overwrite each other.
+``staging/<N>/<attempt>/<file>.intent``
+    Written by an executor before it creates a staged file, naming it, so a failed attempt's
+    files are found without listing the table.
+``runs/<start ms>-<run id>``
+    Each run of the query registers here at its first pre-commit; a run that is not the newest
+    is fenced off (see :mod:`.publisher`).
+``sink.json``
+    The table this checkpoint's sink writes to (for restore handlers).
+
+Manifests written by earlier versions (``manifests/<N>.json``) are still read.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from spark_ckpt.errors import StateFormatError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.state.files import numbered_files, write_atomically, write_if_changed
+from spark_ckpt.state.storage import Location
 
 from .staging import StagedFile
 
-__all__ = ["Manifest", "ManifestStore"]
+__all__ = ["LEGACY_ATTEMPT", "Intent", "Manifest", "ManifestStore"]
 
-_VERSION = 1
+_VERSION = 2
+LEGACY_ATTEMPT = "legacy"
+"""The attempt of a manifest written before attempts were recorded (``manifests/<N>.json``)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,8 @@ class Manifest:
         The table's partition columns.
     files
         The staged files.
+    attempt
+        Which attempt of the batch staged them (the run id of the query run).
     """
 
     batch_id: int
@@ -51,6 +68,7 @@ class Manifest:
     schema_json: str
     partition_by: tuple[str, ...]
     files: tuple[StagedFile, ...]
+    attempt: str = LEGACY_ATTEMPT
 
     @property
     def rows(self) -> int:
@@ -67,6 +85,7 @@ class Manifest:
             "schema": json.loads(self.schema_json),
             "partitionBy": list(self.partition_by),
             "files": [f.to_json() for f in self.files],
+            "attempt": self.attempt,
         }
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -74,7 +93,7 @@ class Manifest:
     def from_bytes(cls, data: bytes) -> Manifest:
         """Parse :meth:`to_bytes` output."""
         body = json.loads(data)
-        if body.get("v") != _VERSION:
+        if body.get("v") not in (1, _VERSION):
             raise StateFormatError(f"unsupported manifest version {body.get('v')!r}")
         return cls(
             int(body["batchId"]),
@@ -83,11 +102,24 @@ class Manifest:
             json.dumps(body["schema"]),
             tuple(body["partitionBy"]),
             tuple(StagedFile.from_json(f) for f in body["files"]),
+            str(body.get("attempt", LEGACY_ATTEMPT)),
         )
 
 
+@dataclass(frozen=True)
+class Intent:
+    """An executor's note that it is about to stage ``path`` for one attempt of a batch."""
+
+    batch_id: int
+    attempt: str
+    path: str
+    """The staged file's path relative to the table (not URL-encoded)."""
+    location: Location
+    """Where the intent itself is stored."""
+
+
 class ManifestStore:
-    """The sink's state inside one checkpoint location.
+    """The sink's state inside one checkpoint location (driver; executors write intents).
 
     Parameters
     ----------
@@ -97,78 +129,103 @@ class ManifestStore:
 
     def __init__(self, checkpoint: SparkCheckpoint) -> None:
         self.checkpoint = checkpoint
-        self.root = checkpoint.path("delta_2pc")
+        self.root = checkpoint.child("delta_2pc")
+
+    # -- the table ------------------------------------------------------------------------
 
     def record_table(self, table: str) -> None:
         """Remember the table this checkpoint's sink writes to (for restore handlers)."""
-        path = os.path.join(self.root, "sink.json")
-        write_if_changed(path, json.dumps({"path": table}).encode())
+        body = json.dumps({"path": table}).encode()
+        target = self.root.child("sink.json")
+        if target.read_bytes() != body:
+            target.write_bytes(body)
 
     def table(self) -> str | None:
         """The table recorded by :meth:`record_table`, if any."""
-        try:
-            with open(os.path.join(self.root, "sink.json"), encoding="utf-8") as handle:
-                return str(json.load(handle)["path"])
-        except FileNotFoundError:
-            return None
+        data = self.root.child("sink.json").read_bytes()
+        return None if data is None else str(json.loads(data)["path"])
 
-    def manifest_path(self, batch_id: int) -> str:
-        """Where batch ``batch_id``'s manifest lives."""
-        return os.path.join(self.root, "manifests", f"{batch_id}.json")
+    # -- manifests ------------------------------------------------------------------------
 
-    def intents_dir(self, batch_id: int) -> str:
-        """Where executors record the files they are about to stage for ``batch_id``."""
-        return os.path.join(self.root, "staging", str(batch_id))
+    def _batch_dir(self, batch_id: int) -> Location:
+        return self.root.child("manifests", str(batch_id))
 
     def write(self, manifest: Manifest) -> None:
-        """Durably (re)place the manifest of ``manifest.batch_id``."""
-        write_atomically(self.manifest_path(manifest.batch_id), manifest.to_bytes())
+        """Durably store ``manifest`` under its batch and attempt (one whole object)."""
+        target = self._batch_dir(manifest.batch_id).child(f"{manifest.attempt}.json")
+        target.write_bytes(manifest.to_bytes())
 
-    def read(self, batch_id: int) -> Manifest | None:
-        """The manifest of ``batch_id``, or None."""
-        try:
-            with open(self.manifest_path(batch_id), "rb") as handle:
-                return Manifest.from_bytes(handle.read())
-        except FileNotFoundError:
-            return None
+    def manifests(self, batch_id: int) -> list[Manifest]:
+        """Every durable manifest of ``batch_id`` (one per attempt), by attempt name."""
+        found = []
+        legacy = self.root.child("manifests", f"{batch_id}.json").read_bytes()
+        if legacy is not None:
+            found.append(Manifest.from_bytes(legacy))
+        directory = self._batch_dir(batch_id)
+        for entry in directory.list():
+            if entry.name.endswith(".json"):
+                data = directory.child(entry.name).read_bytes()
+                if data is not None:
+                    found.append(Manifest.from_bytes(data))
+        return found
 
     def batch_ids(self) -> list[int]:
-        """Batches with a manifest, ascending."""
-        return numbered_files(os.path.join(self.root, "manifests"), ".json")
+        """Batches with a manifest, ascending (lists every manifest: not for each trigger)."""
+        found = set()
+        for entry in self.root.child("manifests").list(recursive=True):
+            head = entry.name.split("/", 1)[0].removesuffix(".json")
+            if head.isdigit():
+                found.add(int(head))
+        return sorted(found)
 
     def delete(self, batch_id: int) -> None:
-        """Forget a manifest (published long ago, or of an aborted attempt)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.manifest_path(batch_id))
+        """Forget every manifest of ``batch_id``."""
+        self.root.child("manifests", f"{batch_id}.json").delete()
+        self._batch_dir(batch_id).delete_tree()
 
-    def intents(self, batch_id: int) -> list[tuple[str, str]]:
-        """``(intent file, staged file path relative to the table)`` for ``batch_id``."""
-        directory = self.intents_dir(batch_id)
-        try:
-            names = sorted(os.listdir(directory))
-        except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            if not name.endswith(".intent"):
+    # -- intents --------------------------------------------------------------------------
+
+    def intents_dir(self, batch_id: int, attempt: str) -> Location:
+        """Where executors of ``attempt`` record the files they are about to stage."""
+        return self.root.child("staging", str(batch_id), attempt)
+
+    def intents(self, batch_id: int, attempt: str | None = None) -> list[Intent]:
+        """The intents of ``batch_id`` (of one attempt, or of all)."""
+        base = self.root.child("staging", str(batch_id))
+        found = []
+        for entry in base.list(recursive=True):
+            owner, _, name = entry.name.rpartition("/")
+            if not name.endswith(".intent") or (attempt is not None and owner != attempt):
                 continue
-            path = os.path.join(directory, name)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    out.append((path, handle.read().strip()))
-            except FileNotFoundError:
-                continue
-        return out
+            location = base.child(entry.name)
+            data = location.read_bytes()
+            if data is not None:
+                found.append(Intent(batch_id, owner, data.decode("utf-8").strip(), location))
+        return found
 
     def staged_batches(self) -> list[int]:
         """Batches with staging intents, ascending."""
-        return numbered_files(os.path.join(self.root, "staging"))
+        found = set()
+        for entry in self.root.child("staging").list(recursive=True):
+            head = entry.name.split("/", 1)[0]
+            if head.isdigit():
+                found.add(int(head))
+        return sorted(found)
 
-    def drop_intents(self, batch_id: int) -> None:
-        """Remove the intents of ``batch_id`` (its files are in a manifest or deleted)."""
-        directory = self.intents_dir(batch_id)
-        for path, _ in self.intents(batch_id):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
+    def drop_intents(self, batch_id: int, attempt: str | None = None) -> None:
+        """Remove the intents of ``batch_id`` (of one attempt, or all)."""
+        base = self.root.child("staging", str(batch_id))
+        (base if attempt is None else base.child(attempt)).delete_tree()
+
+    # -- runs (fencing) -------------------------------------------------------------------
+
+    def register_run(self, run_id: str) -> None:
+        """Record that run ``run_id`` of the query has started pre-committing (driver, once)."""
+        runs = self.root.child("runs")
+        if not any(e.name.endswith(f"-{run_id}") for e in runs.list()):
+            runs.child(f"{int(time.time() * 1000):015d}-{run_id}").write_bytes(b"")
+
+    def newest_run(self) -> str | None:
+        """The run id of the newest registered run, if any."""
+        names = sorted(e.name for e in self.root.child("runs").list())
+        return names[-1].split("-", 1)[1] if names else None

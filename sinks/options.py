@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.options import OptionReader
-from spark_ckpt.state.files import local_path
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.storage import Location, StorageOptions
 
 __all__ = ["SinkOptions"]
 
@@ -21,6 +22,8 @@ _NAMES = (
 )
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
 _SPARK_OPTIONS = ("queryname",)
+STORAGE_PREFIX = "storageOptions."
+"""``storageOptions.<KEY>``: a storage option (endpoint, region, credentials) for the sink."""
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,12 @@ class SinkOptions:
     Attributes
     ----------
     path
-        The Delta table's location (a local path or ``file:`` URI).
+        The Delta table's location: a local path, ``file:`` URI or object-store URI.
     checkpoint_location
         The query's checkpoint location: manifests live in it, and it proves completion.
+    storage
+        How both are reached: the session's ``spark.hadoop.fs.s3a.*`` settings (when installed
+        by ``spark_ckpt.install``) overridden by ``storageOptions.<KEY>`` options.
     partition_by
         Partition columns (Hive-style directories); empty for an unpartitioned table.
     target_file_size
@@ -50,17 +56,36 @@ class SinkOptions:
     target_file_size: int = 128 << 20
     merge_schema: bool = False
     orphan_grace_period: float = 3600.0
+    storage: StorageOptions = field(default_factory=StorageOptions)
+
+    @property
+    def table(self) -> Location:
+        """The Delta table's location."""
+        return Location(self.path, self.storage)
+
+    def checkpoint(self) -> SparkCheckpoint:
+        """The query's checkpoint location."""
+        return SparkCheckpoint(self.checkpoint_location, self.storage)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+    def parse(
+        cls, options: Mapping[str, str], storage: StorageOptions | None = None
+    ) -> SinkOptions:
         """Parse the options Spark passed to the sink (driver and executors).
+
+        ``storage`` holds the session's storage settings, which ``storageOptions.<KEY>``
+        options override.
 
         Raises
         ------
         ConfigError
             For an unknown option, a missing required one, or a bad value.
+        StorageError
+            For a path with a scheme no store supports.
         """
-        reader = OptionReader(options, "delta-2pc", _NAMES, ignored=_SPARK_OPTIONS)
+        reader = OptionReader(
+            options, "delta-2pc", _NAMES, ignored=_SPARK_OPTIONS, prefixes=(STORAGE_PREFIX,)
+        )
         path = reader.required(
             "path",
             "the Delta table's location (.option('path', '/lake/table') or .start('/lake/table'))",
@@ -74,11 +99,19 @@ class SinkOptions:
             )
         checkpoint = reader.text("checkpointLocation")
         assert checkpoint is not None
-        return cls(
-            path=local_path("path", path),
-            checkpoint_location=local_path("checkpointLocation", checkpoint),
+        merged = StorageOptions.of(
+            (storage or StorageOptions()).as_dict(), reader.prefixed(STORAGE_PREFIX)
+        )
+        parsed = cls(
+            # Canonical (absolute, s3:// for s3a://), fixed on the driver for every process.
+            path=Location(path).url,
+            checkpoint_location=checkpoint,
             partition_by=reader.names("partitionBy", "column names"),
             target_file_size=reader.size("targetFileSize", 128 << 20),
             merge_schema=reader.boolean("mergeSchema", False),
             orphan_grace_period=reader.duration("orphanGracePeriod", 3600.0, default_unit="s"),
+            storage=merged,
         )
+        parsed.table.delta_options()  # refuses unsafe settings (AWS_S3_ALLOW_UNSAFE_RENAME)
+        parsed.checkpoint()  # refuses an unknown scheme
+        return parsed

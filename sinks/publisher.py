@@ -1,38 +1,50 @@
 """Publishing: complete batches become Delta versions, in batch order, exactly once.
 
 Batch N is published only once Spark's ``commits/N`` exists (checkpoint N is complete), only
-after every earlier manifest is published, and with ``txn(query id, N)``. Every trigger calls the
-same idempotent :func:`publish_completed`: the next batch's pre-commit, the control plane's
-listener on the progress event for N and on termination, and recovery. Publishers of one
-checkpoint serialise on a file lock in the checkpoint location and re-read the table's recorded
-version under it, so concurrent publishers are harmless.
+after batch N - 1 is published, and with ``txn(query id, N)``. Every trigger calls the same
+idempotent :func:`publish_completed`: the next batch's pre-commit, the control plane's listener
+on the progress event for N and on termination, and recovery.
+
+There is no lock: object stores have none, and publishers run in several processes (and, with a
+stale driver, on several machines). The Delta log itself decides. Every publisher reads the
+table's transaction version for the query, and commits batch N only when it is N - 1; two
+publishers that race both put ``_delta_log/<v>.json`` with a conditional put (S3 ``If-None-Match``,
+an atomic create on local disks, ADLS and GCS), and delta-rs refuses to retry a commit over a
+concurrent one that carries the same ``txn`` app id. So the loser fails, re-reads the version and
+finds N published.
+
+Fencing a stale driver: each run of the query registers in ``delta_2pc/runs/`` at its first
+pre-commit, and a publisher acting for a run that is no longer the newest refuses with
+:class:`~spark_ckpt.errors.FencedError` before it commits, which fails that run's batch. Recovery
+(publishing what an earlier run completed) needs no run: it publishes manifests of batches that
+Spark's checkpoint says are complete, which any run would publish identically.
+
+Cleaning up never lists the table: the files of other attempts of a published batch are found
+through their manifests and the executors' intents.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
 import time
-from collections.abc import Iterator
 from urllib.parse import unquote
 
+import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from spark_ckpt.errors import PublishError, RestoreError
+from spark_ckpt.errors import FencedError, PublishError, RestoreError
 from spark_ckpt.model.events import PublishedEvent
 from spark_ckpt.state.history import HistoryLog
+from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
-from .staging import StagedFile, parse_staged_name
 from .table import commit_manifest, load_table
 
 __all__ = [
     "clean_orphans",
     "discard_after",
-    "discard_attempt",
+    "discard_unlisted",
     "precommit",
     "publish_completed",
 ]
@@ -41,133 +53,179 @@ _log = logging.getLogger(__name__)
 _RETAIN_PUBLISHED = 100  # manifests kept after publishing, like Spark's minBatchesToRetain
 
 
-@contextlib.contextmanager
-def _publish_lock(store: ManifestStore) -> Iterator[None]:
-    os.makedirs(store.root, exist_ok=True)
-    with open(os.path.join(store.root, "publish.lock"), "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+def _staged(table: Location, rel: str) -> Location:
+    return table.child(*unquote(rel).split("/"))
 
 
-def _local(table: str, file: StagedFile | str) -> str:
-    rel = file.path if isinstance(file, StagedFile) else file
-    return os.path.join(table, *unquote(rel).split("/"))
+def _plain(manifest: Manifest) -> set[str]:
+    return {unquote(f.path) for f in manifest.files}
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def discard_attempt(store: ManifestStore, table: str, batch_id: int, keep: set[str]) -> int:
-    """Delete the staged files of ``batch_id`` that are not in ``keep`` (relative paths).
-
-    Covers an older manifest of the same batch (an attempt that never completed) and intents of
-    tasks whose files never reached a manifest. Returns how many files were deleted.
-    """
-    doomed: set[str] = set()
-    old = store.read(batch_id)
-    if old is not None:
-        doomed |= {unquote(f.path) for f in old.files}
-    for _, rel in store.intents(batch_id):
-        doomed.add(rel)
-    keep_plain = {unquote(p) for p in keep}
-    removed = 0
-    for rel in sorted(doomed - keep_plain):
-        _remove(_local(table, rel))
-        removed += 1
+def _delete_files(table: Location, paths: set[str], batch_id: int) -> int:
+    for rel in sorted(paths):
+        _staged(table, rel).delete()
         crash_point("during_abort", batch_id)
-    return removed
+    return len(paths)
+
+
+def discard_unlisted(store: ManifestStore, table: Location, batch_id: int, attempt: str) -> int:
+    """Delete the files ``attempt`` staged for ``batch_id`` that none of its manifests lists.
+
+    Those are the files of failed task attempts (Spark retried the task, whose new files are in
+    the commit messages). Runs on the driver in the pre-commit and when a batch is aborted.
+    Returns how many files were deleted.
+    """
+    keep: set[str] = set()
+    for manifest in store.manifests(batch_id):
+        if manifest.attempt == attempt:
+            keep |= _plain(manifest)
+    doomed = {i.path for i in store.intents(batch_id, attempt)} - keep
+    return _delete_files(table, doomed, batch_id)
 
 
 def precommit(store: ManifestStore, manifest: Manifest) -> None:
-    """Make batch N's manifest durable, replacing any aborted attempt's (driver, per batch).
+    """Make batch N's manifest durable (driver, per batch). Publishes nothing of N.
 
-    Publishes nothing of N: Spark has not written ``commits/N`` yet.
+    Spark has not written ``commits/N`` yet. Files staged by failed tasks of this attempt are
+    deleted first; the intents of this attempt are dropped once the manifest names its files.
     """
-    with _publish_lock(store):
-        keep = {f.path for f in manifest.files}
-        removed = discard_attempt(store, manifest.table, manifest.batch_id, keep)
-        if removed:
-            _log.info(
-                "discarded %d staged files of an earlier attempt of batch %d",
-                removed,
-                manifest.batch_id,
-            )
-        store.write(manifest)
-        store.drop_intents(manifest.batch_id)
+    doomed = {i.path for i in store.intents(manifest.batch_id, manifest.attempt)} - _plain(manifest)
+    removed = _delete_files(manifest_table(manifest, store), doomed, manifest.batch_id)
+    if removed:
+        _log.info(
+            "discarded %d staged files of failed tasks of batch %d", removed, manifest.batch_id
+        )
+    store.write(manifest)
+    store.drop_intents(manifest.batch_id, manifest.attempt)
 
 
-def publish_completed(store: ManifestStore, table_uri: str, upto: int | None = None) -> list[int]:
+def manifest_table(manifest: Manifest, store: ManifestStore) -> Location:
+    """The table ``manifest`` publishes to, reachable with the checkpoint's storage options."""
+    return Location(manifest.table, store.checkpoint.options)
+
+
+def _choose(
+    store: ManifestStore, table: Location, batch_id: int, preferred: str | None
+) -> Manifest:
+    """The manifest to publish for ``batch_id``: the preferred run's, else the first complete.
+
+    Complete: all its files exist.
+    """
+    manifests = store.manifests(batch_id)
+    if not manifests:
+        raise PublishError(
+            f"cannot publish batch {batch_id} to {table.url}: Spark completed it but it has no "
+            f"manifest in {store.root}. Publishing on would skip a batch; restore the checkpoint "
+            f"location that belongs with this table"
+        )
+    manifests.sort(key=lambda m: (m.attempt != preferred, m.attempt))
+    missing = ""
+    for manifest in manifests:
+        gone = [f.path for f in manifest.files if not _staged(table, f.path).exists()]
+        if not gone:
+            return manifest
+        missing = missing or gone[0]
+    raise PublishError(
+        f"batch {batch_id}'s staged files are gone from {table.url} (first: {missing}); was "
+        f"VACUUM run with a retention shorter than the time the batch waited to be published? "
+        f"The batch cannot be published"
+    )
+
+
+def _check_fence(store: ManifestStore, run: str | None, batch_id: int) -> None:
+    if run is None:
+        return
+    newest = store.newest_run()
+    if newest is not None and newest != run:
+        raise FencedError(
+            f"run {run} of the query on {store.checkpoint.location} may not publish batch "
+            f"{batch_id}: run {newest} started later on the same checkpoint location. Two "
+            f"drivers must never run one query; this one stops so that only the newest publishes"
+        )
+
+
+def _tidy(store: ManifestStore, table: Location, batch_id: int, published: Manifest) -> None:
+    """Delete what other attempts of a published batch staged, and their intents and manifests."""
+    keep = _plain(published)
+    doomed: set[str] = {i.path for i in store.intents(batch_id)}
+    for manifest in store.manifests(batch_id):
+        if manifest.attempt != published.attempt:
+            doomed |= _plain(manifest)
+    _delete_files(table, doomed - keep, batch_id)
+    store.drop_intents(batch_id)
+
+
+def _table_version(table: Location, query_id: str) -> int | None:
+    delta = load_table(table)
+    return None if delta is None else delta.transaction_version(query_id)
+
+
+def publish_completed(
+    store: ManifestStore, table: Location, upto: int | None = None, run: str | None = None
+) -> list[int]:
     """Publish every complete, unpublished batch (up to ``upto``) in order; return their ids.
 
-    Runs on the driver, in whichever process triggers it; idempotent.
+    Runs on the driver, in whichever process triggers it; idempotent. ``run`` is the run id
+    of the query run this publisher acts for (fenced when a newer run exists; its own
+    manifests are preferred), None for recovery (which prefers the newest run's manifests).
 
     Raises
     ------
     PublishError
-        A batch between the table's recorded version and a complete manifest has no manifest
-        (publishing on would skip it), or a staged file has disappeared.
+        A batch Spark completed has no manifest (publishing on would skip it), or its staged
+        files have disappeared.
+    FencedError
+        A newer run of the query exists.
     """
     checkpoint = store.checkpoint
-    with _publish_lock(store):
-        batch_ids = store.batch_ids()
-        if not batch_ids:
+    query_id = checkpoint.query_id()
+    delta = load_table(table)
+    version = None if delta is None else delta.transaction_version(query_id)
+    if version is None:
+        known = store.batch_ids()
+        if not known:
             return []
-        query_id = checkpoint.query_id()
-        table = load_table(table_uri)
-        version = table.transaction_version(query_id) if table is not None else None
-        published: list[int] = []
-        for batch_id in batch_ids:
-            if upto is not None and batch_id > upto:
-                break
-            if version is not None and batch_id <= version:
-                continue
-            if not checkpoint.committed(batch_id):
-                break  # checkpoint N is not complete: neither N nor anything after may publish
-            if version is not None and batch_id != version + 1:
-                raise PublishError(
-                    f"cannot publish batch {batch_id} to {table_uri}: the table holds this "
-                    f"query's batches up to {version} and batch {version + 1} has no manifest in "
-                    f"{store.root}. Publishing on would skip a batch; restore the checkpoint "
-                    f"location that belongs with this table"
-                )
-            manifest = store.read(batch_id)
-            assert manifest is not None
-            missing = [f.path for f in manifest.files if not os.path.exists(_local(table_uri, f))]
-            if missing:
-                raise PublishError(
-                    f"batch {batch_id}'s staged files are gone from {table_uri} (first: "
-                    f"{missing[0]}); was VACUUM run with a retention shorter than the time the "
-                    f"batch waited to be published? The batch cannot be published"
-                )
-            crash_point("before_publish", batch_id)
-            delta_version: int | None = None
-            try:
-                delta_version = commit_manifest(table_uri, manifest)
-            except CommitFailedError as e:
-                # Someone else committed meanwhile (another writer, or a publisher elsewhere).
-                table = load_table(table_uri)
-                now = table.transaction_version(query_id) if table is not None else None
-                if now is None or now < batch_id:
-                    raise PublishError(
-                        f"publishing batch {batch_id} to {table_uri} failed: {e}"
-                    ) from e
-            crash_point("during_publish", batch_id)
-            version = batch_id
-            published.append(batch_id)
-            HistoryLog(checkpoint).append(PublishedEvent(batch_id, delta_version, table_uri))
-        if version is not None:
-            for old in batch_ids:
-                if old <= version - _RETAIN_PUBLISHED:
-                    store.delete(old)
-        return published
+        batch_id = known[0]
+    else:
+        batch_id = version + 1
+    published: list[int] = []
+    preferred = run
+    while upto is None or batch_id <= upto:
+        if not checkpoint.committed(batch_id):
+            break  # checkpoint N is not complete: neither N nor anything after may publish
+        if preferred is None:
+            preferred = store.newest_run() or ""  # recovery sides with the newest run
+        manifest = _choose(store, table, batch_id, preferred)
+        _check_fence(store, run, batch_id)
+        crash_point("before_publish", batch_id)
+        delta_version: int | None = None
+        try:
+            # Against the snapshot that showed N - 1: a concurrent publish of N is a conflict.
+            delta_version = commit_manifest(table, delta, manifest)
+        except CommitFailedError as e:
+            # Another publisher committed meanwhile: fine if it published this batch.
+            delta = load_table(table)
+            now = None if delta is None else delta.transaction_version(query_id)
+            if now is None or now < batch_id:
+                raise PublishError(f"publishing batch {batch_id} to {table.url} failed: {e}") from e
+            batch_id = now + 1
+            continue
+        crash_point("during_publish", batch_id)
+        published.append(batch_id)
+        HistoryLog(checkpoint).append(PublishedEvent(batch_id, delta_version, table.url))
+        _tidy(store, table, batch_id, manifest)
+        if batch_id >= _RETAIN_PUBLISHED:
+            store.delete(batch_id - _RETAIN_PUBLISHED)
+        # The next batch is committed against a snapshot at least as new as this commit; if
+        # another publisher got further meanwhile, carry on after what it published.
+        delta = load_table(table) if delta is None else delta
+        assert delta is not None, "the table exists after a commit"
+        now = delta.transaction_version(query_id)
+        batch_id = max(batch_id, now if now is not None else batch_id) + 1
+    return published
 
 
-def discard_after(store: ManifestStore, table_uri: str, checkpoint_id: int | None) -> list[int]:
+def discard_after(store: ManifestStore, table: Location, checkpoint_id: int | None) -> list[int]:
     """Discard every staged batch after ``checkpoint_id`` (all when None); return their ids.
 
     Runs on the driver when a query is restored to ``checkpoint_id`` and no attempt is running:
@@ -181,75 +239,86 @@ def discard_after(store: ManifestStore, table_uri: str, checkpoint_id: int | Non
         rewound behind the table, and resuming would publish those batches' data a second time.
     """
     floor = -1 if checkpoint_id is None else checkpoint_id
-    with _publish_lock(store):
-        later = sorted(b for b in {*store.batch_ids(), *store.staged_batches()} if b > floor)
-        if not later:
-            return []
-        table = load_table(table_uri)
-        if table is not None:
-            version = table.transaction_version(store.checkpoint.query_id())
-            if version is not None and version > floor:
-                raise RestoreError(
-                    f"the query resumes from checkpoint {checkpoint_id} but {table_uri} already "
-                    f"holds its batches up to {version}: the checkpoint location "
-                    f"{store.checkpoint.location!r} is older than the table. Re-running those "
-                    f"batches would publish their data twice; restore the checkpoint location "
-                    f"that belongs with this table, or write to a new table"
-                )
-        for batch_id in later:
-            removed = discard_attempt(store, table_uri, batch_id, set())
-            store.delete(batch_id)
-            store.drop_intents(batch_id)
-            _log.info("restore: discarded batch %d (%d staged files)", batch_id, removed)
-        return later
+    later = sorted(b for b in {*store.batch_ids(), *store.staged_batches()} if b > floor)
+    if not later:
+        return []
+    version = _table_version(table, store.checkpoint.query_id())
+    if version is not None and version > floor:
+        raise RestoreError(
+            f"the query resumes from checkpoint {checkpoint_id} but {table.url} already "
+            f"holds its batches up to {version}: the checkpoint location "
+            f"{store.checkpoint.location!r} is older than the table. Re-running those "
+            f"batches would publish their data twice; restore the checkpoint location "
+            f"that belongs with this table, or write to a new table"
+        )
+    for batch_id in later:
+        doomed = {i.path for i in store.intents(batch_id)}
+        for manifest in store.manifests(batch_id):
+            doomed |= _plain(manifest)
+        removed = _delete_files(table, doomed, batch_id)
+        store.delete(batch_id)
+        store.drop_intents(batch_id)
+        _log.info("restore: discarded batch %d (%d staged files)", batch_id, removed)
+    return later
 
 
-def clean_orphans(store: ManifestStore, table_uri: str, grace_period: float) -> list[str]:
-    """Delete this query's staged files that nothing references, once they are old enough.
+def clean_orphans(store: ManifestStore, table: Location, grace_period: float) -> list[int]:
+    """Delete staged work nothing will publish; return the batches cleaned (driver, at start).
 
-    A file is an orphan when its name marks it as staged by this query (other writers' files are
-    never touched), no Delta version references it, no manifest lists it, and it is older than
-    ``grace_period`` seconds (a task of a live attempt may still be about to report it). Runs on
-    the driver when a query starts, at most once per grace period. Returns the deleted paths.
+    Two kinds, both found through the checkpoint location, never by listing the table's
+    directories:
+
+    - leftovers of published batches (a publisher crashed before tidying up): every file of the
+      batch's intents and other attempts' manifests that the published attempt does not list.
+      Which attempt was published is read from the Delta log's live files, once, and only
+      when there are such leftovers;
+    - batches Spark never completed whose intents are all older than ``grace_period`` seconds
+      (a live attempt may still be staging younger ones; Spark re-runs the batch anyway).
     """
-    marker = os.path.join(store.root, "orphan-scan")
-    now = time.time()
-    try:
-        if now - os.path.getmtime(marker) < grace_period:
-            return []
-    except FileNotFoundError:
-        pass
     query_id = store.checkpoint.query_id()
-    with _publish_lock(store):
-        table = load_table(table_uri)
-        live = table.file_uris() if table is not None else []
-        root = os.path.abspath(table_uri)
-        referenced = {os.path.relpath(p, root).replace(os.sep, "/") for p in live}
-        for batch_id in store.batch_ids():
-            manifest = store.read(batch_id)
-            if manifest is not None:
-                referenced |= {unquote(f.path) for f in manifest.files}
-        deleted = []
-        for directory, dirs, names in os.walk(table_uri):
-            dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-            for name in names:
-                parsed = parse_staged_name(name)
-                if parsed is None or parsed[0] != query_id:
-                    continue
-                path = os.path.join(directory, name)
-                rel = os.path.relpath(path, table_uri).replace(os.sep, "/")
-                if rel in referenced:
-                    continue
-                try:
-                    if now - os.path.getmtime(path) < grace_period:
-                        continue
-                except FileNotFoundError:
-                    continue
-                _remove(path)
-                deleted.append(rel)
-        os.makedirs(store.root, exist_ok=True)
-        with open(marker, "w", encoding="utf-8") as handle:
-            handle.write(str(now))
-    if deleted:
-        _log.info("delta-2pc removed %d orphaned staged files from %s", len(deleted), table_uri)
-    return deleted
+    version = _table_version(table, query_id)
+    latest = store.checkpoint.latest_committed()
+    now = time.time()
+    staged = set(store.staged_batches())
+    live: set[str] | None = None
+    cleaned = []
+    for batch_id in sorted(staged | set(store.batch_ids())):
+        if version is not None and batch_id <= version:
+            manifests = store.manifests(batch_id)
+            if batch_id not in staged and len(manifests) <= 1:
+                continue  # nothing left over
+            if live is None:
+                live = _live_files(table)
+            published = next(
+                (m for m in manifests if m.files and _plain(m) <= live),
+                None,
+            )
+            if published is None:
+                if any(m.files for m in manifests):
+                    continue  # cannot tell which attempt was published: keep everything
+                published = manifests[0] if manifests else None
+            if published is not None:
+                _tidy(store, table, batch_id, published)
+                cleaned.append(batch_id)
+        elif batch_id in staged and (latest is None or batch_id > latest):
+            intents = store.intents(batch_id)
+            if all(now - _modified_at(i.location) >= grace_period for i in intents):
+                _delete_files(table, {i.path for i in intents}, batch_id)
+                store.drop_intents(batch_id)
+                cleaned.append(batch_id)
+    if cleaned:
+        _log.info("delta-2pc removed staged orphans of batches %s from %s", cleaned, table.url)
+    return cleaned
+
+
+def _live_files(table: Location) -> set[str]:
+    delta = load_table(table)
+    if delta is None:
+        return set()
+    paths = pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()
+    return {unquote(str(p)) for p in paths}
+
+
+def _modified_at(location: Location) -> float:
+    info = location.info()
+    return 0.0 if info.mtime_ns is None else info.mtime_ns / 1e9

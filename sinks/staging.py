@@ -5,14 +5,15 @@ directories included), but no Delta version references it, so no reader sees it.
 the query id and batch id (:func:`staged_name`), which is how recovery recognises the sink's own
 files and never touches anyone else's. Before a file is created, an *intent* naming it is written
 into the checkpoint location, so the driver can find and delete the files of a failed attempt
-without listing the table.
+without listing the table. Files are written through the storage layer: on an object store each
+is one multipart upload that appears whole when it is closed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from spark_ckpt.state.storage import Location
 
 from .stats import StatsCollector
 
@@ -121,16 +124,14 @@ class StagedFile:
 class _OpenFile:
     def __init__(
         self,
-        local_path: str,
+        target: Location,
         rel_path: str,
         schema: pa.Schema,
         partition_values: dict[str, str | None],
     ) -> None:
-        self.local_path = local_path
         self.rel_path = rel_path
         self.partition_values = partition_values
-        os.makedirs(os.path.dirname(local_path), exist_ok=True)
-        self.handle = open(local_path, "wb")  # noqa: SIM115 - closed in close()
+        self.handle = target.open_output()
         self.writer = pq.ParquetWriter(self.handle, schema, compression="snappy")
         self.stats = StatsCollector(schema)
 
@@ -141,17 +142,15 @@ class _OpenFile:
 
     def close(self) -> StagedFile:
         self.writer.close()
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
-        info = os.stat(self.local_path)
+        size = self.handle.tell()
+        self.handle.close()  # locally fsynced; on an object store the upload completes here
         return StagedFile(
             self.rel_path,
-            info.st_size,
+            size,
             self.stats.rows,
             self.partition_values,
             self.stats.to_json(),
-            int(info.st_mtime * 1000),
+            int(time.time() * 1000),
         )
 
 
@@ -161,7 +160,7 @@ class StagingWriter:
     Parameters
     ----------
     table_root
-        Local path of the Delta table.
+        The Delta table's location.
     partition_by
         Partition columns; they become directories and are not stored in the files.
     target_file_size
@@ -169,18 +168,18 @@ class StagingWriter:
     query_id, batch_id, partition_id
         Identify the files (see :func:`staged_name`).
     intents_dir
-        Directory in the checkpoint location where an intent is written before each file.
+        Where in the checkpoint location an intent is written before each file.
     """
 
     def __init__(
         self,
-        table_root: str,
+        table_root: Location,
         partition_by: Sequence[str],
         target_file_size: int,
         query_id: str,
         batch_id: int,
         partition_id: int,
-        intents_dir: str,
+        intents_dir: Location,
     ) -> None:
         self._root = table_root
         self._partition_by = list(partition_by)
@@ -198,17 +197,12 @@ class StagingWriter:
             f"{_hive_escape(col)}={_HIVE_DEFAULT if v is None else _hive_escape(v)}"
             for col, v in zip(self._partition_by, key, strict=True)
         ]
-        rel_local = os.path.join(*dirs, name) if dirs else name
+        rel = "/".join([*dirs, name])
         # An intent before the file exists: a crash now leaves nothing the driver cannot find.
-        os.makedirs(self._intents_dir, exist_ok=True)
-        intent = os.path.join(self._intents_dir, name + ".intent")
-        with open(intent, "w", encoding="utf-8") as handle:
-            handle.write(rel_local)
-            handle.flush()
-            os.fsync(handle.fileno())
-        rel_uri = "/".join(quote(part, safe="=") for part in rel_local.split(os.sep))
+        self._intents_dir.child(name + ".intent").write_bytes(rel.encode())
+        rel_uri = "/".join(quote(part, safe="=") for part in rel.split("/"))
         values = dict(zip(self._partition_by, key, strict=True))
-        return _OpenFile(os.path.join(self._root, rel_local), rel_uri, schema, values)
+        return _OpenFile(self._root.child(*rel.split("/")), rel_uri, schema, values)
 
     def _split(
         self, batch: pa.RecordBatch

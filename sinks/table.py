@@ -9,7 +9,6 @@ a publisher that finds the table's recorded version at or past N has nothing to 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +24,8 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from spark_ckpt.errors import TableIncompatibleError
+from spark_ckpt.errors import StorageError, TableIncompatibleError
+from spark_ckpt.state.storage import Location
 
 from .manifest import Manifest
 
@@ -43,14 +43,26 @@ _UNSUPPORTED_FEATURES = {
 }
 
 
-def load_table(uri: str) -> DeltaTable | None:
-    """The table at ``uri``, or None when there is no Delta table there yet."""
-    if not os.path.isdir(os.path.join(uri, "_delta_log")):
-        return None
+def load_table(table: Location) -> DeltaTable | None:
+    """The table at ``table``, or None when there is no Delta table there yet (driver).
+
+    Raises
+    ------
+    StorageError
+        When the store cannot be reached or refuses access (the message names the table, never
+        the credentials).
+    """
     try:
-        return DeltaTable(uri)
+        return DeltaTable(
+            table.url,
+            storage_options=table.delta_options(),
+        )
     except TableNotFoundError:
         return None
+    except (OSError, DeltaError) as e:
+        raise StorageError(
+            f"cannot read the Delta table at {table.url}: {str(e).strip().splitlines()[0][:400]}"
+        ) from e
 
 
 def table_partition_columns(table: DeltaTable) -> list[str]:
@@ -187,12 +199,10 @@ def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> N
         )
 
 
-def committed_version(uri: str, manifest: Manifest, look_back: int = 16) -> int | None:
+def committed_version(delta: DeltaTable, manifest: Manifest, look_back: int = 16) -> int | None:
     """The Delta version that published ``manifest`` (from the newest ``look_back`` commits)."""
-    table = load_table(uri)
-    if table is None:
-        return None
-    for info in table.history(look_back):
+    delta.update_incremental()
+    for info in delta.history(look_back):
         if (
             info.get("spark-ckpt.queryId") == manifest.query_id
             and info.get("spark-ckpt.batchId") == manifest.batch_id
@@ -202,12 +212,16 @@ def committed_version(uri: str, manifest: Manifest, look_back: int = 16) -> int 
     return None
 
 
-def commit_manifest(uri: str, manifest: Manifest) -> int | None:
+def commit_manifest(table: Location, delta: DeltaTable | None, manifest: Manifest) -> int | None:
     """Publish one batch as one Delta commit carrying ``txn(query id, batch id)``.
 
-    Runs on the driver (any publisher process). Raises :class:`CommitFailedError` when another
-    publisher committed concurrently (the caller re-checks the table's txn version). Returns the
-    new Delta version (None if it cannot be found among the newest commits afterwards).
+    Runs on the driver (any publisher process). ``delta`` is the snapshot in which the caller
+    found the query's transaction version to be N - 1 (None: no table yet), and the commit is
+    made against that very snapshot: delta-rs then refuses it with :class:`CommitFailedError`
+    when a concurrent commit carrying the same ``txn`` app id landed after the snapshot (the
+    caller re-checks the table's txn version). Reloading the table here instead would hide such
+    a commit and publish the batch twice. Returns the new Delta version (None if it cannot be
+    found among the newest commits afterwards).
     """
     adds = [
         AddAction(
@@ -226,31 +240,40 @@ def commit_manifest(uri: str, manifest: Manifest) -> int | None:
             "spark-ckpt.queryId": manifest.query_id,
             "spark-ckpt.batchId": manifest.batch_id,
             "spark-ckpt.rows": manifest.rows,
+            "spark-ckpt.attempt": manifest.attempt,
         },
         app_transactions=[Transaction(manifest.query_id, manifest.batch_id)],
     )
     schema = Schema.from_json(manifest.schema_json)
     hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
-    table = load_table(uri)
-    if table is None:
+    if delta is None:
+        # No retries: delta-rs would retry a creation that lost the race for version 0 as a
+        # second CREATE TABLE at version 1 (no snapshot was read, so nothing conflicts), and
+        # publish the batch twice. The caller re-reads the table instead.
+        create_properties = CommitProperties(
+            custom_metadata=properties.custom_metadata,
+            app_transactions=properties.app_transactions,
+            max_commit_retries=0,
+        )
         try:
             create_table_with_add_actions(
-                uri,
+                table.url,
                 schema,
                 adds,
                 mode="error",
                 partition_by=list(manifest.partition_by) or None,
-                commit_properties=properties,
+                storage_options=table.delta_options(),
+                commit_properties=create_properties,
                 post_commithook_properties=hooks,
             )
         except DeltaError as e:
-            if load_table(uri) is None:
+            if load_table(table) is None:
                 raise
             raise CommitFailedError(f"the table was created concurrently: {e}") from e
         return 0
-    _add_new_columns(table, schema, manifest)
+    _add_new_columns(delta, schema, manifest)
     actions: list[AddAction | RemoveAction] = list(adds)
-    table.create_write_transaction(
+    delta.create_write_transaction(
         actions,
         "append",
         schema,
@@ -259,4 +282,4 @@ def commit_manifest(uri: str, manifest: Manifest) -> int | None:
         post_commithook_properties=hooks,
     )
     # delta-rs does not refresh the table object; concurrent appends may have landed too.
-    return committed_version(uri, manifest)
+    return committed_version(delta, manifest)

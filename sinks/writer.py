@@ -9,6 +9,7 @@ batch's commit, the control plane's listener, or recovery when the query restart
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,14 +21,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_ckpt.errors import PublishError, UsageError
-from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.hooks import HookChannel
 from spark_ckpt.state.registry import ControlState, Registration
-from spark_ckpt.testing.faults import crash_point
+from spark_ckpt.testing.faults import crash_point, stall_point
 
 from .manifest import Manifest, ManifestStore
 from .options import SinkOptions
-from .publisher import clean_orphans, discard_attempt, precommit, publish_completed
+from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
 from .staging import StagedFile, StagingWriter
 from .table import check_writable, load_table
 
@@ -43,6 +43,8 @@ class StagedFiles(WriterCommitMessage):
     batch_id: int
     partition_id: int
     files: list[StagedFile]
+    attempt: str = ""
+    """The run id of the query run whose task staged the files (the batch attempt)."""
 
 
 class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
@@ -69,9 +71,9 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         self.control = control
         # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        table = load_table(options.path)
+        table = load_table(options.table)
         partition_by = check_writable(
-            options.path, table, self.arrow_schema, options.partition_by, options.merge_schema
+            options.table.url, table, self.arrow_schema, options.partition_by, options.merge_schema
         )
         self.partition_by = partition_by
         # The table keeps the stream's column order; partition columns are not in the files.
@@ -87,16 +89,16 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         """
         store = self._store()
         store.record_table(self.options.path)
-        if not store.batch_ids():
-            return False
-        published = publish_completed(store, self.options.path)
+        if not store.checkpoint.child("commits").list():
+            return False  # a new query: nothing can have completed
+        published = publish_completed(store, self.options.table)
         if published:
             _log.info("delta-2pc recovered and published batches %s", published)
-        clean_orphans(store, self.options.path, self.options.orphan_grace_period)
+        clean_orphans(store, self.options.table, self.options.orphan_grace_period)
         return True
 
     def _store(self) -> ManifestStore:
-        return ManifestStore(SparkCheckpoint(self.options.checkpoint_location))
+        return ManifestStore(self.options.checkpoint())
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
         """Stage this task's rows as Parquet files (executor, once per task per batch)."""
@@ -110,19 +112,22 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 "(no query or batch id in the task's properties)"
             )
         batch_id = int(batch)
+        # Spark runs every job of a query run in a job group named by the run id.
+        attempt = context.getLocalProperty("spark.jobGroup.id") or f"task-{uuid.uuid4().hex}"
         store = self._store()
         staging = StagingWriter(
-            self.options.path,
+            self.options.table,
             self.partition_by,
             self.options.target_file_size,
             query_id,
             batch_id,
             context.partitionId(),
-            store.intents_dir(batch_id),
+            store.intents_dir(batch_id, attempt),
         )
         files = staging.write(iterator)
         crash_point("after_staging", batch_id)
-        return StagedFiles(batch_id, context.partitionId(), files)
+        stall_point("after_staging", batch_id, context.attemptNumber())
+        return StagedFiles(batch_id, context.partitionId(), files, attempt)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Pre-commit batch ``batchId`` and publish earlier complete batches (driver, per batch).
@@ -132,6 +137,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         """
         store = self._store()
         files: list[StagedFile] = []
+        attempts = set()
         for message in messages:
             if message is None:
                 continue  # a failed task's message; Spark would not commit then, but be strict
@@ -139,6 +145,10 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             if message.batch_id != batchId:
                 raise PublishError(f"commit message of batch {message.batch_id} in batch {batchId}")
             files += message.files
+            attempts.add(message.attempt)
+        if len(attempts) > 1:
+            raise PublishError(f"batch {batchId}'s tasks ran in several query runs: {attempts}")
+        run = attempts.pop() if attempts else None
         manifest = Manifest(
             batchId,
             store.checkpoint.query_id(),
@@ -146,6 +156,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             self.schema_json,
             self.partition_by,
             tuple(sorted(files, key=lambda f: f.path)),
+            run or f"empty-{uuid.uuid4().hex}",
         )
         if self.control is not None:
             channel = HookChannel.for_checkpoint(self.control, self.options.checkpoint_location)
@@ -162,25 +173,31 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                     {
                         "checkpointLocation": self.options.checkpoint_location,
                         "path": self.options.path,
+                        # In the control plane's private driver-local directory only.
+                        "storage": self.options.storage.as_dict(),
                     },
                 )
             )
+        if run is not None:
+            store.register_run(run)
         precommit(store, manifest)
         crash_point("after_manifest", batchId)
         if not self._recovered:
             # This process did not just publish everything complete while constructing the
             # writer, so publish what commits/<batchId - 1> (written before this batch) allows.
-            published = publish_completed(store, self.options.path, upto=batchId - 1)
+            published = publish_completed(store, self.options.table, upto=batchId - 1, run=run)
             if published:
                 _log.info("delta-2pc published batches %s", published)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Delete what this attempt of ``batchId`` staged (driver, when a batch fails)."""
         store = self._store()
-        keep: set[str] = set()
-        old = store.read(batchId)
-        if old is not None:
-            keep = {f.path for f in old.files}  # a durable manifest is not this attempt's to undo
-        removed = discard_attempt(store, self.options.path, batchId, keep)
-        store.drop_intents(batchId)
+        attempts = {m.attempt for m in messages if isinstance(m, StagedFiles)}
+        attempts |= {i.attempt for i in store.intents(batchId)} if not attempts else set()
+        removed = 0
+        for attempt in attempts:
+            # A durable manifest of this attempt is not the abort's to undo.
+            removed += discard_unlisted(store, self.options.table, batchId, attempt)
+            if not any(m.attempt == attempt for m in store.manifests(batchId)):
+                store.drop_intents(batchId, attempt)
         _log.info("delta-2pc aborted batch %d: removed %d staged files", batchId, removed)

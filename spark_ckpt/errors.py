@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "DuplicateTransactionError",
     "EventCountMismatchError",
+    "FencedError",
     "InvalidOptionError",
     "JavaNotFoundError",
     "LogOrderError",
@@ -202,6 +203,14 @@ class UnsupportedOutputModeError(ConfigError):
 
 class PublishError(SparkCkptError, RuntimeError):
     """A complete batch could not be published to the Delta table (retried on the next trigger)."""
+
+
+class FencedError(PublishError):
+    """A stale run of a query tried to publish after a newer run started on its checkpoint.
+
+    Two drivers must never run one query; the older one is stopped so that only the newest
+    publishes.
+    """
 
 
 class SupervisedQueryError(SparkCkptError, RuntimeError):

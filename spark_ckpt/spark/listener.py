@@ -33,8 +33,9 @@ __all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "loa
 HOOK_GROUP = "spark_ckpt.completion_hooks"
 """Entry-point group of completion hooks, keyed by the registering component's format name."""
 
-CompletionHook = Callable[[Registration, "int | None"], None]
-"""``hook(registration, batch_id)``: checkpoint ``batch_id`` completed (None: query ended)."""
+CompletionHook = Callable[[Registration, "int | None", "str | None"], None]
+"""``hook(registration, batch_id, run_id)``: checkpoint ``batch_id`` of run ``run_id`` completed
+(``batch_id`` None: the run ended)."""
 
 _log = logging.getLogger(__name__)
 
@@ -91,13 +92,13 @@ class CheckpointListener(StreamingQueryListener):
         with self._lock:
             return self._finished.setdefault(query_id, threading.Event())
 
-    def _run_hooks(self, query_id: str, batch_id: int | None) -> None:
+    def _run_hooks(self, query_id: str, batch_id: int | None, run_id: str | None) -> None:
         for registration in self._state.registrations(query_id):
             hook = self._hooks.get(registration.kind)
             if hook is None:
                 continue
             try:
-                hook(registration, batch_id)
+                hook(registration, batch_id, run_id)
             except Exception as e:  # a failed hook must not stop the listener thread
                 _log.exception(
                     "completion hook of %s failed for query %s batch %s",
@@ -113,8 +114,8 @@ class CheckpointListener(StreamingQueryListener):
                 if watcher is not None:
                     watcher.publish_failed(batch_id, e)
 
-    def _submit(self, query_id: str, batch_id: int | None) -> Future[None]:
-        future = self._worker.submit(self._run_hooks, query_id, batch_id)
+    def _submit(self, query_id: str, batch_id: int | None, run_id: str | None) -> Future[None]:
+        future = self._worker.submit(self._run_hooks, query_id, batch_id, run_id)
         if batch_id is None:
             future.add_done_callback(lambda _: self.finished(query_id).set())
         return future
@@ -132,11 +133,11 @@ class CheckpointListener(StreamingQueryListener):
             watcher = self._watchers.get(query_id)
         if watcher is not None:
             watcher.checkpoint_completed(json.loads(event.progress.json))
-        self._submit(query_id, batch_id)
+        self._submit(query_id, batch_id, str(event.progress.runId))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         """Nothing to do on idle triggers."""
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """The query ended: run the hooks for everything complete (listener bus)."""
-        self._submit(str(event.id), None)
+        self._submit(str(event.id), None, str(event.runId))

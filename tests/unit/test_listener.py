@@ -56,8 +56,11 @@ class Calls:
         self.done = threading.Event()
         self.fail_on: set[int | None] = set()
 
-    def __call__(self, registration: Registration, batch_id: int | None) -> None:
+    def __call__(
+        self, registration: Registration, batch_id: int | None, run_id: str | None
+    ) -> None:
         assert registration.settings == {"path": "/t"}
+        assert run_id == RUN, "the hook learns which run of the query the event came from"
         self.seen.append(batch_id)
         if batch_id in self.fail_on:
             raise OSError("disk full")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
+from spark_ckpt.errors import ConfigError, InvalidOptionError, StorageError, UnknownOptionError
 from spark_ckpt.sinks.options import SinkOptions
+from spark_ckpt.state.storage import StorageOptions
 
 
 def parse(**options: str) -> SinkOptions:
@@ -45,18 +46,42 @@ def test_values_are_parsed() -> None:
     assert options.orphan_grace_period == 600.0
 
 
+def test_object_store_paths_and_storage_options() -> None:
+    """s3a:// is S3 for delta-rs; storageOptions.<KEY> override the session's settings."""
+    options = SinkOptions.parse(
+        {
+            "path": "s3a://lake/t",
+            "checkpointLocation": "s3a://lake/ckpt",
+            "storageOptions.AWS_REGION": "eu-west-1",
+            "storageoptions.aws_secret_access_key": "s3cr3t",
+        },
+        StorageOptions.of({"AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://h:9000"}),
+    )
+    assert options.path == "s3://lake/t"
+    assert options.storage.get("AWS_REGION") == "eu-west-1"
+    assert options.storage.get("AWS_ENDPOINT_URL") == "http://h:9000"
+    assert "s3cr3t" not in repr(options), "a credential never reaches a message"
+    assert options.table.delta_options()["AWS_CONDITIONAL_PUT"] == "etag"
+
+
+def test_unsafe_rename_is_refused() -> None:
+    """Two writers could commit one Delta version: refused before anything is staged."""
+    with pytest.raises(ConfigError, match="AWS_S3_ALLOW_UNSAFE_RENAME"):
+        parse(path="s3://lake/t", **{"storageOptions.AWS_S3_ALLOW_UNSAFE_RENAME": "true"})
+
+
 @pytest.mark.parametrize(
     ("options", "error", "needle"),
     [
         ({"targetFileSize": "big"}, InvalidOptionError, "positive size"),
         ({"mergeSchema": "yes"}, InvalidOptionError, "true or false"),
         ({"partitionBy": "a,a"}, InvalidOptionError, "distinct"),
-        ({"path": "s3://bucket/t"}, InvalidOptionError, "object stores"),
+        ({"path": "hdfs://nn/t"}, StorageError, "scheme 'hdfs'"),
         ({"mergeschemma": "true"}, UnknownOptionError, "Did you mean 'mergeSchema'"),
         ({"orphanGracePeriod": "later"}, ConfigError, "orphanGracePeriod"),
     ],
 )
-def test_bad_options(options: dict[str, str], error: type[ConfigError], needle: str) -> None:
+def test_bad_options(options: dict[str, str], error: type[Exception], needle: str) -> None:
     """Bad values and unknown options say what is accepted."""
     with pytest.raises(error, match=needle):
         parse(**options)
