@@ -1,4 +1,4 @@
-"""Fault injection for crash tests: kill the whole driver at a named protocol point.
+"""Fault injection for crash tests: kill the whole driver at a named protocol point, or stall.
 
 Crash tests set ``SPARK_CKPT_FAULT=<point>:<batch>`` (several separated by commas) in the
 environment of a driver process started in its own session. When any process of that session
@@ -6,16 +6,21 @@ environment of a driver process started in its own session. When any process of 
 groups of their own, but not in sessions of their own) reaches the named point for that batch, it
 SIGKILLs every process of the session: the driver, its JVM and every Python worker die at once,
 as in a machine crash. Unset (always, outside crash tests), :func:`crash_point` is a set lookup.
+
+``SPARK_CKPT_STALL=<point>:<batch>:<seconds>`` makes the first attempt of a task that reaches the
+point sleep instead (:func:`stall_point`): a test then knows a batch is in flight there, and can
+kill the executor running it, as a lost machine would.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from spark_ckpt.errors import ConfigError
 
-__all__ = ["POINTS", "crash_point"]
+__all__ = ["POINTS", "crash_point", "stall_point"]
 
 POINTS = (
     "after_staging",  # an executor staged its files; no manifest yet
@@ -44,6 +49,23 @@ def _armed() -> set[tuple[str, int]]:
 _ARMED = _armed()
 
 
+def _stalls() -> dict[tuple[str, int], float]:
+    spec = os.environ.get("SPARK_CKPT_STALL", "")
+    stalls = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        point, batch, seconds = [*item.split(":"), "", ""][:3]
+        if point not in POINTS or not batch.isdigit() or not seconds.isdigit():
+            raise ConfigError(
+                f"SPARK_CKPT_STALL has the invalid entry {item!r}: expected "
+                f"<point>:<batch>:<seconds> with point one of {', '.join(POINTS)}"
+            )
+        stalls[(point, int(batch))] = float(seconds)
+    return stalls
+
+
+_STALLS = _stalls()
+
+
 def _kill_session() -> None:
     session = os.getsid(0)
     me = os.getpid()
@@ -62,3 +84,10 @@ def crash_point(point: str, batch_id: int) -> None:
     """SIGKILL the whole session if ``point`` is armed for ``batch_id`` (anywhere, any time)."""
     if (point, batch_id) in _ARMED:
         _kill_session()
+
+
+def stall_point(point: str, batch_id: int, attempt: int) -> None:
+    """Sleep at ``point`` of ``batch_id`` if a stall is armed there (first task attempt only)."""
+    seconds = _STALLS.get((point, batch_id))
+    if seconds is not None and attempt == 0:
+        time.sleep(seconds)
