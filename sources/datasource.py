@@ -43,5 +43,6 @@ class TxnCdcDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Parse the options and build the reader (driver, once per query run)."""
-        options = SourceOptions.parse(dict(self.options))
+        storage = self.control_state.storage if self.control_state is not None else None
+        options = SourceOptions.parse(dict(self.options), storage)
         return TxnCdcStreamReader(options, make_connector(options), self.control_state)

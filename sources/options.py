@@ -10,20 +10,27 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.durations import UNLIMITED
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.registry import IDENTITY_OPTION
+from spark_ckpt.state.storage import StorageOptions
 
 from .registry import CONNECTORS, connector_options_class
 
 if TYPE_CHECKING:
     from .connector import ChangeConnector
 
-__all__ = ["COMMON_OPTIONS", "IDENTITY_OPTION", "ConnectorOptions", "SourceOptions"]
+__all__ = [
+    "COMMON_OPTIONS",
+    "IDENTITY_OPTION",
+    "STORAGE_PREFIX",
+    "ConnectorOptions",
+    "SourceOptions",
+]
 
 COMMON_OPTIONS = (
     "connector",
@@ -33,6 +40,9 @@ COMMON_OPTIONS = (
     "gate",
 )
 """The options of every connector, in their documented spelling."""
+STORAGE_PREFIX = "storageOptions."
+"""``storageOptions.<KEY>``: an object-store setting for the connector's files (change log,
+snapshot spill), overriding the session's."""
 
 
 class ConnectorOptions(abc.ABC):
@@ -75,6 +85,9 @@ class SourceOptions:
         False cuts batches anywhere (splitting transactions): only for measuring the gate.
     identity
         The supervised query this source serves, when it was created by a supervisor's build.
+    storage
+        How the connector's files are reached on object stores: the session's settings
+        overridden by ``storageOptions.<KEY>``.
     """
 
     connector: str
@@ -84,10 +97,15 @@ class SourceOptions:
     changes_per_partition: int = 50_000
     gated: bool = True
     identity: str | None = None
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+    def parse(
+        cls, options: Mapping[str, str], storage: StorageOptions | None = None
+    ) -> SourceOptions:
         """Parse the options Spark passed to the data source (driver, once per query start).
+
+        ``storage`` holds the session's storage settings (see :class:`StorageOptions`).
 
         Raises
         ------
@@ -98,7 +116,9 @@ class SourceOptions:
         classes = {name: connector_options_class(name) for name in CONNECTORS}
         # Every connector's options are known words, so a typo is named whichever one is used.
         names = [*COMMON_OPTIONS, *dict.fromkeys(n for c in classes.values() for n in c.NAMES)]
-        reader = OptionReader(options, "txn-cdc", names, ignored=[IDENTITY_OPTION])
+        reader = OptionReader(
+            options, "txn-cdc", names, ignored=[IDENTITY_OPTION], prefixes=[STORAGE_PREFIX]
+        )
         if reader.text("connector") is None:
             raise ConfigError(
                 "txn-cdc needs the option 'connector': one of " + ", ".join(CONNECTORS)
@@ -121,4 +141,7 @@ class SourceOptions:
             changes_per_partition=per_partition,
             gated=reader.choice("gate", ("on", "off"), "on") == "on",
             identity=reader.raw(IDENTITY_OPTION),
+            storage=StorageOptions.of(
+                (storage or StorageOptions()).as_dict(), reader.prefixed(STORAGE_PREFIX)
+            ),
         )

@@ -32,7 +32,6 @@ sizes travel in the partition), so what they deliver never depends on what was w
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +40,7 @@ import pyarrow as pa
 
 from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError, StateFormatError
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
+from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
@@ -179,20 +179,21 @@ class _Planner:
     listing is checked against them (:meth:`check_listing`) before anything new is read.
     """
 
-    def __init__(self, directory: str, base: LogOffset) -> None:
-        self.directory = directory
+    def __init__(self, log: Location, base: LogOffset) -> None:
+        self.log = log
+        self.directory = log.url  # for messages
         self.order: FileOrder = base.order
         self.base = base
         self.assembler = TransactionAssembler(base.emitted, keep_events=False)
         self.units: list[_Unit] = []
         self._unit_changes = 0  # sum of the units' sizes, kept up to date (checked per line)
-        self.files = list_log_files(directory, self.order)
+        self.files = list_log_files(log, self.order)
         self.finished = self._check_consumed(base)
         self.closed_tail: LogFile | None = None
         only = {txn_id for txn_id, _ in base.open}
         released: list[Transaction] = []
         if only:
-            for line in read_lines(directory, self.files, base.resume, base.scan, self.order):
+            for line in read_lines(log, self.files, base.resume, base.scan, self.order):
                 released += self.assembler.feed(line, only)
         self._add_group(released, base.scan)
         self.head = base.scan
@@ -207,7 +208,7 @@ class _Planner:
         found = (len(before), sum(before.values()))
         if offset.consumed is not None and found != offset.consumed:
             files, size = offset.consumed
-            culprit = newest_modified(self.directory, list(before))
+            culprit = newest_modified(self.log, list(before))
             raise LogRewrittenError(
                 f"checkpoint {offset.checkpoint} consumed {files} change-log file(s) of {size} "
                 f"bytes before {offset.scan.file!r} in {self.directory!r}, but {found[0]} "
@@ -260,7 +261,7 @@ class _Planner:
             raise self._rewritten(self.head.file, self.head.byte, listed.get(self.head.file))
 
     def _rewritten(self, name: str, known: int, size: int | None) -> LogRewrittenError:
-        path = os.path.join(self.directory, name)
+        path = self.log.child(name).url
         if size is None:
             what = "was deleted"
         elif size > known:
@@ -297,12 +298,12 @@ class _Planner:
 
         ``want`` None reads everything available (up to ``stop``).
         """
-        listing = list_log_files(self.directory, self.order)
+        listing = list_log_files(self.log, self.order)
         self.check_listing(listing)
         self.files = listing
         if want is not None and self.pending_changes >= want:
             return
-        for line in read_lines(self.directory, listing, self.head, stop, self.order):
+        for line in read_lines(self.log, listing, self.head, stop, self.order):
             if line.end.file != self.head.file:
                 self._finish_through(line.end.file)
             self.head = line.end
@@ -388,7 +389,7 @@ class DebeziumPartition:
     ``files`` is the listing the range was planned from, so the executor reads the same bytes.
     """
 
-    directory: str
+    directory: Location
     source: str
     start: dict[str, Any]
     end: dict[str, Any]
@@ -400,8 +401,8 @@ class DebeziumJsonConnector(ChangeConnector):
 
     Parameters
     ----------
-    directory
-        The change-log directory (option ``path``).
+    log
+        The change-log directory (option ``path``), local or on an object store.
     changes_per_partition
         Split a batch into partitions of about this many changes, at transaction boundaries.
     file_order
@@ -411,9 +412,10 @@ class DebeziumJsonConnector(ChangeConnector):
     name = "debezium-json"
 
     def __init__(
-        self, directory: str, changes_per_partition: int = 50_000, file_order: FileOrder = "name"
+        self, log: Location, changes_per_partition: int = 50_000, file_order: FileOrder = "name"
     ) -> None:
-        self.directory = directory
+        self.log = log
+        self.directory = log.url  # for messages
         self.changes_per_partition = changes_per_partition
         self.file_order: FileOrder = file_order
         self._planner: _Planner | None = None
@@ -421,7 +423,7 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def check(self) -> None:
         """Fail early (driver, once) when the directory is missing or unreadable."""
-        list_log_files(self.directory)
+        list_log_files(self.log)
 
     # -- driver: planning ---------------------------------------------------------------------
 
@@ -449,12 +451,12 @@ class DebeziumJsonConnector(ChangeConnector):
         behind the position since the checkpoint would otherwise be skipped silently.
         """
         restored = self._parse(offset)
-        files = {f.name: f.size for f in list_log_files(self.directory, self.file_order)}
+        files = {f.name: f.size for f in list_log_files(self.log, self.file_order)}
         positions = [restored.scan, *(first for _, first in restored.open)]
         for position in positions:
             if not position.file:
                 continue
-            path = os.path.join(self.directory, position.file)
+            path = self.log.child(position.file).url
             size = files.get(position.file)
             if size is None:
                 raise RestoreError(
@@ -470,11 +472,11 @@ class DebeziumJsonConnector(ChangeConnector):
                     f"truncated or rewritten since (files may only be appended). Restore the "
                     f"file, or start over with a new checkpointLocation"
                 )
-        self._planner = _Planner(self.directory, restored)
+        self._planner = _Planner(self.log, restored)
 
     def _planner_at(self, start: LogOffset) -> _Planner:
         if self._planner is None or self._planner.base != start:
-            self._planner = _Planner(self.directory, start)
+            self._planner = _Planner(self.log, start)
         return self._planner
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
@@ -521,10 +523,10 @@ class DebeziumJsonConnector(ChangeConnector):
         ]
 
     def _partitions_of(self, planner: _Planner, bounds: list[LogOffset]) -> list[object]:
-        source = os.path.basename(os.path.normpath(self.directory))
+        source = self.log.name
         return [
             DebeziumPartition(
-                self.directory,
+                self.log,
                 source,
                 lo.to_json(),
                 hi.to_json(),
@@ -536,7 +538,7 @@ class DebeziumJsonConnector(ChangeConnector):
     def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
         """Re-plan a logged batch after a restart: rebuild the units of ``(start, end]``."""
         first, last = self._parse(start), self._parse(end)
-        planner = _Planner(self.directory, first)
+        planner = _Planner(self.log, first)
         planner.scan(None, last.scan)
         total = last.emitted - first.emitted
         needed = total + (1 if last.partial else 0)
@@ -569,7 +571,7 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def prepare_available_now(self) -> None:
         """Fix the end of the last file now as the target of ``Trigger.availableNow``."""
-        files = list_log_files(self.directory, self.file_order)
+        files = list_log_files(self.log, self.file_order)
         self._available_now_target = (
             LogPosition(files[-1].name, files[-1].size, 0) if files else START
         )
@@ -612,7 +614,7 @@ def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Itera
 
 
 def read_range(
-    directory: str,
+    directory: Location,
     start: LogOffset,
     end: LogOffset,
     source: str = "debezium-json",
@@ -662,7 +664,7 @@ def read_range(
                     break
     if assembler.next_order < end.emitted + (1 if end.partial else 0):
         raise LogRewrittenError(
-            f"replaying {directory!r} from {start.scan} to {end.scan} produced transactions "
+            f"replaying {directory.url!r} from {start.scan} to {end.scan} produced transactions "
             f"up to #{assembler.next_order - 1}, but the batch was planned up to #"
             f"{end.emitted - (0 if end.partial else 1)}: the change log was modified in place "
             f"(files may only be appended or added); restore the original files"

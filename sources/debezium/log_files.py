@@ -12,18 +12,19 @@ to its listed size and never further, so the planner and the executors that repl
 the same bytes whatever is written meanwhile. The listing is what later checks compare against
 (see :mod:`.debezium`): data behind the reader's position is refused, never skipped.
 
-Pure Python; runs in the driver (planning) and on executors (reading).
+The directory is a :class:`~spark_ckpt.state.storage.Location`: a local directory or an
+object-store prefix. Pure Python; runs in the driver (planning) and on executors (reading).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple
 
-from spark_ckpt.errors import LogRewrittenError, SourcePathError, StateFormatError
+from spark_ckpt.errors import LogRewrittenError, SourcePathError, StateFormatError, StorageError
+from spark_ckpt.state.storage import Location
 
 __all__ = [
     "FILE_ORDERS",
@@ -139,53 +140,53 @@ class LogFile(NamedTuple):
     size: int
 
 
-def list_log_files(directory: str, order: FileOrder = "name") -> list[LogFile]:
+def list_log_files(directory: Location, order: FileOrder = "name") -> list[LogFile]:
     """Return the ``*.jsonl`` files in ``directory`` with their sizes, in read order.
 
-    Runs on the driver, once per trigger (and on restore).
+    Runs on the driver, once per trigger (and on restore). On an object store a prefix with no
+    objects yet is an empty log.
 
     Raises
     ------
     SourcePathError
         When the directory is missing, not a directory or unreadable.
     """
+    where = directory.url
     try:
-        entries = [
-            entry
-            for entry in os.scandir(directory)
-            if entry.name.endswith(_SUFFIX) and not entry.name.startswith(".")
-        ]
-        files = [LogFile(entry.name, entry.stat().st_size) for entry in entries]
-    except FileNotFoundError as e:
+        if directory.is_local:
+            info = directory.info()
+            if info.type.name == "NotFound":
+                raise SourcePathError(
+                    f"the change-log directory {where!r} does not exist: create it (it may "
+                    f"start empty) or fix option 'path'"
+                )
+            if info.type.name == "File":
+                raise SourcePathError(
+                    f"option 'path' must name a directory of *.jsonl files, but {where!r} is a file"
+                )
+        entries = directory.list()
+    except StorageError as e:
         raise SourcePathError(
-            f"the change-log directory {directory!r} does not exist: create it (it may start "
-            f"empty) or fix option 'path'"
+            f"the change-log directory {where!r} is not readable by this process: grant read "
+            f"permission ({e})"
         ) from e
-    except NotADirectoryError as e:
-        raise SourcePathError(
-            f"option 'path' must name a directory of *.jsonl files, but {directory!r} is a file"
-        ) from e
-    except PermissionError as e:
-        raise SourcePathError(
-            f"the change-log directory {directory!r} is not readable by this process: "
-            f"grant read permission"
-        ) from e
+    files = [
+        LogFile(e.name, e.size)
+        for e in entries
+        if e.name.endswith(_SUFFIX) and not e.name.startswith(".")
+    ]
     return sorted(files, key=lambda f: file_key(f.name, order))
 
 
-def newest_modified(directory: str, names: Sequence[str]) -> str | None:
+def newest_modified(directory: Location, names: Sequence[str]) -> str | None:
     """The most recently modified of ``names`` (for error messages; driver, rarely)."""
-    stamps: list[tuple[int, str]] = []
-    for name in names:
-        try:
-            stamps.append((os.stat(os.path.join(directory, name)).st_mtime_ns, name))
-        except OSError:
-            continue
+    wanted = set(names)
+    stamps = [(e.mtime_ns, e.name) for e in directory.list() if e.name in wanted]
     return max(stamps)[1] if stamps else None
 
 
 def read_lines(
-    directory: str,
+    directory: Location,
     files: Sequence[LogFile],
     start: LogPosition,
     stop: LogPosition | None = None,
@@ -222,31 +223,32 @@ def read_lines(
             return
         has_later_file = index + 1 < len(todo)
         byte, line = (start.byte, start.line) if name == start.file else (0, 0)
+        path = directory.child(name).url
         if byte > size:
             raise LogRewrittenError(
-                f"change-log file {os.path.join(directory, name)!r} is {size} bytes long, but "
+                f"change-log file {path!r} is {size} bytes long, but "
                 f"reading resumes at byte {byte}: it was truncated or rewritten (files may only "
                 f"be appended); restore it, or start over with a new checkpointLocation"
             )
         if byte == size:
             continue
-        path = os.path.join(directory, name)
+        target = directory.child(name)
         try:
-            handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below
-        except FileNotFoundError as e:
-            raise LogRewrittenError(
-                f"change-log file {path!r} was deleted after it was listed for reading: the "
-                f"changes in it would be skipped. Files of the log may only be appended or "
-                f"added; restore the file, or start over with a new checkpointLocation"
-            ) from e
-        except OSError as e:
-            raise SourcePathError(f"cannot read change-log file {path!r}: {e.strerror}") from e
+            handle = target.open_input()
+        except StorageError as e:
+            if not target.exists():
+                raise LogRewrittenError(
+                    f"change-log file {path!r} was deleted after it was listed for reading: the "
+                    f"changes in it would be skipped. Files of the log may only be appended or "
+                    f"added; restore the file, or start over with a new checkpointLocation"
+                ) from e
+            raise SourcePathError(f"cannot read change-log file {path!r}: {e}") from e
         try:
             handle.seek(byte)
             pending = b""
             remaining = size - byte
             while remaining > 0:
-                chunk = handle.read(min(_CHUNK, remaining))
+                chunk = bytes(handle.read(min(_CHUNK, remaining)))
                 if not chunk:
                     raise LogRewrittenError(
                         f"change-log file {path!r} has only {size - remaining} bytes, but it "

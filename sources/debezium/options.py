@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from spark_ckpt.model.options import OptionReader
-from spark_ckpt.state.files import local_path
+from spark_ckpt.state.storage import Location
 
 from ..options import ConnectorOptions
 from .log_files import FILE_ORDERS, FileOrder
@@ -25,7 +25,7 @@ class DebeziumOptions(ConnectorOptions):
     Attributes
     ----------
     path
-        The change-log directory.
+        The change-log directory: a local path or an object-store URI.
     file_order
         How file names order the log (``name`` or ``natural``).
     """
@@ -44,12 +44,14 @@ class DebeziumOptions(ConnectorOptions):
             ".load('/data/changes'))",
         )
         order = options.choice("fileOrder", FILE_ORDERS, "name")
-        return cls(local_path("path", path), order)
+        Location(path)  # refuses a scheme no store supports, naming it
+        return cls(path, order)
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
         """The connector, with its directory checked (driver, once per query run)."""
         from .connector import DebeziumJsonConnector
 
-        connector = DebeziumJsonConnector(self.path, common.changes_per_partition, self.file_order)
+        log = Location(self.path, common.storage)
+        connector = DebeziumJsonConnector(log, common.changes_per_partition, self.file_order)
         connector.check()
         return connector

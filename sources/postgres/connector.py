@@ -38,9 +38,12 @@ from spark_ckpt.errors import (
     ChangeDecodeError,
     ReplicationSlotError,
     RestoreError,
+    SourcePathError,
     StateFormatError,
+    StorageError,
 )
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
+from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
@@ -142,7 +145,7 @@ class PgStreamPartition:
 class PgSnapshotPartition:
     """Spill files of the snapshot: ``(file path, index of its first row)``."""
 
-    files: tuple[tuple[str, int], ...]
+    files: tuple[tuple[Location, int], ...]
     total: int
     txn_id: str
     taken_at_us: int
@@ -177,7 +180,7 @@ class PostgresConnector(ChangeConnector):
         tables: list[str],
         snapshot: Literal["initial", "never"],
         changes_per_partition: int = 50_000,
-        snapshot_dir: str | None = None,
+        snapshot_dir: Location | None = None,
     ) -> None:
         self.dsn = dsn
         self.slot_name = slot
@@ -185,10 +188,8 @@ class PostgresConnector(ChangeConnector):
         self.snapshot = snapshot
         self.changes_per_partition = changes_per_partition
         digest = hashlib.sha256(f"{redact_dsn(dsn)}|{slot}".encode()).hexdigest()[:12]
-        self.spill = SnapshotSpill(
-            snapshot_dir
-            or os.path.join(tempfile.gettempdir(), "spark-ckpt-postgres", f"{slot}-{digest}")
-        )
+        default = os.path.join(tempfile.gettempdir(), "spark-ckpt-postgres", f"{slot}-{digest}")
+        self.spill = SnapshotSpill(snapshot_dir or Location(default))
         self.source = f"postgres:{slot}"
         self._slot: Slot | None = None
         self._tables: list[TableInfo] = []
@@ -267,7 +268,7 @@ class PostgresConnector(ChangeConnector):
                 "cannot check that slot %s still starts at the snapshot's consistent point: the "
                 "snapshot manifest in %s is gone",
                 self.slot_name,
-                self.spill.directory,
+                self.spill.directory.url,
             )
             return
         if confirmed != manifest.consistent_point:
@@ -434,7 +435,7 @@ class PostgresConnector(ChangeConnector):
             self.spill.clear_files()
             return
         self.slot.advance(offset.lsn)
-        if os.path.exists(self.spill.directory):
+        if self.spill.exists():
             self.spill.clear()
 
     def stop(self) -> None:
@@ -508,11 +509,11 @@ class PostgresConnector(ChangeConnector):
         assert manifest is not None
         txn_id = f"snapshot:{self.slot_name}@{format_lsn(manifest.consistent_point)}"
         partitions: list[object] = []
-        files: list[tuple[str, int]] = []
+        files: list[tuple[Location, int]] = []
         rows_in = 0
         index = 0
         for name, rows in manifest.files:
-            files.append((self.spill.path(name), index))
+            files.append((self.spill.file(name), index))
             index += rows
             rows_in += rows
             if rows_in >= self.changes_per_partition:
@@ -538,8 +539,8 @@ class PostgresConnector(ChangeConnector):
             yield from _stream_rows(partition)
             return
         assert isinstance(partition, PgSnapshotPartition)
-        for path, first_index in partition.files:
-            with pa.memory_map(path) as source:
+        for spilled_file, first_index in partition.files:
+            with _open_spill(spilled_file) as source:
                 reader = pa.ipc.open_file(source)
                 offset = first_index
                 for i in range(reader.num_record_batches):
@@ -603,3 +604,16 @@ def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
             before=changes.before,
             after=changes.after,
         )
+
+
+def _open_spill(spilled_file: Location) -> pa.NativeFile:
+    """Open a snapshot spill file on an executor, or say why it cannot be seen there."""
+    try:
+        return spilled_file.open_input()
+    except StorageError as e:
+        raise SourcePathError(
+            f"the snapshot spill file {spilled_file.url} cannot be read on this executor ({e}). "
+            f"Beyond local mode the spill must be on storage the driver and executors share: "
+            f"set option snapshotDir to an object-store URI (s3a://bucket/prefix) or a shared "
+            f"mount"
+        ) from e

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError
 from spark_ckpt.model.options import OptionReader
-from spark_ckpt.state.files import local_path
+from spark_ckpt.state.storage import Location
 
 from ..options import ConnectorOptions
 
@@ -36,7 +36,8 @@ class PostgresOptions(ConnectorOptions):
     snapshot
         ``initial`` reads the tables' rows first; ``never`` streams changes only.
     snapshot_dir
-        Where the snapshot spills rows (None: under the system temp directory).
+        Where the snapshot spills rows: a local directory or an object-store URI that the
+        executors can read (None: under the driver's temp directory, for local mode).
     """
 
     NAMES: ClassVar[tuple[str, ...]] = ("dsn", "slot", "tables", "snapshot", "snapshotDir")
@@ -80,6 +81,8 @@ class PostgresOptions(ConnectorOptions):
                 "slot", slot, "a replication slot name: 1 to 63 lower-case letters, digits or _"
             )
         directory = options.text("snapshotDir")
+        if directory is not None:
+            Location(directory)  # refuses a scheme no store supports, naming it
         dsn = options.text("dsn")
         assert dsn is not None
         return cls(
@@ -87,7 +90,7 @@ class PostgresOptions(ConnectorOptions):
             slot=slot,
             tables=options.names("tables", "schema.table names"),
             snapshot=options.choice("snapshot", ("initial", "never"), "initial"),
-            snapshot_dir=local_path("snapshotDir", directory) if directory else None,
+            snapshot_dir=directory,
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
@@ -100,7 +103,7 @@ class PostgresOptions(ConnectorOptions):
             list(self.tables),
             self.snapshot,
             common.changes_per_partition,
-            self.snapshot_dir,
+            Location(self.snapshot_dir, common.storage) if self.snapshot_dir else None,
         )
         connector.check()
         return connector

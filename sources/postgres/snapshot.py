@@ -2,9 +2,10 @@
 
 A :class:`SnapshotTask` (a thread of the reader process) creates the replication slot with an
 exported snapshot, imports that snapshot into a ``REPEATABLE READ`` transaction, and spills every
-row of the captured tables into Arrow IPC files in a local directory. The snapshot therefore holds
-exactly the transactions that committed before the slot's consistent point, and the slot streams
-exactly the ones after it: nothing is lost or read twice between the two.
+row of the captured tables into Arrow IPC files in the spill location (option ``snapshotDir``: a
+local directory, or an object-store prefix that executors on other machines can read). The
+snapshot therefore holds exactly the transactions that committed before the slot's consistent
+point, and the slot streams exactly the ones after it: nothing is lost or read twice between the two.
 
 The snapshot cannot resume half-way (the exported snapshot dies with the process), so while it
 runs the source declines checkpoints softly ("snapshot in progress"), and all of it is delivered
@@ -15,10 +16,7 @@ slot (nothing of the failed attempt was ever visible: the 2PC sink saw no ``comm
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ import pyarrow as pa
 import pyarrow.ipc
 from psycopg import sql
 
-from spark_ckpt.state.files import write_atomically
+from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
 from ..schema import json_text
@@ -88,33 +86,34 @@ class SnapshotManifest:
 
 
 class SnapshotSpill:
-    """A directory of spill files plus ``manifest.json``.
+    """A directory (or object-store prefix) of spill files plus ``manifest.json``.
 
     Parameters
     ----------
     directory
-        Local directory (executors must see it: shared storage beyond ``local`` mode).
+        Where the files go. Executors read them: beyond ``local`` mode it must be storage they
+        share with the driver (an object store, or a shared mount).
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: Location) -> None:
         self.directory = directory
 
     def manifest(self) -> SnapshotManifest | None:
         """The manifest, or None."""
-        try:
-            with open(os.path.join(self.directory, "manifest.json"), "rb") as handle:
-                return SnapshotManifest.from_bytes(handle.read())
-        except FileNotFoundError:
-            return None
+        data = self.directory.child("manifest.json").read_bytes()
+        return None if data is None else SnapshotManifest.from_bytes(data)
 
     def write_manifest(self, manifest: SnapshotManifest) -> None:
-        """Durably replace the manifest."""
-        write_atomically(os.path.join(self.directory, "manifest.json"), manifest.to_bytes())
+        """Durably replace the manifest (one whole object)."""
+        self.directory.child("manifest.json").write_bytes(manifest.to_bytes())
+
+    def exists(self) -> bool:
+        """True while anything is spilled."""
+        return bool(self.directory.list())
 
     def clear(self) -> None:
         """Remove every spill file and the manifest."""
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.directory)
+        self.directory.delete_tree()
 
     def clear_files(self) -> None:
         """Remove the spill files but keep the manifest (it proves the slot's start later)."""
@@ -122,12 +121,11 @@ class SnapshotSpill:
         if manifest is None:
             return
         for name, _ in manifest.files:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path(name))
+            self.file(name).delete()
 
-    def path(self, name: str) -> str:
-        """A spill file's path."""
-        return os.path.join(self.directory, name)
+    def file(self, name: str) -> Location:
+        """A spill file's location."""
+        return self.directory.child(name)
 
 
 class SnapshotTask(threading.Thread):
@@ -172,7 +170,7 @@ class SnapshotTask(threading.Thread):
 
     def _take(self) -> SnapshotManifest:
         self.spill.clear()
-        os.makedirs(self.spill.directory)
+        self.spill.directory.make_dirs()
         slot = Slot(self.dsn, self.slot_name)
         exported = slot.create_with_snapshot()
         slot.close()
@@ -211,7 +209,7 @@ class SnapshotTask(threading.Thread):
                 [pa.array(column, pa.string()) for column in columns], schema=SPILL_SCHEMA
             )
             with (
-                pa.OSFile(self.spill.path(name), "wb") as sink,
+                self.spill.file(name).open_output() as sink,
                 pa.ipc.new_file(sink, SPILL_SCHEMA) as writer,
             ):
                 writer.write_batch(batch)

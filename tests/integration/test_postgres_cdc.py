@@ -350,6 +350,7 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
     import json
 
     from spark_ckpt.sources.postgres.snapshot import SnapshotSpill
+    from spark_ckpt.state.storage import Location
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
@@ -358,7 +359,7 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
     build = cdc_build(
         spark, pg_dsn, table, "cdc_empty", ["public.k"], snapshotDir=str(tmp_path / "spill")
     )
-    spill = SnapshotSpill(str(tmp_path / "spill"))
+    spill = SnapshotSpill(Location(str(tmp_path / "spill")))
     supervised = control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="empty")
     try:
         wait_until(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from s3_server import S3Server
 
 from spark_ckpt.errors import LogRewrittenError, SourcePathError
 from spark_ckpt.sources.debezium.log_files import (
@@ -17,6 +18,7 @@ from spark_ckpt.sources.debezium.log_files import (
     list_log_files,
     read_lines,
 )
+from spark_ckpt.state.storage import Location, StorageOptions
 
 
 def write(path: Path, text: str) -> None:
@@ -27,7 +29,9 @@ def lines_from(
     directory: Path, start: LogPosition = START, stop: LogPosition | None = None
 ) -> list[LogLine]:
     """Read with a fresh listing, as the planner does on every trigger."""
-    return list(read_lines(str(directory), list_log_files(str(directory)), start, stop))
+    return list(
+        read_lines(Location(str(directory)), list_log_files(Location(str(directory))), start, stop)
+    )
 
 
 def test_files_are_read_in_name_order_ignoring_other_files(tmp_path: Path) -> None:
@@ -36,7 +40,7 @@ def test_files_are_read_in_name_order_ignoring_other_files(tmp_path: Path) -> No
     write(tmp_path / "a.jsonl", "1\n")
     write(tmp_path / "notes.txt", "x\n")
     write(tmp_path / ".hidden.jsonl", "x\n")
-    assert list_log_files(str(tmp_path)) == [LogFile("a.jsonl", 2), LogFile("b.jsonl", 2)]
+    assert list_log_files(Location(str(tmp_path))) == [LogFile("a.jsonl", 2), LogFile("b.jsonl", 2)]
     assert [line.data for line in lines_from(tmp_path)] == [b"1", b"2"]
 
 
@@ -83,7 +87,7 @@ def test_missing_directory_is_a_source_path_error(tmp_path: Path) -> None:
     """A missing path names itself and how to fix it."""
     missing = str(tmp_path / "nope")
     with pytest.raises(SourcePathError, match="does not exist") as info:
-        list_log_files(missing)
+        list_log_files(Location(missing))
     assert missing in str(info.value)
     assert isinstance(info.value, OSError)
 
@@ -92,36 +96,36 @@ def test_file_instead_of_directory_is_a_source_path_error(tmp_path: Path) -> Non
     """Pointing 'path' at a file says it must be a directory."""
     write(tmp_path / "a.jsonl", "1\n")
     with pytest.raises(SourcePathError, match="must name a directory"):
-        list_log_files(str(tmp_path / "a.jsonl"))
+        list_log_files(Location(str(tmp_path / "a.jsonl")))
 
 
 def test_a_file_is_read_up_to_its_listed_size_only(tmp_path: Path) -> None:
     """Bytes written after the listing wait for the next listing, whatever their timing."""
     write(tmp_path / "a.jsonl", "1\n")
-    listing = list_log_files(str(tmp_path))
+    listing = list_log_files(Location(str(tmp_path)))
     with (tmp_path / "a.jsonl").open("ab") as handle:
         handle.write(b"2\n")
-    lines = list(read_lines(str(tmp_path), listing, START))
+    lines = list(read_lines(Location(str(tmp_path)), listing, START))
     assert [line.data for line in lines] == [b"1"]
 
 
 def test_a_listed_file_that_shrank_is_a_rewrite(tmp_path: Path) -> None:
     """A file shorter than listed (truncated after planning) is refused, not read short."""
     write(tmp_path / "a.jsonl", "1\n2\n")
-    listing = list_log_files(str(tmp_path))
+    listing = list_log_files(Location(str(tmp_path)))
     write(tmp_path / "a.jsonl", "1\n")
     with pytest.raises(LogRewrittenError, match="truncated or rewritten"):
-        list(read_lines(str(tmp_path), listing, START))
+        list(read_lines(Location(str(tmp_path)), listing, START))
 
 
 def test_a_listed_file_that_disappeared_is_a_rewrite(tmp_path: Path) -> None:
     """A file deleted between listing and reading is refused, not skipped."""
     write(tmp_path / "a.jsonl", "1\n")
     write(tmp_path / "b.jsonl", "2\n")
-    listing = list_log_files(str(tmp_path))
+    listing = list_log_files(Location(str(tmp_path)))
     (tmp_path / "a.jsonl").unlink()
     with pytest.raises(LogRewrittenError, match="deleted"):
-        list(read_lines(str(tmp_path), listing, START))
+        list(read_lines(Location(str(tmp_path)), listing, START))
 
 
 @pytest.mark.parametrize(
@@ -135,7 +139,7 @@ def test_file_order(tmp_path: Path, order: FileOrder, expected: list[str]) -> No
     """Name order compares strings; natural order compares runs of digits as numbers."""
     for name in ("c.jsonl", "b10.jsonl", "b9.jsonl"):
         write(tmp_path / name, "1\n")
-    assert [f.name for f in list_log_files(str(tmp_path), order)] == expected
+    assert [f.name for f in list_log_files(Location(str(tmp_path)), order)] == expected
 
 
 def test_natural_order_keys_always_compare() -> None:
@@ -145,3 +149,20 @@ def test_natural_order_keys_always_compare() -> None:
     assert ordered[0] == ""
     assert ordered.index("a2.jsonl") < ordered.index("a10b.jsonl")
     assert ordered.index("a01.jsonl") < ordered.index("a1.jsonl")
+
+
+def test_a_log_on_s3_is_listed_and_read_like_a_local_one(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    """Object-store prefixes are log directories; a prefix without objects is an empty log."""
+    log = Location(f"s3://{s3_bucket}/log", StorageOptions.of(s3_server.options()))
+    assert list_log_files(log) == []
+    log.child("a.jsonl").write_bytes(b'{"x":1}\n{"x":2}\n')
+    log.child("b.jsonl").write_bytes(b'{"x":3}\n{"x":')  # the newest file's unterminated tail
+    listing = list_log_files(log)
+    assert listing == [LogFile("a.jsonl", 16), LogFile("b.jsonl", 13)]
+    assert [line.data for line in read_lines(log, listing, START)] == [
+        b'{"x":1}',
+        b'{"x":2}',
+        b'{"x":3}',
+    ]
