@@ -48,5 +48,6 @@ class Delta2pcDataSource(DataSource):
                 "Use outputMode('append') (with a watermark for aggregations), or write the "
                 "complete result with foreachBatch and delta's overwrite mode"
             )
-        options = SinkOptions.parse(dict(self.options))
+        storage = self.control_state.storage if self.control_state is not None else None
+        options = SinkOptions.parse(dict(self.options), storage)
         return Delta2pcStreamWriter(options, schema, self.control_state)
