@@ -90,6 +90,23 @@ class S3Server:
             "AWS_REGION": REGION,
         }
 
+    def spark_conf(self) -> dict[str, str]:
+        """Spark's s3a settings that reach this server (``spark.hadoop.fs.s3a.*``).
+
+        ``spark_ckpt.install`` reads the same keys, so sources and sinks reach the server too.
+        """
+        return {
+            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": REGION,
+            "spark.hadoop.fs.s3a.access.key": ACCESS_KEY,
+            "spark.hadoop.fs.s3a.secret.key": SECRET_KEY,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            # moto answers at once; fail fast instead of retrying for minutes.
+            "spark.hadoop.fs.s3a.attempts.maximum": "3",
+            "spark.hadoop.fs.s3a.retry.limit": "3",
+        }
+
     def environment(self) -> dict[str, str]:
         """The same as environment variables, for processes that read the standard chain."""
         return {**self.options(), "AWS_DEFAULT_REGION": REGION}

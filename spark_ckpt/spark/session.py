@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import JavaNotFoundError
@@ -14,7 +14,13 @@ from spark_ckpt.errors import JavaNotFoundError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JavaNotFoundError", "check_java", "local_session"]
+__all__ = ["HADOOP_AWS", "JavaNotFoundError", "check_java", "local_session"]
+
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
+"""Spark's s3a connector, matching the Hadoop (3.5.0) bundled with pyspark 4.2.
+
+It pulls the AWS SDK v2 ``bundle`` (about 600 MB, cached under ``~/.ivy2*`` after the first
+session). Executors get it through ``spark.jars.packages`` like the driver."""
 
 _MIN_JAVA = 17
 
@@ -58,6 +64,7 @@ def local_session(
     *,
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
+    packages: Sequence[str] = (),
 ) -> SparkSession:
     """Build (or get) a local SparkSession ready for spark-ckpt and Delta Lake.
 
@@ -75,6 +82,9 @@ def local_session(
         The Spark master (``local[2]`` matches a two-core machine).
     conf
         Extra Spark configuration, applied last.
+    packages
+        Extra Maven coordinates for ``spark.jars.packages`` besides Delta's, such as
+        :data:`HADOOP_AWS` for ``s3a://`` paths.
     """
     check_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -102,6 +112,6 @@ def local_session(
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    spark = configure_spark_with_delta_pip(builder, extra_packages=list(packages)).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

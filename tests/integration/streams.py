@@ -59,7 +59,7 @@ def failing_writer(
     return build
 
 
-def table_notes(spark: SparkSession, table: Path) -> list[str]:
+def table_notes(spark: SparkSession, table: Path | str) -> list[str]:
     rows = spark.read.format("delta").load(str(table)).orderBy("txn_order", "event_index").collect()
     return [json.loads(row.after)["note"] for row in rows]
 
