@@ -6,8 +6,13 @@ several times: the first runs with ``SPARK_CKPT_FAULT`` armed, so the whole driv
 delta-spark reads every version of the table and counts source transactions lost, duplicated,
 or visible in part ("torn") in any version.
 
-Used by ``bench/crash_matrix.py`` and ``tests/integration/test_crash_recovery.py``. Run as a
-script (``crash_harness.py drive LOG TABLE CKPT``) it is the driver itself.
+The log, the table and the checkpoint live in a local directory, or on an S3 server
+(:class:`Store`), and the driver may run on a standalone cluster (``settings`` carries the Spark
+configuration it starts with).
+
+Used by ``bench/crash_matrix.py``, ``tests/integration/test_crash_recovery.py`` and
+``tests/integration/test_cluster.py``. Run as a script (``crash_harness.py drive LOG TABLE CKPT
+[SETTINGS]``) it is the driver itself.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +45,8 @@ SCENARIOS: dict[str, list[str | None]] = {
     "supervised_after_manifest": [f"after_manifest:{CRASH_BATCH}", None],
 }
 SUPERVISED = {"supervised_after_manifest"}
-RESTORED_FILE = "hook-restored.jsonl"  # beside the checkpoint: what the hook was handed back
+RESTORED_FILE = "hook-restored.jsonl"  # in the scenario's workdir: what the hook was handed back
+HOOK_DIR = "CRASH_HARNESS_HOOK_DIR"  # environment: the local directory for RESTORED_FILE
 
 
 @dataclass
@@ -55,18 +61,85 @@ class Outcome:
     crashes: int
 
 
-def make_log(directory: Path, seed: int, transactions: int = 40) -> list[list[str]]:
-    """Write a change log; return each transaction's change notes, in END order."""
+@dataclass
+class Settings:
+    """How a driver starts (JSON on its argv).
+
+    Extra Spark configuration, Maven packages, and the ``txn-cdc`` options when the source is
+    not the Debezium log given as LOG (``{"connector": "postgres", ...}``).
+    """
+
+    conf: dict[str, str] = field(default_factory=dict)
+    packages: list[str] = field(default_factory=list)
+    source: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """For the driver's command line."""
+        return json.dumps({"conf": self.conf, "packages": self.packages, "source": self.source})
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        """Read :meth:`to_json`'s form."""
+        body = json.loads(text)
+        return cls(dict(body["conf"]), list(body["packages"]), dict(body.get("source", {})))
+
+
+@dataclass
+class Store:
+    """Where a scenario keeps its log, table and checkpoint: a local directory or S3.
+
+    ``root`` is a local directory or an ``s3a://bucket/prefix`` URI; ``storage`` the options
+    that reach it (S3), ``settings`` what a driver needs for it (s3a keys, hadoop-aws).
+    """
+
+    root: str
+    storage: dict[str, str] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
+
+    def uri(self, name: str) -> str:
+        """The location of ``name`` (``log``, ``table``, ``ckpt``) in the store."""
+        return f"{self.root.rstrip('/')}/{name}"
+
+    @classmethod
+    def on_s3(cls, server: Any, bucket: str, prefix: str) -> Store:
+        """A store on ``server`` (``bench/s3_server.py``) under ``s3a://bucket/prefix``."""
+        from spark_ckpt.spark.session import HADOOP_AWS
+
+        return cls(
+            f"s3a://{bucket}/{prefix}",
+            server.options(),
+            Settings(server.spark_conf(), [HADOOP_AWS]),
+        )
+
+
+def make_log(
+    directory: Path | str, seed: int, transactions: int = 40, **storage: str
+) -> list[list[str]]:
+    """Write a change log; return each transaction's change notes, in END order.
+
+    ``directory`` is a local path or an object-store URI reached with ``storage``.
+    """
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tempfile
+
+    from spark_ckpt.state.storage import Location, StorageOptions
     from spark_ckpt.testing.debezium_log import random_log, write_log
 
     rng = random.Random(seed)
     records, expected = random_log(rng, transactions, max_size=10, interleave=4)
-    write_log(str(directory), records, sorted(rng.sample(range(len(records)), 3)))
+    splits = sorted(rng.sample(range(len(records)), 3))
+    target = Location(str(directory), StorageOptions.of(storage))
+    if target.is_local:
+        write_log(target.path, records, splits)
+    else:
+        with tempfile.TemporaryDirectory() as staging:
+            write_log(staging, records, splits)
+            for name in sorted(os.listdir(staging)):
+                target.child(name).write_bytes(Path(staging, name).read_bytes())
     return [[e["after"]["note"] for e in txn.events] for txn in expected]
 
 
-def _hook(checkpoint: str) -> Any:
+def _hook() -> Any:
     """A checkpoint hook storing ``"at <N>"`` and appending what it is handed back to a file."""
     from spark_ckpt.state.hooks import CheckpointHook
 
@@ -78,26 +151,39 @@ def _hook(checkpoint: str) -> Any:
 
         def restore(self, checkpoint_id: int, data: bytes | None) -> None:
             record = {"checkpoint": checkpoint_id, "data": None if data is None else data.decode()}
-            path = Path(checkpoint).parent / RESTORED_FILE
+            path = Path(os.environ[HOOK_DIR]) / RESTORED_FILE
             with path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
 
     return Recorder()
 
 
-def drive(log: str, table: str, checkpoint: str, supervised: bool = False) -> None:
+def drive(
+    log: str,
+    table: str,
+    checkpoint: str,
+    supervised: bool = False,
+    settings: Settings | None = None,
+) -> None:
     """The driver: stream the log into the table to the end (a fault may kill it first)."""
     import spark_ckpt
 
-    spark = spark_ckpt.local_session("crash-driver")
+    settings = settings or Settings()
+    conf = dict(settings.conf)
+    master = conf.pop("spark.master", "local[2]")
+    spark = spark_ckpt.local_session(
+        "crash-driver", master=master, conf=conf, packages=settings.packages
+    )
     control = spark_ckpt.install(spark)
+
+    source = settings.source or {"connector": "debezium-json", "path": log}
 
     def build() -> Any:
         return (
             spark.readStream.format("txn-cdc")
-            .option("connector", "debezium-json")
             .option("maxChangesPerTrigger", str(CAP))
-            .load(log)
+            .options(**source)
+            .load()
             .writeStream.format("delta-2pc")
             .option("path", table)
             .trigger(availableNow=True)
@@ -105,7 +191,7 @@ def drive(log: str, table: str, checkpoint: str, supervised: bool = False) -> No
 
     if supervised:
         query = control.supervise(
-            build, checkpoint_location=checkpoint, name="crash", hooks=[_hook(checkpoint)]
+            build, checkpoint_location=checkpoint, name="crash", hooks=[_hook()]
         )
         if not query.await_termination(600):
             raise SystemExit("the supervised query did not finish within 10 minutes")
@@ -128,29 +214,41 @@ def _reap_session(session: int) -> None:
 
 
 def run_driver(
-    log: Path, table: Path, checkpoint: Path, fault: str | None, supervised: bool = False
+    log: Path | str,
+    table: Path | str,
+    checkpoint: Path | str,
+    fault: str | None,
+    supervised: bool = False,
+    settings: Settings | None = None,
 ) -> int:
     """Run one driver in its own process group; return its exit status (-9: killed)."""
     mode = "drive-supervised" if supervised else "drive"
-    return run_killable([__file__, mode, str(log), str(table), str(checkpoint)], fault)
+    args = [__file__, mode, str(log), str(table), str(checkpoint)]
+    hook_dir = str(Path(checkpoint).parent) if "://" not in str(checkpoint) else os.getcwd()
+    env = {HOOK_DIR: os.environ.get(HOOK_DIR, hook_dir)}
+    return run_killable([*args, (settings or Settings()).to_json()], fault, **env)
 
 
-def run_killable(args: list[str], fault: str | None) -> int:
-    """Run ``python *args`` in a session of its own with ``fault`` armed; return its status."""
+def start_driver(args: list[str], fault: str | None, **env_extra: str) -> subprocess.Popen[bytes]:
+    """Start ``python *args`` in a session of its own with ``fault`` armed (see run_killable)."""
     env = dict(os.environ)
     env.pop("SPARK_CKPT_FAULT", None)
     if fault:
         env["SPARK_CKPT_FAULT"] = fault
-    command = [sys.executable, *args]
-    process = subprocess.Popen(
-        command,
+    env.update(env_extra)
+    return subprocess.Popen(
+        [sys.executable, *args],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def finish_driver(process: subprocess.Popen[bytes], fault: str | None, timeout: float = 900) -> int:
+    """Wait for a driver; reap its session; return its status (a failure raises)."""
     try:
-        _, err = process.communicate(timeout=900)
+        _, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _reap_session(process.pid)
         raise
@@ -163,7 +261,12 @@ def run_killable(args: list[str], fault: str | None) -> int:
     return process.returncode
 
 
-def verify(spark: Any, table: Path, expected: list[list[str]]) -> tuple[int, int, int, int]:
+def run_killable(args: list[str], fault: str | None, **env_extra: str) -> int:
+    """Run ``python *args`` in a session of its own with ``fault`` armed; return its status."""
+    return finish_driver(start_driver(args, fault, **env_extra), fault)
+
+
+def verify(spark: Any, table: Path | str, expected: list[list[str]]) -> tuple[int, int, int, int]:
     """Count (lost, duplicated, torn, versions) by reading every Delta version with delta-spark."""
     size_of = {note: len(txn) for txn in expected for note in txn}
     txn_of = {note: index for index, txn in enumerate(expected) for note in txn}
@@ -184,13 +287,20 @@ def verify(spark: Any, table: Path, expected: list[list[str]]) -> tuple[int, int
     return lost, duplicated, len(torn), versions
 
 
-def run_scenario(spark: Any, name: str, workdir: Path, seed: int) -> Outcome:
-    """Run one scenario in ``workdir``; the crashing runs must really crash."""
-    log, table, checkpoint = workdir / "log", workdir / "table", workdir / "ckpt"
-    expected = make_log(log, seed)
+def run_scenario(
+    spark: Any, name: str, workdir: Path, seed: int, store: Store | None = None
+) -> Outcome:
+    """Run one scenario in ``workdir`` (or ``store``); the crashing runs must really crash.
+
+    ``spark`` reads the table back (it must reach ``store``).
+    """
+    store = store or Store(str(workdir))
+    log, table, checkpoint = store.uri("log"), store.uri("table"), store.uri("ckpt")
+    expected = make_log(log, seed, **store.storage)
+    os.environ[HOOK_DIR] = str(workdir)
     crashes = 0
     for fault in SCENARIOS[name]:
-        status = run_driver(log, table, checkpoint, fault, supervised=name in SUPERVISED)
+        status = run_driver(log, table, checkpoint, fault, name in SUPERVISED, store.settings)
         if fault is not None and status != -signal.SIGKILL:
             raise RuntimeError(f"scenario {name}: the fault {fault} never fired")
         if fault is None and status != 0:
@@ -201,7 +311,10 @@ def run_scenario(spark: Any, name: str, workdir: Path, seed: int) -> Outcome:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] in ("drive", "drive-supervised"):
-        drive(*sys.argv[2:], supervised=sys.argv[1] == "drive-supervised")
+    if len(sys.argv) in (5, 6) and sys.argv[1] in ("drive", "drive-supervised"):
+        settings = Settings.from_json(sys.argv[5]) if len(sys.argv) == 6 else None
+        drive(*sys.argv[2:5], supervised=sys.argv[1] == "drive-supervised", settings=settings)
     else:
-        raise SystemExit("usage: crash_harness.py drive|drive-supervised LOG TABLE CHECKPOINT")
+        raise SystemExit(
+            "usage: crash_harness.py drive|drive-supervised LOG TABLE CHECKPOINT [SETTINGS]"
+        )

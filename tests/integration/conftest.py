@@ -65,6 +65,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from pg_cluster import PgCluster  # noqa: E402  (bench/ is not a package)
+from spark_cluster import SparkCluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[SparkCluster]:
+    """A standalone master and two workers on loopback, started by the first test needing it."""
+    workdir = tempfile.mkdtemp(prefix="spark-ckpt-cluster-")
+    started = SparkCluster(workdir).start()
+    yield started
+    started.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

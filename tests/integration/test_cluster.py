@@ -1,0 +1,134 @@
+"""txn-cdc -> delta-2pc on a Spark standalone cluster, with everything on the S3 server.
+
+The driver runs in a process of its own (client mode) against a master and two workers, each a
+separate JVM on 127.0.0.1 with its own work and temp directories. The change log, the table and
+the checkpoint are on the S3 server, so nothing passes between the driver and the executors
+through a local path. The executors are SIGKILLed while a task of a batch has staged its files
+(Spark retries the task), and the driver is SIGKILLed after a pre-commit and started again from
+the checkpoint on S3. Every source transaction must then be in exactly one Delta version, whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import crash_harness
+import psycopg
+from conftest import wait_until
+from s3_server import S3Server
+from spark_cluster import SparkCluster
+
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.storage import Location, StorageOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+STALLED_BATCH = 1
+STALL_SECONDS = 120  # long enough to kill the executors; a retried attempt does not stall
+
+
+class ClusterRun:
+    """A scenario's store on S3 and a local copy of its change log, uploaded file by file."""
+
+    def __init__(self, cluster: SparkCluster, server: S3Server, bucket: str, seed: int) -> None:
+        self.store = crash_harness.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
+        self.store.settings.conf.update(cluster.driver_conf())
+        self.storage = StorageOptions.of(self.store.storage)
+        with tempfile.TemporaryDirectory() as staging:
+            self.expected = crash_harness.make_log(staging, seed, transactions=60)
+            self.files = {name: Path(staging, name).read_bytes() for name in os.listdir(staging)}
+
+    def upload(self, names: list[str]) -> None:
+        log = Location(self.store.uri("log"), self.storage)
+        for name in names:
+            log.child(name).write_bytes(self.files[name])
+
+    def driver(self, fault: str | None, **env: str) -> subprocess.Popen[bytes]:
+        paths = [self.store.uri("log"), self.store.uri("table"), self.store.uri("ckpt")]
+        args = [crash_harness.__file__, "drive", *paths, self.store.settings.to_json()]
+        return crash_harness.start_driver(args, fault, **env)
+
+    def staged(self, batch_id: int) -> bool:
+        staging = Location(f"{self.store.uri('ckpt')}/delta_2pc/staging/{batch_id}", self.storage)
+        return bool(staging.list(recursive=True))
+
+    def verify(self, spark: SparkSession) -> tuple[int, int, int, int]:
+        return crash_harness.verify(spark, self.store.uri("table"), self.expected)
+
+
+def test_executor_and_driver_kills_on_a_growing_log_on_s3(
+    spark: SparkSession, cluster: SparkCluster, s3_server: S3Server, s3_bucket: str
+) -> None:
+    """Executors die mid-batch, the log grows, then the driver dies: nothing lost or doubled.
+
+    Run 1: the executors are SIGKILLed while batch 1's task has staged its files (Spark
+    retries it on the executors the workers start instead); meanwhile the rest of the log
+    arrives. Run 2 reads it and is SIGKILLed, whole driver, after a later batch's pre-commit.
+    Run 3 resumes from the checkpoint on S3.
+    """
+    run = ClusterRun(cluster, s3_server, s3_bucket, seed=41)
+    names = sorted(run.files)
+    run.upload(names[:2])  # the rest arrives while the query runs
+    driver = run.driver(None, SPARK_CKPT_STALL=f"after_staging:{STALLED_BATCH}:{STALL_SECONDS}")
+    try:
+        wait_until(lambda: run.staged(STALLED_BATCH), 600, "batch 1 never staged its files")
+        victims = cluster.executor_pids()
+        assert victims, "no executor JVM runs on the cluster"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        run.upload(names[2:])
+        status = crash_harness.finish_driver(driver, None, timeout=900)
+    finally:
+        crash_harness._reap_session(driver.pid)
+    assert status == 0
+    assert not set(victims) & set(cluster.executor_pids()), "the killed executors are gone"
+    committed = SparkCheckpoint(run.store.uri("ckpt"), run.storage).latest_committed()
+    assert committed is not None
+    fault = f"after_manifest:{committed + 2}"  # availableNow stopped at the log's end then
+    assert crash_harness.finish_driver(run.driver(fault), fault) == -signal.SIGKILL
+    assert crash_harness.finish_driver(run.driver(None), None) == 0
+    lost, duplicated, torn, versions = run.verify(spark)
+    assert (lost, duplicated, torn) == (0, 0, 0)
+    assert versions > committed + 2
+
+
+def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
+    spark: SparkSession,
+    cluster: SparkCluster,
+    s3_server: S3Server,
+    s3_bucket: str,
+    pg_dsn: str,
+) -> None:
+    """The snapshot spill lives on S3, where executors on other JVMs read it."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE spilled (id int PRIMARY KEY, note text)")
+        conn.execute("INSERT INTO spilled SELECT g, 'row ' || g FROM generate_series(1, 500) AS g")
+    store = crash_harness.Store.on_s3(s3_server, s3_bucket, uuid.uuid4().hex[:8])
+    store.settings.conf.update(cluster.driver_conf())
+    store.settings.source = {
+        "connector": "postgres",
+        "dsn": pg_dsn,
+        "slot": "cluster_spill",
+        "tables": "public.spilled",
+        "snapshotDir": store.uri("spill"),
+    }
+    args = [
+        crash_harness.__file__,
+        "drive",
+        "-",
+        store.uri("table"),
+        store.uri("ckpt"),
+        store.settings.to_json(),
+    ]
+    assert crash_harness.run_killable(args, None) == 0
+    rows = spark.read.format("delta").load(store.uri("table")).collect()
+    assert sorted(json.loads(r.key)["id"] for r in rows) == list(range(1, 501))
+    assert {r.op for r in rows} == {"r"}
