@@ -5,7 +5,8 @@ exported snapshot, imports that snapshot into a ``REPEATABLE READ`` transaction,
 row of the captured tables into Arrow IPC files in the spill location (option ``snapshotDir``: a
 local directory, or an object-store prefix that executors on other machines can read). The
 snapshot therefore holds exactly the transactions that committed before the slot's consistent
-point, and the slot streams exactly the ones after it: nothing is lost or read twice between the two.
+point, and the slot streams exactly the ones after it: nothing is lost or read twice between
+the two.
 
 The snapshot cannot resume half-way (the exported snapshot dies with the process), so while it
 runs the source declines checkpoints softly ("snapshot in progress"), and all of it is delivered
