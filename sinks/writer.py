@@ -71,6 +71,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         self.control = control
         # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        options.table.check_reachable()  # a typed error naming the table, before any staging
         table = load_table(options.table)
         partition_by = check_writable(
             options.table.url, table, self.arrow_schema, options.partition_by, options.merge_schema

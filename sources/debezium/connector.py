@@ -38,7 +38,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_ckpt.errors import LogOrderError, LogRewrittenError, RestoreError, StateFormatError
+from spark_ckpt.errors import (
+    LogOrderError,
+    LogRewrittenError,
+    RestoreError,
+    SourcePathError,
+    StateFormatError,
+    StorageError,
+)
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.state.storage import Location
 
@@ -423,6 +430,10 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def check(self) -> None:
         """Fail early (driver, once) when the directory is missing or unreadable."""
+        try:
+            self.log.check_reachable()
+        except StorageError as e:
+            raise SourcePathError(f"option 'path': {e}") from e
         list_log_files(self.log)
 
     # -- driver: planning ---------------------------------------------------------------------

@@ -289,6 +289,31 @@ class Location:
         except OSError as e:
             raise self._fail("look at", e) from e
 
+    def check_reachable(self) -> None:
+        """Fail early, naming the location, when its store cannot be reached (driver, at start).
+
+        On an object store: the endpoint answers, the credentials are accepted and the bucket
+        (container) exists. A local path needs nothing: a missing directory is created.
+
+        Raises
+        ------
+        StorageError
+            Saying which of these failed (never showing the credentials).
+        """
+        if self.is_local:
+            return
+        bucket = self.path.split("/", 1)[0]
+        try:
+            info = self.fs.get_file_info(bucket)
+        except OSError as e:
+            raise self._fail("reach", e) from e
+        if info.type == pafs.FileType.NotFound:
+            raise StorageError(
+                f"cannot reach {self.url}: the bucket (container) {bucket!r} does not exist or "
+                f"is not visible with these credentials; create it, or fix the path or the "
+                f"storage options"
+            )
+
     def exists(self) -> bool:
         """True when a file (object) or directory exists here."""
         return bool(self.info().type != pafs.FileType.NotFound)
