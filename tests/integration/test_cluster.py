@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import crash_harness
 import psycopg
+import pytest
 from conftest import wait_until
 from s3_server import S3Server
 from spark_cluster import SparkCluster
@@ -30,6 +31,9 @@ from spark_ckpt.state.storage import Location, StorageOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Three driver runs on the cluster, each shipping the jars to fresh executors: several minutes.
+pytestmark = pytest.mark.timeout(1800)
 
 STALLED_BATCH = 1
 STALL_SECONDS = 120  # long enough to kill the executors; a retried attempt does not stall
