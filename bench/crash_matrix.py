@@ -5,7 +5,10 @@ publish, during abort) and each repetition (a different generated log), run the 
 ``crash_harness`` and add up transactions lost, duplicated and torn (visible in part in any Delta
 version, read with delta-spark). Prints one JSON line; all three must be 0.
 
-Run: ``.venv/bin/python bench/crash_matrix.py [--repeat 3]`` (see README).
+``--store s3`` keeps log, table and checkpoint on an S3 server on loopback (started here; Spark
+reaches it through s3a, spark-ckpt through pyarrow and delta-rs).
+
+Run: ``.venv/bin/python bench/crash_matrix.py [--repeat 3] [--store local|s3]`` (see README).
 """
 
 from __future__ import annotations
@@ -15,28 +18,52 @@ import json
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import crash_harness
+from s3_server import S3Server
 
 from spark_ckpt import local_session
+from spark_ckpt.spark.session import HADOOP_AWS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per protocol point")
+    parser.add_argument("--store", choices=("local", "s3"), default="local")
     args = parser.parse_args()
-    spark = local_session("bench-crash-matrix")
+    server = S3Server().start() if args.store == "s3" else None
+    try:
+        run(args.repeat, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def run(repeat: int, server: S3Server | None) -> None:
+    """Run every scenario ``repeat`` times; print the JSON line."""
+    if server is None:
+        spark = local_session("bench-crash-matrix")
+    else:
+        bucket = f"crash-{uuid.uuid4().hex[:8]}"
+        server.create_bucket(bucket)
+        spark = local_session("bench-crash-matrix", conf=server.spark_conf(), packages=[HADOOP_AWS])
     totals = {"lost": 0, "duplicated": 0, "torn": 0, "crashes": 0}
     runs = 0
     began = time.monotonic()
     per_point: dict[str, dict[str, int]] = {}
     for scenario in sorted(crash_harness.SCENARIOS):
         point = {"runs": 0, "lost": 0, "duplicated": 0, "torn": 0}
-        for repetition in range(args.repeat):
+        for repetition in range(repeat):
             with tempfile.TemporaryDirectory() as workdir:
-                outcome = crash_harness.run_scenario(spark, scenario, Path(workdir), repetition)
+                store = None
+                if server is not None:
+                    store = crash_harness.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
+                outcome = crash_harness.run_scenario(
+                    spark, scenario, Path(workdir), repetition, store
+                )
             runs += 1
             point["runs"] += 1
             for key in ("lost", "duplicated", "torn"):
@@ -48,6 +75,7 @@ def main() -> None:
     spark.stop()
     result = {
         "bench": "crash_matrix",
+        "store": "local" if server is None else "s3",
         "scenarios": len(crash_harness.SCENARIOS),
         "runs": runs,
         "sigkills": totals["crashes"],
