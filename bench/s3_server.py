@@ -12,6 +12,7 @@ talk HTTP to this server exactly as to AWS.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -39,11 +40,18 @@ class S3Server:
     ----------
     port
         The port to listen on (default: a free one).
+    checks_credentials
+        Make the server verify every request's signature against an IAM user's key, as AWS
+        does (moto's IAM enforcement). The server then issues its own key pair at start
+        (``access_key``, ``secret_key``). Off by default: the shared test server accepts any
+        key, which keeps it fast.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, checks_credentials: bool = False) -> None:
         self.port = port or _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.checks_credentials = checks_credentials
+        self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> S3Server:
@@ -63,12 +71,50 @@ class S3Server:
                 )
             try:
                 with urllib.request.urlopen(self.endpoint + "/", timeout=2):
-                    return self
+                    pass
             except OSError as e:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"the S3 server did not answer within {timeout:.0f}s") from e
                 time.sleep(0.2)
+                continue
+            if self.checks_credentials:
+                self._issue_credentials()
+            return self
+
+    def _issue_credentials(self) -> None:
+        """Create an IAM user allowed everything on S3; from now on every request is checked.
+
+        moto checks nothing until told how many unchecked requests remain: three, the ones
+        that create the user, its policy and its key.
+        """
+        import boto3
+
+        request = urllib.request.Request(
+            self.endpoint + "/moto-api/reset-auth",
+            data=b"3",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
+        iam.create_user(UserName="spark-ckpt")
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        }
+        iam.put_user_policy(
+            UserName="spark-ckpt", PolicyName="s3", PolicyDocument=json.dumps(policy)
+        )
+        key = iam.create_access_key(UserName="spark-ckpt")["AccessKey"]
+        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
 
     def stop(self) -> None:
         """Stop the server (its data is gone)."""
@@ -85,8 +131,8 @@ class S3Server:
         """Storage options (delta-rs spelling) that reach this server."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_REGION": REGION,
         }
 
@@ -98,8 +144,8 @@ class S3Server:
         return {
             "spark.hadoop.fs.s3a.endpoint": self.endpoint,
             "spark.hadoop.fs.s3a.endpoint.region": REGION,
-            "spark.hadoop.fs.s3a.access.key": ACCESS_KEY,
-            "spark.hadoop.fs.s3a.secret.key": SECRET_KEY,
+            "spark.hadoop.fs.s3a.access.key": self.access_key,
+            "spark.hadoop.fs.s3a.secret.key": self.secret_key,
             "spark.hadoop.fs.s3a.path.style.access": "true",
             "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
             # moto answers at once; fail fast instead of retrying for minutes.
@@ -116,8 +162,8 @@ class S3Server:
         import pyarrow.fs as pafs
 
         fs = pafs.S3FileSystem(
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
             region=REGION,
             endpoint_override=f"127.0.0.1:{self.port}",
             scheme="http",

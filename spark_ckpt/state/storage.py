@@ -437,9 +437,31 @@ def _not_found(error: BaseException) -> bool:
     )
 
 
+_REFUSED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "INVALID_ACCESS_KEY_ID",
+    "AuthorizationFailure",
+    "AuthenticationFailed",
+    "HTTP status 403",
+    "403 Forbidden",
+)
+
+
 def _describe(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:500]
+    first = text.splitlines()[0][:500]
+    if any(marker in text for marker in _REFUSED):
+        # Say what to check; the store's own words ("No response body") rarely do.
+        first += (
+            "; the store refused these credentials: check the access key and secret "
+            "(storageOptions.*, spark.hadoop.fs.s3a.*, or the environment's credential chain) "
+            "and that they may read and write this bucket"
+        )
+    return first
 
 
 def _s3_endpoint(options: StorageOptions) -> str | None:

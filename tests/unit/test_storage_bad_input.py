@@ -1,12 +1,15 @@
 """Bad storage input: each case is a typed error naming the location, never a credential.
 
-An unknown scheme, an unreachable endpoint and a missing bucket are refused before anything is
-staged or published: the sink checks its table, the Debezium connector its log, when a query
-starts. Wrong credentials are not exercised here: the S3 server on loopback (moto) does not
-check signatures.
+An unknown scheme, an unreachable endpoint, a missing bucket and wrong credentials are refused
+before anything is staged or published: the sink checks its table, the Debezium connector its
+log, when a query starts. Wrong credentials need a server that checks signatures: a second S3
+server of this module's own, with moto's IAM enforcement on.
 """
 
 from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
 
 import pytest
 from s3_server import SECRET_KEY, S3Server
@@ -77,3 +80,57 @@ def test_an_empty_prefix_in_an_existing_bucket_is_an_empty_log(
     log = Location(f"s3://{s3_bucket}/nothing-yet", StorageOptions.of(s3_server.options()))
     log.check_reachable()
     assert log.list() == []
+
+
+@pytest.fixture(scope="module")
+def strict_server() -> Iterator[S3Server]:
+    """An S3 server that verifies every request's signature, like AWS."""
+    server = S3Server(checks_credentials=True).start()
+    yield server
+    server.stop()
+
+
+WRONG = {
+    "wrong secret": {"AWS_SECRET_ACCESS_KEY": "not-the-secret-" + "x" * 16},
+    "unknown access key": {"AWS_ACCESS_KEY_ID": "AKIANOSUCHKEY0000000"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_wrong_credentials_are_a_storage_error_naming_the_path(
+    strict_server: S3Server, case: str
+) -> None:
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    strict_server.create_bucket(bucket)
+    good = strict_server.options()
+    bad = StorageOptions.of({**good, **WRONG[case]})
+    uri = f"s3://{bucket}/lake/orders"
+    options = SinkOptions.parse({"path": uri, "checkpointLocation": f"s3://{bucket}/ck"}, bad)
+
+    with pytest.raises(StorageError) as info:
+        options.table.check_reachable()  # what the writer does first on the driver
+    message = str(info.value)
+    assert uri in message, "the message names the location"
+    assert "refused these credentials" in message, message
+    for secret in (strict_server.secret_key, WRONG[case].get("AWS_SECRET_ACCESS_KEY", "")):
+        if secret:
+            assert secret not in message
+            assert secret not in repr(info.value)
+
+    with pytest.raises(StorageError, match="refused these credentials"):
+        Location(f"{uri}/staged.parquet", bad).write_bytes(b"never")
+    source = SourceOptions.parse({"connector": "debezium-json", "path": f"s3://{bucket}/log"}, bad)
+    with pytest.raises(SparkCkptError, match="refused these credentials"):
+        source.connector_options.connector(source)
+    # Nothing reached the bucket: the right credentials see it empty.
+    assert Location(f"s3://{bucket}", StorageOptions.of(good)).list(recursive=True) == []
+
+
+def test_the_checking_server_accepts_its_own_credentials(strict_server: S3Server) -> None:
+    """The control case: what the test above refuses is the key, not the server."""
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    strict_server.create_bucket(bucket)
+    location = Location(f"s3://{bucket}/x", StorageOptions.of(strict_server.options()))
+    location.check_reachable()
+    location.write_bytes(b"ok")
+    assert location.read_bytes() == b"ok"
