@@ -65,23 +65,32 @@ class Outcome:
 class Settings:
     """How a driver starts (JSON on its argv).
 
-    Extra Spark configuration, Maven packages, and the ``txn-cdc`` options when the source is
-    not the Debezium log given as LOG (``{"connector": "postgres", ...}``).
+    Extra Spark configuration, Maven packages, whether Spark needs its s3a connector, and the
+    ``txn-cdc`` options when the source is not the Debezium log given as LOG
+    (``{"connector": "postgres", ...}``).
     """
 
     conf: dict[str, str] = field(default_factory=dict)
     packages: list[str] = field(default_factory=list)
     source: dict[str, str] = field(default_factory=dict)
+    s3a: bool = False
 
     def to_json(self) -> str:
         """For the driver's command line."""
-        return json.dumps({"conf": self.conf, "packages": self.packages, "source": self.source})
+        return json.dumps(
+            {"conf": self.conf, "packages": self.packages, "source": self.source, "s3a": self.s3a}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Settings:
         """Read :meth:`to_json`'s form."""
         body = json.loads(text)
-        return cls(dict(body["conf"]), list(body["packages"]), dict(body.get("source", {})))
+        return cls(
+            dict(body["conf"]),
+            list(body["packages"]),
+            dict(body.get("source", {})),
+            bool(body.get("s3a", False)),
+        )
 
 
 @dataclass
@@ -103,12 +112,8 @@ class Store:
     @classmethod
     def on_s3(cls, server: Any, bucket: str, prefix: str) -> Store:
         """A store on ``server`` (``bench/s3_server.py``) under ``s3a://bucket/prefix``."""
-        from spark_ckpt.spark.session import HADOOP_AWS
-
         return cls(
-            f"s3a://{bucket}/{prefix}",
-            server.options(),
-            Settings(server.spark_conf(), [HADOOP_AWS]),
+            f"s3a://{bucket}/{prefix}", server.options(), Settings(server.spark_conf(), s3a=True)
         )
 
 
@@ -172,7 +177,7 @@ def drive(
     conf = dict(settings.conf)
     master = conf.pop("spark.master", "local[2]")
     spark = spark_ckpt.local_session(
-        "crash-driver", master=master, conf=conf, packages=settings.packages
+        "crash-driver", master=master, conf=conf, packages=settings.packages, s3a=settings.s3a
     )
     control = spark_ckpt.install(spark)
 

@@ -26,7 +26,6 @@ import crash_harness
 from s3_server import S3Server
 
 from spark_ckpt import local_session
-from spark_ckpt.spark.session import HADOOP_AWS
 
 
 def main() -> None:
@@ -49,7 +48,7 @@ def run(repeat: int, server: S3Server | None) -> None:
     else:
         bucket = f"crash-{uuid.uuid4().hex[:8]}"
         server.create_bucket(bucket)
-        spark = local_session("bench-crash-matrix", conf=server.spark_conf(), packages=[HADOOP_AWS])
+        spark = local_session("bench-crash-matrix", conf=server.spark_conf(), s3a=True)
     totals = {"lost": 0, "duplicated": 0, "torn": 0, "crashes": 0}
     runs = 0
     began = time.monotonic()

@@ -15,7 +15,6 @@ import pytest
 
 import spark_ckpt
 from spark_ckpt import local_session
-from spark_ckpt.spark.session import HADOOP_AWS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def spark(s3_server: S3Server) -> Iterator[SparkSession]:
     """A local[2] session with Delta and s3a (reaching the S3 server), shared by every test."""
-    session = local_session("spark-ckpt-tests", conf=s3_server.spark_conf(), packages=[HADOOP_AWS])
+    session = local_session("spark-ckpt-tests", conf=s3_server.spark_conf(), s3a=True)
     yield session
     for query in session.streams.active:
         query.stop()
