@@ -4,35 +4,53 @@ Generates one Debezium-format log, then alternately streams it (``txn-cdc`` sour
 ``Trigger.availableNow``) into a fresh Delta table with ``format("delta-2pc")`` and with
 delta-spark's own ``format("delta")``. Each pair runs back to back; the verdict is the median of
 the per-pair ratios. Publish latency is measured for every delta-2pc batch from the moment Spark
-wrote ``commits/N`` (the file's mtime) to the moment the Delta version holding N became visible
-(its ``_delta_log`` file's mtime).
+wrote ``commits/N`` (the file's modification time) to the moment the Delta version holding N
+became visible: from the end of Spark's trigger for N (its progress event's ``timestamp`` plus
+``batchDuration``; Spark writes ``commits/N`` inside the trigger, just before it ends) to the
+``timestamp`` delta-rs wrote into that version's ``commitInfo``. Both are the driver's clock, in
+milliseconds, on either store (object stores list modification times in whole seconds).
 
-Prints one JSON line. Run: ``.venv/bin/python bench/sink_throughput.py`` (see README).
+``--store s3`` puts both sinks' tables and checkpoints on an S3 server on loopback (moto's,
+started here): delta-spark writes through Spark's s3a connector, delta-2pc through pyarrow and
+delta-rs. The change log stays local, so both read the same input at the same cost.
+
+Prints one JSON line. Run: ``.venv/bin/python bench/sink_throughput.py [--store s3]`` (see
+README).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
-import os
 import random
 import statistics
+import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from deltalake import DeltaTable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from s3_server import S3Server
+
 import spark_ckpt
+from spark_ckpt.state.storage import Location, StorageOptions
 from spark_ckpt.testing.debezium_log import random_log, write_log
 
 
 def run_once(
-    spark: Any, control: spark_ckpt.Control, log: Path, work: Path, sink: str, cap: int
-) -> tuple[float, int]:
-    """Stream the whole log into a new table with ``sink``; return (seconds, rows written)."""
-    table, checkpoint = work / "table", work / "ckpt"
+    spark: Any, control: spark_ckpt.Control, log: Path, work: str, sink: str, cap: int
+) -> tuple[float, int, list[dict[str, Any]]]:
+    """Stream the whole log into a new table under ``work`` with ``sink``.
+
+    Returns (seconds, rows written, the query's progress events). ``work`` is a local directory
+    or an ``s3a://`` prefix.
+    """
+    table, checkpoint = f"{work}/table", f"{work}/ckpt"
     frame = (
         spark.readStream.format("txn-cdc")
         .option("connector", "debezium-json")
@@ -51,23 +69,31 @@ def run_once(
         query.stop()
         raise SystemExit(f"the {sink} run did not finish within 30 minutes")
     elapsed = time.perf_counter() - began
-    rows = spark.read.format("delta").load(str(table)).count()
-    return elapsed, rows
+    rows = spark.read.format("delta").load(table).count()
+    return elapsed, rows, list(query.recentProgress)
 
 
-def publish_latencies(work: Path) -> list[float]:
-    """Seconds from commits/N to the Delta version of N, for every batch of a delta-2pc run."""
-    table, checkpoint = work / "table", work / "ckpt"
+def publish_latencies(
+    work: str, storage: StorageOptions, progress: list[dict[str, Any]]
+) -> list[float]:
+    """Seconds from the end of batch N's trigger to the Delta commit of N, for every batch."""
+    ended = {
+        int(p["batchId"]): _epoch_ms(p["timestamp"]) + int(p["batchDuration"]) for p in progress
+    }
+    table = Location(f"{work}/table", storage)
     latencies = []
-    for entry in DeltaTable(str(table)).history():
+    for entry in DeltaTable(table.url, storage_options=table.delta_options()).history():
         batch = entry.get("spark-ckpt.batchId")
-        if batch is None:
+        if batch is None or int(batch) not in ended:
             continue
-        version = entry["version"]
-        visible = os.path.getmtime(table / "_delta_log" / f"{version:020d}.json")
-        committed = os.path.getmtime(checkpoint / "commits" / str(batch))
-        latencies.append(visible - committed)
+        latencies.append((int(entry["timestamp"]) - ended[int(batch)]) / 1000)
     return latencies
+
+
+def _epoch_ms(timestamp: str) -> int:
+    """Spark's progress timestamp (``2026-11-23T16:50:01.123Z``) in epoch milliseconds."""
+    parsed = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return round(parsed.timestamp() * 1000)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -82,37 +108,60 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=30_000, help="maxChangesPerTrigger")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--store", choices=("local", "s3"), default="local")
     args = parser.parse_args()
+    server = S3Server().start() if args.store == "s3" else None
+    try:
+        run(args, server)
+    finally:
+        if server is not None:
+            server.stop()
 
+
+def run(args: argparse.Namespace, server: S3Server | None) -> None:
+    """Run the warm-up and the pairs; print the JSON line."""
     rng = random.Random(args.seed)
     records, expected = random_log(rng, args.transactions, max_size=20, interleave=6)
     changes = sum(len(t.events) for t in expected)
-    spark = spark_ckpt.local_session("bench-sink-throughput")
+    if server is None:
+        spark = spark_ckpt.local_session("bench-sink-throughput")
+    else:
+        spark = spark_ckpt.local_session(
+            "bench-sink-throughput", conf=server.spark_conf(), s3a=True
+        )
     control = spark_ckpt.install(spark)
+    storage = control.state.storage
     rates: dict[str, list[float]] = {"delta-2pc": [], "delta": []}
     ratios: list[float] = []
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log"
         write_log(str(log), records, sorted(rng.sample(range(len(records)), 20)))
+        if server is None:
+            root = tmp
+        else:
+            bucket = f"sink-{uuid.uuid4().hex[:8]}"
+            server.create_bucket(bucket)
+            root = f"s3a://{bucket}"
         for sink in ("delta-2pc", "delta"):  # warm-up, unmeasured
-            run_once(spark, control, log, Path(tmp) / f"warm-{sink}", sink, args.cap)
+            run_once(spark, control, log, f"{root}/warm-{sink}", sink, args.cap)
         for pair in range(args.pairs):
             order = ["delta-2pc", "delta"] if pair % 2 == 0 else ["delta", "delta-2pc"]
             pair_rate = {}
             for sink in order:
-                work = Path(tmp) / f"{sink}-{pair}"
-                seconds, rows = run_once(spark, control, log, work, sink, args.cap)
+                work = f"{root}/{sink}-{pair}"
+                seconds, rows, progress = run_once(spark, control, log, work, sink, args.cap)
                 if rows != changes:
                     raise SystemExit(f"{sink} wrote {rows} rows, expected {changes}")
                 pair_rate[sink] = rows / seconds
                 rates[sink].append(rows / seconds)
                 if sink == "delta-2pc":
-                    latencies += publish_latencies(work)
+                    latencies += publish_latencies(work, storage, progress)
             ratios.append(pair_rate["delta-2pc"] / pair_rate["delta"])
     spark.stop()
     result = {
         "bench": "sink_throughput",
+        "store": args.store,
         "rows": changes,
         "max_changes_per_trigger": args.cap,
         "pairs": args.pairs,
