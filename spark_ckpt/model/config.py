@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from spark_ckpt.errors import ConfigError
+from spark_ckpt.errors import ConfigError, UnknownOptionError
 from spark_ckpt.model.durations import UNLIMITED, parse_duration
 from spark_ckpt.model.restart import (
     ExponentialDelay,
@@ -90,14 +90,23 @@ class CkptConfig:
     values: dict[str, str]
 
     @classmethod
-    def from_conf(cls, get: Callable[[str], str | None]) -> CkptConfig:
+    def from_conf(cls, get: Callable[[str], str | None], present: Iterable[str] = ()) -> CkptConfig:
         """Read every key through ``get`` (None: unset, use the default) and validate it.
+
+        ``present`` are the keys the session has set (all of them, or only ``spark.ckpt.*``):
+        one under ``spark.ckpt.`` that is not a known key is a typo, refused with the closest
+        known key, since an ignored setting is a policy silently not applied.
 
         Raises
         ------
+        UnknownOptionError
+            For an unknown ``spark.ckpt.*`` key (a :class:`ConfigError`).
         ConfigError
             Naming the key, the value and the accepted forms.
         """
+        for key in present:
+            if key.startswith(PREFIX) and key not in DEFAULTS:
+                raise UnknownOptionError(key, "spark-ckpt's configuration", list(DEFAULTS))
         values = {key: (get(key) or default) for key, default in DEFAULTS.items()}
         config = cls(
             tolerable_failed_checkpoints=int(

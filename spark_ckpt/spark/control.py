@@ -67,7 +67,7 @@ class Control:
 
     def read_config(self) -> CkptConfig:
         """The ``spark.ckpt.*`` settings as ``spark.conf`` holds them now (validated)."""
-        return CkptConfig.from_conf(lambda key: self.spark.conf.get(key, None))
+        return session_config(self.spark)
 
     def supervise(
         self,
@@ -155,7 +155,7 @@ def install(spark: SparkSession) -> Control:
     Control
         Handle to what was installed.
     """
-    config = CkptConfig.from_conf(lambda key: spark.conf.get(key, None))  # fail early if bad
+    config = session_config(spark)  # fail early if bad
     with _INSTALL_LOCK:
         existing = _INSTALLED.get(id(spark))
         if existing is not None and existing.spark is spark:
@@ -163,6 +163,14 @@ def install(spark: SparkSession) -> Control:
         control = _install(spark, config)
         _INSTALLED[id(spark)] = control
         return control
+
+
+def session_config(spark: SparkSession) -> CkptConfig:
+    """The session's ``spark.ckpt.*`` settings, validated, unknown keys refused (driver).
+
+    Runs at ``install()`` and each time a supervised query starts.
+    """
+    return CkptConfig.from_conf(lambda key: spark.conf.get(key, None), spark.conf.getAll)
 
 
 def session_storage_options(spark: SparkSession) -> StorageOptions:

@@ -16,7 +16,7 @@ from pyspark.sql.functions import col, udf
 from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
-from spark_ckpt.errors import SupervisedQueryError
+from spark_ckpt.errors import SupervisedQueryError, UnknownOptionError
 from spark_ckpt.model.failures import FailureReason
 
 if TYPE_CHECKING:
@@ -308,3 +308,22 @@ def test_stop_with_drain_lets_the_running_batch_finish_and_publishes_it(
     assert published >= running
     rows = table_notes(spark, tmp_path / "table")
     assert rows == expected_notes(expected)[: len(rows)]
+
+
+def test_a_misspelt_key_fails_install_and_a_supervised_start(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """An ignored typo would be a policy silently not applied: both refuse it, with the fix."""
+    restart_conf(tolerableFailedCheckpoint="1")
+    meant = "Did you mean 'spark.ckpt.tolerableFailedCheckpoints'"
+    with pytest.raises(UnknownOptionError, match=meant):
+        spark_ckpt.install(spark)
+
+    def build() -> DataStreamWriter:
+        raise AssertionError("no query may start with a misspelt spark.ckpt key")
+
+    with pytest.raises(UnknownOptionError, match=meant):
+        control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="typo")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_ckpt.errors import ConfigError
+from spark_ckpt.errors import ConfigError, UnknownOptionError
 from spark_ckpt.model.config import DEFAULTS, CkptConfig
 from spark_ckpt.model.restart import ExponentialDelay, FailureRate, FixedDelay, NoRestart
 
@@ -81,3 +81,28 @@ def test_backoff_order_is_checked() -> None:
     """InitialBackoff may not exceed maxBackoff."""
     with pytest.raises(ConfigError, match="must not exceed"):
         config(**{"restartStrategy.exponentialDelay.initialBackoff": "2min"})
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("spark.ckpt.tolerableFailedCheckpoint", "spark.ckpt.tolerableFailedCheckpoints"),
+        ("spark.ckpt.checkpointTimout", "spark.ckpt.checkpointTimeout"),
+        (
+            "spark.ckpt.restartStrategy.fixedDelay.attempt",
+            "spark.ckpt.restartStrategy.fixedDelay.attempts",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_refused_with_the_closest_known_key(typo: str, meant: str) -> None:
+    conf = {typo: "3", "spark.sql.shuffle.partitions": "2"}
+    with pytest.raises(UnknownOptionError) as info:
+        CkptConfig.from_conf(conf.get, conf)
+    assert info.value.suggestion == meant
+    assert f"Did you mean {meant!r}?" in str(info.value)
+    assert typo in str(info.value)
+
+
+def test_keys_outside_the_prefix_and_known_keys_pass() -> None:
+    conf = {"spark.ckpt.checkpointTimeout": "1min", "spark.ckptx.other": "1", "spark.master": "x"}
+    assert CkptConfig.from_conf(conf.get, conf).checkpoint_timeout == 60.0
