@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Benchmarks: each prints one JSON line (stderr goes to bench/bench.log). Long; not part of the
-# test suite. `scripts/bench.sh` runs them all; `scripts/bench.sh postgres_cdc` runs one.
+# test suite. `scripts/bench.sh` runs them all; `scripts/bench.sh NAME [ARGS...]` runs one with
+# its arguments, e.g. `scripts/bench.sh sink_throughput --store s3`.
 set -euo pipefail
 export SPARK_CKPT_POSTGRES=1  # postgres_cdc needs PostgreSQL with wal2json (installed if missing)
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-BENCHES=(source_throughput sink_throughput crash_matrix postgres_cdc)
-[ "$#" -gt 0 ] && BENCHES=("$@")
-for bench in "${BENCHES[@]}"; do
-  [ -f "$ROOT/bench/$bench.py" ] || die "no benchmark bench/$bench.py (one of: source_throughput sink_throughput crash_matrix postgres_cdc)"
-  say "bench: $bench"
-  "$VENV/bin/python" "$ROOT/bench/$bench.py" 2>>"$ROOT/bench/bench.log"
-done
+# The "test" extra brings moto, the S3-protocol server behind `--store s3`.
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" test
+ALL=(source_throughput sink_throughput crash_matrix postgres_cdc)
+run() {
+  local bench="$1"; shift
+  [ -f "$ROOT/bench/$bench.py" ] || die "no benchmark bench/$bench.py (one of: ${ALL[*]})"
+  say "bench: $bench $*"
+  "$VENV/bin/python" "$ROOT/bench/$bench.py" "$@" 2>>"$ROOT/bench/bench.log"
+}
+if [ "$#" -gt 0 ]; then
+  run "$@"
+else
+  for bench in "${ALL[@]}"; do run "$bench"; done
+fi
