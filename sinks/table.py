@@ -43,6 +43,14 @@ _UNSUPPORTED_FEATURES = {
 }
 
 
+NEW_TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
+"""Table properties of a table this sink creates.
+
+A checkpoint every 10 commits, delta-spark's default (delta-rs's is 100): every publisher reads
+the table's log since its last checkpoint, once or more per batch, and on an object store each
+commit file read is a request. A table created by anyone else keeps its own setting."""
+
+
 def load_table(table: Location) -> DeltaTable | None:
     """The table at ``table``, or None when there is no Delta table there yet (driver).
 
@@ -200,15 +208,20 @@ def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> N
 
 
 def committed_version(delta: DeltaTable, manifest: Manifest, look_back: int = 16) -> int | None:
-    """The Delta version that published ``manifest`` (from the newest ``look_back`` commits)."""
+    """The Delta version that published ``manifest`` (from the newest ``look_back`` commits).
+
+    Usually the newest commit is ours: it is read alone first, since every commit read is a
+    request to the store.
+    """
     delta.update_incremental()
-    for info in delta.history(look_back):
-        if (
-            info.get("spark-ckpt.queryId") == manifest.query_id
-            and info.get("spark-ckpt.batchId") == manifest.batch_id
-        ):
-            version = info.get("version")
-            return int(version) if version is not None else None
+    for limit in (1, look_back):
+        for info in delta.history(limit):
+            if (
+                info.get("spark-ckpt.queryId") == manifest.query_id
+                and info.get("spark-ckpt.batchId") == manifest.batch_id
+            ):
+                version = info.get("version")
+                return int(version) if version is not None else None
     return None
 
 
@@ -262,6 +275,7 @@ def commit_manifest(table: Location, delta: DeltaTable | None, manifest: Manifes
                 adds,
                 mode="error",
                 partition_by=list(manifest.partition_by) or None,
+                configuration=NEW_TABLE_CONFIGURATION,
                 storage_options=table.delta_options(),
                 commit_properties=create_properties,
                 post_commithook_properties=hooks,

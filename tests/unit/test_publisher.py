@@ -113,6 +113,19 @@ def test_completed_batch_is_one_commit_with_its_txn(harness: Harness) -> None:
     assert harness.versions() == 1
 
 
+def test_a_created_table_checkpoints_every_ten_commits(harness: Harness) -> None:
+    """Every publisher loads the log since the last checkpoint; ten commits bound that read."""
+    for batch in range(11):
+        precommit(harness.store, harness.stage(batch, [batch]))
+        harness.complete(batch)
+    assert publish_completed(harness.store, harness.table) == list(range(11))
+    assert harness.delta().metadata().configuration["delta.checkpointInterval"] == "10"
+    checkpoints = [
+        e.name for e in harness.table.child("_delta_log").list() if "checkpoint." in e.name
+    ]
+    assert checkpoints == [f"{9:020d}.checkpoint.parquet"], "delta-rs checkpoints after 10 commits"
+
+
 def test_publishing_again_is_a_no_op(harness: Harness) -> None:
     """A second publisher finds the txn version and commits nothing."""
     precommit(harness.store, harness.stage(0, [1]))
