@@ -30,6 +30,7 @@ import time
 from urllib.parse import unquote
 
 import pyarrow as pa
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import FencedError, PublishError, RestoreError
@@ -39,6 +40,7 @@ from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
+from .snapshots import check_out, give_back
 from .table import commit_manifest, load_table
 
 __all__ = [
@@ -156,8 +158,11 @@ def _tidy(store: ManifestStore, table: Location, batch_id: int, published: Manif
 
 
 def _table_version(table: Location, query_id: str) -> int | None:
-    delta = load_table(table)
-    return None if delta is None else delta.transaction_version(query_id)
+    delta = check_out(table)
+    try:
+        return None if delta is None else delta.transaction_version(query_id)
+    finally:
+        give_back(table, delta)
 
 
 def publish_completed(
@@ -177,14 +182,29 @@ def publish_completed(
     FencedError
         A newer run of the query exists.
     """
+    delta = check_out(table)
+    try:
+        published, delta = _publish_from(store, table, delta, upto, run)
+        return published
+    finally:
+        give_back(table, delta)
+
+
+def _publish_from(
+    store: ManifestStore,
+    table: Location,
+    delta: DeltaTable | None,
+    upto: int | None,
+    run: str | None,
+) -> tuple[list[int], DeltaTable | None]:
+    """:func:`publish_completed` from the snapshot ``delta``; returns the newest snapshot too."""
     checkpoint = store.checkpoint
     query_id = checkpoint.query_id()
-    delta = load_table(table)
     version = None if delta is None else delta.transaction_version(query_id)
     if version is None:
         known = store.batch_ids()
         if not known:
-            return []
+            return [], delta
         batch_id = known[0]
     else:
         batch_id = version + 1
@@ -222,7 +242,7 @@ def publish_completed(
         assert delta is not None, "the table exists after a commit"
         now = delta.transaction_version(query_id)
         batch_id = max(batch_id, now if now is not None else batch_id) + 1
-    return published
+    return published, delta
 
 
 def discard_after(store: ManifestStore, table: Location, checkpoint_id: int | None) -> list[int]:
@@ -312,11 +332,14 @@ def clean_orphans(store: ManifestStore, table: Location, grace_period: float) ->
 
 
 def _live_files(table: Location) -> set[str]:
-    delta = load_table(table)
-    if delta is None:
-        return set()
-    paths = pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()
-    return {unquote(str(p)) for p in paths}
+    delta = check_out(table)
+    try:
+        if delta is None:
+            return set()
+        paths = pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist()
+        return {unquote(str(p)) for p in paths}
+    finally:
+        give_back(table, delta)
 
 
 def _modified_at(location: Location) -> float:

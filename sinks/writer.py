@@ -28,8 +28,9 @@ from spark_ckpt.testing.faults import crash_point, stall_point
 from .manifest import Manifest, ManifestStore
 from .options import SinkOptions
 from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
+from .snapshots import check_out, give_back
 from .staging import StagedFile, StagingWriter
-from .table import check_writable, load_table
+from .table import check_writable
 
 __all__ = ["Delta2pcStreamWriter", "StagedFiles"]
 
@@ -72,10 +73,17 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         options.table.check_reachable()  # a typed error naming the table, before any staging
-        table = load_table(options.table)
-        partition_by = check_writable(
-            options.table.url, table, self.arrow_schema, options.partition_by, options.merge_schema
-        )
+        table = check_out(options.table)
+        try:
+            partition_by = check_writable(
+                options.table.url,
+                table,
+                self.arrow_schema,
+                options.partition_by,
+                options.merge_schema,
+            )
+        finally:
+            give_back(options.table, table)
         self.partition_by = partition_by
         # The table keeps the stream's column order; partition columns are not in the files.
         self.schema_json = Schema.from_arrow(self.arrow_schema).to_json()
