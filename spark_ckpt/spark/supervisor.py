@@ -95,7 +95,8 @@ class SupervisedQuery:
                 f"checkpoint hooks of supervised query {name!r} share an identifier "
                 f"({identifiers}); give each hook a unique identifier"
             )
-        checkpoint = SparkCheckpoint(checkpoint_location)
+        # The session's storage settings (an S3 endpoint, credentials) reach the checkpoint.
+        checkpoint = SparkCheckpoint(checkpoint_location, control.state.storage)
         self._checkpoint = checkpoint
         self._history = HistoryLog(checkpoint)
         self._hook_store = HookStore(checkpoint)

@@ -17,12 +17,14 @@ from s3_server import SECRET_KEY, S3Server
 from streams import expected_notes, generated, table_notes
 
 import spark_ckpt
+from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.storage import Location, StorageOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 
 def assert_each_transaction_in_one_version(spark: SparkSession, table: str) -> None:
@@ -90,3 +92,40 @@ def test_pipeline_on_s3_publishes_every_transaction_once(
         if SECRET_KEY.encode() in (Location(f"{prefix}/{e.name}", storage).read_bytes() or b"")
     ]
     assert not leaked, f"the secret key was written to {leaked}"
+
+
+def test_a_supervised_query_restores_from_its_checkpoint_on_s3(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    s3_server: S3Server,
+    s3_bucket: str,
+    tmp_path: Path,
+) -> None:
+    """The supervisor reads its restore point, history and hooks on S3 with the session's keys.
+
+    The second supervised run resumes from the first one's last checkpoint, found on S3.
+    """
+    expected = generated(tmp_path / "log", seed=15)
+    root = f"s3a://{s3_bucket}/{uuid.uuid4().hex[:8]}"
+    table, checkpoint = f"{root}/table", f"{root}/ckpt"
+
+    def build() -> DataStreamWriter:
+        return (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "debezium-json")
+            .option("maxChangesPerTrigger", "40")
+            .load(str(tmp_path / "log"))
+            .writeStream.format("delta-2pc")
+            .option("path", table)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+        )
+
+    for run in range(2):
+        supervised = control.supervise(build, checkpoint_location=checkpoint, name=f"s3-{run}")
+        assert supervised.await_termination(300), f"supervised run {run} did not finish in 300s"
+    assert sorted(table_notes(spark, table)) == sorted(expected_notes(expected))
+
+    ckpt = SparkCheckpoint(checkpoint, StorageOptions.of(s3_server.options()))
+    starts = [e for e in HistoryLog(ckpt).events() if isinstance(e, StartEvent)]
+    assert [s.restored for s in starts] == [None, ckpt.latest_committed()]
