@@ -75,6 +75,8 @@ class CheckpointRecord:
         Source declines charged to this checkpoint: ``kind``, ``reason``, ``at``.
     delta_version
         The Delta table version the checkpoint was published as (``delta-2pc``), once published.
+    published_at
+        When it was published (seconds since the epoch, the publisher's clock).
     failures
         Failures charged to this checkpoint: ``reason``, ``message``, ``at``.
     restarts
@@ -92,6 +94,7 @@ class CheckpointRecord:
     rows: int | None = None
     declines: list[dict[str, Any]] = field(default_factory=list)
     delta_version: int | None = None
+    published_at: float | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
     restarts: int = 0
     hooks: list[str] = field(default_factory=list)
@@ -100,6 +103,16 @@ class CheckpointRecord:
     def completed(self) -> bool:
         """True once the checkpoint completed (Spark wrote ``commits/<id>``)."""
         return self.completed_at is not None
+
+    @property
+    def publish_latency(self) -> float | None:
+        """Seconds from completion (as the control plane saw it) to publication, when known.
+
+        A batch published by recovery after a crash shows the whole wait.
+        """
+        if self.completed_at is None or self.published_at is None:
+            return None
+        return max(0.0, self.published_at - self.completed_at)
 
 
 def _offset(text: object) -> dict[str, Any] | None:
@@ -251,7 +264,9 @@ def fold(events: Iterable[HistoryEvent]) -> list[CheckpointRecord]:
                 {"kind": event.decline, "reason": event.reason, "at": event.at}
             )
         elif isinstance(event, PublishedEvent):
-            record(event.checkpoint).delta_version = event.delta_version
+            rec = record(event.checkpoint)
+            rec.delta_version = event.delta_version
+            rec.published_at = event.at
         elif isinstance(event, HooksEvent):
             record(event.checkpoint).hooks = list(event.identifiers)
     return [records[k] for k in sorted(records)]

@@ -1,0 +1,158 @@
+"""The ``spark-ckpt`` command: look at a query's checkpoints without reading JSON files.
+
+``spark-ckpt history CKPT`` prints one line per checkpoint (batch) from the history spark-ckpt
+keeps in the checkpoint location: the source transactions it covers, rows, duration, the Delta
+version it was published as and how long that took, declines, failures and restarts.
+``--json`` prints the same as one JSON object per line. ``CKPT`` is a local path or an object
+store URI; settings for the store come from the environment's standard variables and
+``--storage-option KEY=VALUE``.
+
+Runs wherever it is invoked (no Spark, no JVM). Errors are one line on stderr: exit status 1 for
+a failure (unreachable store, unreadable history), 2 for a usage error (as argparse does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from spark_ckpt.errors import SparkCkptError, UsageError
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import CheckpointRecord, HistoryLog
+from spark_ckpt.state.storage import StorageOptions
+
+__all__ = ["main"]
+
+_PROG = "spark-ckpt"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (the console script's entry point)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args, sys.stdout))
+    except SparkCkptError as e:
+        print(f"{_PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `spark-ckpt history ... | head`
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG, description="Look at the checkpoints of a spark-ckpt query."
+    )
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    history = commands.add_parser(
+        "history",
+        help="one line per checkpoint: transactions, duration, publication, declines, restarts",
+        description="One line per checkpoint (batch) the history in CKPT knows, oldest first.",
+    )
+    history.add_argument("checkpoint", metavar="CKPT", help="the query's checkpointLocation")
+    history.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
+    history.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a storage setting in delta-rs's spelling (AWS_ENDPOINT_URL=...); repeatable",
+    )
+    history.set_defaults(run=_history)
+    return parser
+
+
+def _storage(pairs: list[str]) -> StorageOptions:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--storage-option expects KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return StorageOptions.of(options)
+
+
+def _history(args: argparse.Namespace, out: TextIO) -> int:
+    checkpoint = SparkCheckpoint(args.checkpoint, _storage(args.storage_option))
+    if not checkpoint.root.exists():
+        raise UsageError(f"no checkpoint location at {checkpoint.root.url}")
+    records = HistoryLog(checkpoint).records()
+    if args.json:
+        for record in records:
+            out.write(json.dumps(_as_json(record)) + "\n")
+        return 0
+    if not records:
+        out.write(f"no history in {checkpoint.root.url} (spark_ckpt.install() records it)\n")
+        return 0
+    out.write(_HEADER + "\n")
+    for record in records:
+        out.write(_line(record) + "\n")
+    return 0
+
+
+def _as_json(record: CheckpointRecord) -> dict[str, Any]:
+    body = asdict(record)
+    body["transactions"] = list(record.transactions) if record.transactions else None
+    body["publishLatency"] = record.publish_latency
+    return body
+
+
+_HEADER = (
+    f"{'batch':>6}  {'transactions':<15} {'rows':>8}  {'duration':>9}  {'triggered (UTC)':<19}  "
+    f"{'published':>9}  {'latency':>8}  notes"
+)
+
+
+def _line(record: CheckpointRecord) -> str:
+    transactions = (
+        f"{record.transactions[0]}-{record.transactions[1]}" if record.transactions else "-"
+    )
+    rows = "-" if record.rows is None else str(record.rows)
+    duration = "-" if record.duration_ms is None else _seconds(record.duration_ms / 1000)
+    triggered = (record.triggered_at or "-").replace("T", " ")[:19]
+    if record.delta_version is not None:
+        published = f"v{record.delta_version}"
+    elif record.completed:
+        published = "pending"
+    else:
+        published = "-"
+    latency = "-" if record.publish_latency is None else _seconds(record.publish_latency)
+    return (
+        f"{record.checkpoint_id:>6}  {transactions:<15} {rows:>8}  {duration:>9}  "
+        f"{triggered:<19}  {published:>9}  {latency:>8}  {_notes(record)}"
+    ).rstrip()
+
+
+def _notes(record: CheckpointRecord) -> str:
+    notes = []
+    if not record.completed:
+        notes.append("not completed")
+    for decline in record.declines:
+        notes.append(f"declined ({decline['kind']}): {decline['reason']}")
+    for failure in record.failures:
+        notes.append(f"failed: {failure['reason']}" + _at(failure.get("at")))
+    if record.restarts:
+        notes.append(f"restarted from here x{record.restarts}")
+    if record.hooks:
+        notes.append(f"hooks: {', '.join(record.hooks)}")
+    return "; ".join(notes)
+
+
+def _at(epoch: object) -> str:
+    if not isinstance(epoch, int | float):
+        return ""
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return f" at {moment:%H:%M:%S}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+if __name__ == "__main__":  # python -m spark_ckpt.cli
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The ``spark-ckpt`` console script, run as a user runs it (a subprocess), on a made history.
+
+The history is written through :class:`HistoryLog` exactly as the control plane writes it; the
+integration tests run the same command against a real query's checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_ckpt.model.events import (
+    CompletedEvent,
+    DeclineEvent,
+    FailureEvent,
+    PublishedEvent,
+    StartEvent,
+)
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog
+
+SCRIPT = Path(sys.executable).with_name("spark-ckpt")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    assert SCRIPT.exists(), f"the console script is not installed next to {sys.executable}"
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def offsets(start: int, end: int) -> dict[str, object]:
+    return {
+        "description": "txn-cdc",
+        "startOffset": json.dumps({"emitted": start}),
+        "endOffset": json.dumps({"emitted": end}),
+    }
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    """A checkpoint location whose history has two published batches, a decline, a failure."""
+    location = tmp_path / "ckpt"
+    location.mkdir()
+    history = HistoryLog(SparkCheckpoint(str(location)))
+    history.append(StartEvent(1, None, at=1000.0))
+    history.append(
+        CompletedEvent(0, "2026-11-23T10:00:00.000Z", 1500, 40, (offsets(0, 5),), at=1001.5)
+    )
+    history.append(PublishedEvent(0, 0, "/lake/t", at=1001.75))
+    history.append(DeclineEvent(1, "soft", "transaction 6 is still open", at=1002.0))
+    history.append(
+        CompletedEvent(1, "2026-11-23T10:00:02.000Z", 2200, 12, (offsets(5, 9),), at=1004.2)
+    )
+    history.append(FailureEvent(2, "QUERY_FAILED", "executor lost", at=1005.0))
+    history.append(StartEvent(2, 1, at=1006.0))
+    history.append(PublishedEvent(1, 1, "/lake/t", at=1006.5))
+    return location
+
+
+def test_history_prints_one_line_per_checkpoint(checkpoint: Path) -> None:
+    done = run("history", str(checkpoint))
+    assert done.returncode == 0, done.stderr
+    header, *lines = done.stdout.splitlines()
+    assert header.split()[:3] == ["batch", "transactions", "rows"]
+    assert [line.split()[0] for line in lines] == ["0", "1", "2"]
+    first, second, third = lines
+    assert "0-4" in first, "txn_order of the first and last transaction"
+    assert " v0 " in first
+    assert "250ms" in first, "published 0.25 s after it completed"
+    assert "declined (soft): transaction 6 is still open" in second
+    assert "restarted from here x1" in second
+    assert "2.30s" in second, "published by the restarted run, 2.3 s after it completed"
+    assert "failed: QUERY_FAILED" in third
+    assert "not completed" in third
+
+
+def test_history_json_parses_back(checkpoint: Path) -> None:
+    done = run("history", str(checkpoint), "--json")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["checkpoint_id"] for r in records] == [0, 1, 2]
+    assert records[0]["delta_version"] == 0
+    assert records[0]["transactions"] == [0, 4]
+    assert records[0]["publishLatency"] == pytest.approx(0.25)
+    assert records[1]["restarts"] == 1
+    assert records[2]["failures"][0]["reason"] == "QUERY_FAILED"
+
+
+def test_errors_are_one_line_and_a_non_zero_status(tmp_path: Path) -> None:
+    missing = run("history", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [
+        f"spark-ckpt: error: no checkpoint location at {tmp_path / 'nowhere'}"
+    ]
+    bad = run("history", str(tmp_path), "--storage-option", "AWS_REGION")
+    assert bad.returncode == 1
+    assert "expects KEY=VALUE" in bad.stderr
+    usage = run()
+    assert usage.returncode == 2, "a usage error, as argparse reports it"
+    assert "usage: spark-ckpt" in usage.stderr
