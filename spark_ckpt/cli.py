@@ -3,7 +3,8 @@
 ``spark-ckpt history CKPT`` prints one line per checkpoint (batch) from the history spark-ckpt
 keeps in the checkpoint location: the source transactions it covers, rows, duration, the Delta
 version it was published as and how long that took, declines, failures and restarts.
-``--json`` prints the same as one JSON object per line. ``CKPT`` is a local path or an object
+``--json`` prints the same as one JSON object per line. ``spark-ckpt plot CKPT -o FILE.png``
+draws it as a timeline (:mod:`spark_ckpt.history_plot`). ``CKPT`` is a local path or an object
 store URI; settings for the store come from the environment's standard variables and
 ``--storage-option KEY=VALUE``.
 
@@ -24,7 +25,7 @@ from typing import Any, TextIO
 from spark_ckpt.errors import SparkCkptError, UsageError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import CheckpointRecord, HistoryLog
-from spark_ckpt.state.storage import StorageOptions
+from spark_ckpt.state.storage import Location, StorageOptions
 
 __all__ = ["main"]
 
@@ -54,17 +55,29 @@ def _parser() -> argparse.ArgumentParser:
         help="one line per checkpoint: transactions, duration, publication, declines, restarts",
         description="One line per checkpoint (batch) the history in CKPT knows, oldest first.",
     )
-    history.add_argument("checkpoint", metavar="CKPT", help="the query's checkpointLocation")
+    _common(history)
     history.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
-    history.add_argument(
+    history.set_defaults(run=_history)
+    plot = commands.add_parser(
+        "plot",
+        help="a timeline PNG: batch durations, publish latency, declines, failures, restarts",
+        description="Draw CKPT's history as a timeline (PNG, 1100 x 600 pixels).",
+    )
+    _common(plot)
+    plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="where to write")
+    plot.set_defaults(run=_plot)
+    return parser
+
+
+def _common(command: argparse.ArgumentParser) -> None:
+    command.add_argument("checkpoint", metavar="CKPT", help="the query's checkpointLocation")
+    command.add_argument(
         "--storage-option",
         metavar="KEY=VALUE",
         action="append",
         default=[],
         help="a storage setting in delta-rs's spelling (AWS_ENDPOINT_URL=...); repeatable",
     )
-    history.set_defaults(run=_history)
-    return parser
 
 
 def _storage(pairs: list[str]) -> StorageOptions:
@@ -77,10 +90,30 @@ def _storage(pairs: list[str]) -> StorageOptions:
     return StorageOptions.of(options)
 
 
-def _history(args: argparse.Namespace, out: TextIO) -> int:
+def _checkpoint(args: argparse.Namespace) -> SparkCheckpoint:
     checkpoint = SparkCheckpoint(args.checkpoint, _storage(args.storage_option))
     if not checkpoint.root.exists():
         raise UsageError(f"no checkpoint location at {checkpoint.root.url}")
+    return checkpoint
+
+
+def _plot(args: argparse.Namespace, out: TextIO) -> int:
+    from spark_ckpt.history_plot import render_history
+
+    checkpoint = _checkpoint(args)
+    events = HistoryLog(checkpoint).events()
+    if not any(e.at is not None for e in events):
+        raise UsageError(
+            f"no history to plot in {checkpoint.root.url} (spark_ckpt.install() records it)"
+        )
+    target = Location(args.output, checkpoint.options)
+    target.write_bytes(render_history(events, f"spark-ckpt: {checkpoint.root.url}"))
+    out.write(f"wrote {target.url}\n")
+    return 0
+
+
+def _history(args: argparse.Namespace, out: TextIO) -> int:
+    checkpoint = _checkpoint(args)
     records = HistoryLog(checkpoint).records()
     if args.json:
         for record in records:

@@ -7,6 +7,7 @@ integration tests run the same command against a real query's checkpoint.
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,24 @@ def test_history_json_parses_back(checkpoint: Path) -> None:
     assert records[0]["publishLatency"] == pytest.approx(0.25)
     assert records[1]["restarts"] == 1
     assert records[2]["failures"][0]["reason"] == "QUERY_FAILED"
+
+
+def test_plot_writes_a_timeline_png(checkpoint: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out" / "history.png"
+    done = run("plot", str(checkpoint), "-o", str(target))
+    assert done.returncode == 0, done.stderr
+    png = target.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk comes first
+    assert (width, height) == (1100, 600)
+    assert len(png) > 20_000, "two panels with lines, marks and labels are not a blank image"
+
+
+def test_plot_of_an_empty_history_is_an_error(tmp_path: Path) -> None:
+    done = run("plot", str(tmp_path), "-o", str(tmp_path / "x.png"))
+    assert done.returncode == 1
+    assert "no history to plot" in done.stderr
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_errors_are_one_line_and_a_non_zero_status(tmp_path: Path) -> None:
