@@ -4,9 +4,11 @@
 keeps in the checkpoint location: the source transactions it covers, rows, duration, the Delta
 version it was published as and how long that took, declines, failures and restarts.
 ``--json`` prints the same as one JSON object per line. ``spark-ckpt plot CKPT -o FILE.png``
-draws it as a timeline (:mod:`spark_ckpt.history_plot`). ``CKPT`` is a local path or an object
-store URI; settings for the store come from the environment's standard variables and
-``--storage-option KEY=VALUE``.
+draws it as a timeline (:mod:`spark_ckpt.history_plot`). ``spark-ckpt status CKPT`` says where
+the query stands: last completed batch, batches in flight, starts and failures, and what each
+sink reports (``delta-2pc``: published up to, pending and staged batches). ``CKPT`` is a local
+path or an object store URI; settings for the store come from the environment's standard
+variables and ``--storage-option KEY=VALUE``.
 
 Runs wherever it is invoked (no Spark, no JVM). Errors are one line on stderr: exit status 1 for
 a failure (unreachable store, unreadable history), 2 for a usage error (as argparse does).
@@ -20,9 +22,11 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from importlib.metadata import entry_points
 from typing import Any, TextIO
 
 from spark_ckpt.errors import SparkCkptError, UsageError
+from spark_ckpt.model.events import FailureEvent, StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import CheckpointRecord, HistoryLog
 from spark_ckpt.state.storage import Location, StorageOptions
@@ -58,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     _common(history)
     history.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
     history.set_defaults(run=_history)
+    status = commands.add_parser(
+        "status",
+        help="last completed and published batch, pending manifests, restarts",
+        description="Where the query in CKPT stands now.",
+    )
+    _common(status)
+    status.add_argument("--json", action="store_true", help="one JSON object")
+    status.set_defaults(run=_status)
     plot = commands.add_parser(
         "plot",
         help="a timeline PNG: batch durations, publish latency, declines, failures, restarts",
@@ -110,6 +122,77 @@ def _plot(args: argparse.Namespace, out: TextIO) -> int:
     target.write_bytes(render_history(events, f"spark-ckpt: {checkpoint.root.url}"))
     out.write(f"wrote {target.url}\n")
     return 0
+
+
+STATUS_GROUP = "spark_ckpt.status_reporters"
+"""Entry points ``name -> report(checkpoint) -> dict | None`` a sink registers for ``status``."""
+
+
+def _status(args: argparse.Namespace, out: TextIO) -> int:
+    checkpoint = _checkpoint(args)
+    completed = checkpoint.committed_batches()
+    logged = checkpoint.logged_batches()
+    events = HistoryLog(checkpoint).events()
+    starts = [e for e in events if isinstance(e, StartEvent)]
+    failures = [e for e in events if isinstance(e, FailureEvent)]
+    state: dict[str, Any] = {
+        "checkpoint": checkpoint.root.url,
+        "queryId": checkpoint.query_id() if checkpoint.child("metadata").exists() else None,
+        "lastCompleted": completed[-1] if completed else None,
+        "inFlight": [b for b in logged if not completed or b > completed[-1]],
+        "starts": len(starts),
+        "lastStart": _start_json(starts[-1]) if starts else None,
+        "failures": len(failures),
+        "lastFailure": _failure_json(failures[-1]) if failures else None,
+        "sinks": {},
+    }
+    for entry in sorted(entry_points(group=STATUS_GROUP), key=lambda e: e.name):
+        report = entry.load()(checkpoint)
+        if report is not None:
+            state["sinks"][entry.name] = report
+    if args.json:
+        out.write(json.dumps(state) + "\n")
+        return 0
+    for key, value in _status_lines(state):
+        out.write(f"{key:<14}{value}\n")
+    return 0
+
+
+def _start_json(event: StartEvent) -> dict[str, Any]:
+    return {"attempt": event.attempt, "restored": event.restored, "at": event.at}
+
+
+def _failure_json(event: FailureEvent) -> dict[str, Any]:
+    return {"checkpoint": event.checkpoint, "reason": event.reason, "at": event.at}
+
+
+def _status_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
+    lines = [("checkpoint", f"{state['checkpoint']} (query {state['queryId'] or 'unknown'})")]
+    last = state["lastCompleted"]
+    lines.append(("completed", "nothing yet" if last is None else f"batch {last}"))
+    flight = state["inFlight"]
+    lines.append(("in flight", ", ".join(f"batch {b}" for b in flight) or "nothing"))
+    start = state["lastStart"]
+    starts = f"{state['starts']} start(s)"
+    if start is not None:
+        resumed = "a new query" if start["restored"] is None else f"batch {start['restored']}"
+        starts += f"; the last, attempt {start['attempt']}{_at(start['at'])}, resumed {resumed}"
+    lines.append(("restarts", starts))
+    failure = state["lastFailure"]
+    failed = f"{state['failures']} failure(s)"
+    if failure is not None:
+        failed += f"; the last: {failure['reason']}{_at(failure['at'])}"
+    lines.append(("failures", failed))
+    for name, report in state["sinks"].items():
+        published = report.get("published")
+        text = f"{report.get('table')}: " + (
+            "nothing published" if published is None else f"published up to batch {published}"
+        )
+        text += f" (table version {report.get('tableVersion')})"
+        text += "; pending: " + (", ".join(map(str, report.get("pending", []))) or "none")
+        text += "; staged: " + (", ".join(map(str, report.get("staged", []))) or "none")
+        lines.append((name, text))
+    return lines
 
 
 def _history(args: argparse.Namespace, out: TextIO) -> int:

@@ -12,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import Schema
 
 from spark_ckpt.model.events import (
     CompletedEvent,
@@ -21,8 +23,11 @@ from spark_ckpt.model.events import (
     PublishedEvent,
     StartEvent,
 )
+from spark_ckpt.sinks.manifest import Manifest, ManifestStore
+from spark_ckpt.sinks.publisher import precommit, publish_completed
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
+from spark_ckpt.state.storage import Location
 
 SCRIPT = Path(sys.executable).with_name("spark-ckpt")
 
@@ -90,6 +95,41 @@ def test_history_json_parses_back(checkpoint: Path) -> None:
     assert records[0]["publishLatency"] == pytest.approx(0.25)
     assert records[1]["restarts"] == 1
     assert records[2]["failures"][0]["reason"] == "QUERY_FAILED"
+
+
+def test_status_reports_completed_in_flight_published_pending_and_staged(tmp_path: Path) -> None:
+    query = "6a1f8f9e-0000-4000-8000-0000000000c1"
+    ckpt, table = Location(str(tmp_path / "ckpt")), Location(str(tmp_path / "table"))
+    ckpt.child("metadata").write_bytes(json.dumps({"id": query}).encode() + b"\n")
+    checkpoint = SparkCheckpoint(ckpt)
+    store = ManifestStore(checkpoint)
+    store.record_table(table.url)
+    schema = Schema.from_arrow(pa.schema([("id", pa.int64())])).to_json()
+    for batch in range(3):  # Spark planned 0-2, completed 0-1; 0 is published
+        ckpt.child("offsets", str(batch)).write_bytes(b"v1\n{}\n{}\n")
+        precommit(store, Manifest(batch, query, table.url, schema, (), (), "run-1"))
+    for batch in (0, 1):
+        ckpt.child("commits", str(batch)).write_bytes(b"v1\n{}\n")
+    assert publish_completed(store, table, upto=0) == [0]
+    history = HistoryLog(checkpoint)
+    history.append(StartEvent(1, None))
+    history.append(FailureEvent(1, "CHECKPOINT_DECLINED", "source declined"))
+    history.append(StartEvent(2, 0))
+
+    done = run("status", str(ckpt.url), "--json")
+    assert done.returncode == 0, done.stderr
+    state = json.loads(done.stdout)
+    assert state["queryId"] == query
+    assert (state["lastCompleted"], state["inFlight"]) == (1, [2])
+    assert (state["starts"], state["lastStart"]["restored"]) == (2, 0)
+    assert state["lastFailure"]["reason"] == "CHECKPOINT_DECLINED"
+    sink = state["sinks"]["delta-2pc"]
+    assert (sink["published"], sink["pending"], sink["staged"]) == (0, [1], [2])
+
+    text = run("status", str(ckpt.url))
+    assert text.returncode == 0, text.stderr
+    assert "published up to batch 0 (table version 0); pending: 1; staged: 2" in text.stdout
+    assert "the last: CHECKPOINT_DECLINED" in text.stdout
 
 
 def test_plot_writes_a_timeline_png(checkpoint: Path, tmp_path: Path) -> None:
