@@ -22,6 +22,7 @@ __all__ = [
     "CheckpointFailureManager",
     "FailureHandling",
     "FailureReason",
+    "is_io_error",
 ]
 
 
@@ -68,6 +69,26 @@ _HANDLING: dict[FailureReason, FailureHandling] = {
     FailureReason.QUERY_FAILED: FailureHandling.FAILOVER,
     FailureReason.QUERY_STOPPED_BY_USER: FailureHandling.IGNORED,
 }
+
+
+_IO_MARKERS = (
+    "java.io.IOException",
+    "java.io.FileNotFoundException",
+    "java.nio.file.",
+    "org.apache.hadoop.fs.",
+    "S3Exception",
+    "SdkClientException",
+    "AccessDeniedException",
+    "StorageError",
+    "CheckpointLocationError",
+)
+"""What a failed query's error says when it failed reading or writing storage: Hadoop's and the
+AWS SDK's exceptions on the JVM side, spark-ckpt's storage errors on the Python side."""
+
+
+def is_io_error(message: str) -> bool:
+    """True when a failed query's error (its message and stack trace) is an I/O error."""
+    return any(marker in message for marker in _IO_MARKERS)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,12 @@ import time
 from collections.abc import Callable, Iterable
 
 from spark_ckpt.model.events import DeclineEvent, FailureEvent, HistoryEvent
-from spark_ckpt.model.failures import CheckpointFailure, CheckpointFailureManager, FailureReason
+from spark_ckpt.model.failures import (
+    CheckpointFailure,
+    CheckpointFailureManager,
+    FailureReason,
+    is_io_error,
+)
 
 __all__ = ["SupervisionRules"]
 
@@ -119,11 +124,15 @@ class SupervisionRules:
                 self._declines.add((next_checkpoint, kind, reason))
             if new:
                 self._record(DeclineEvent(next_checkpoint, kind, reason))
-            if kind == "hard":
-                with self._lock:
-                    self.failures.handle_failure(
-                        FailureReason.SOURCE_DECLINED_HARD, next_checkpoint, reason
-                    )
+            # A soft decline is an ignored failure (the DeclineEvent is its record); a hard one
+            # counts toward tolerableFailedCheckpoints.
+            declined = (
+                FailureReason.SOURCE_DECLINED_HARD
+                if kind == "hard"
+                else FailureReason.SOURCE_DECLINED_SOFT
+            )
+            with self._lock:
+                self.failures.handle_failure(declined, next_checkpoint, reason)
         with self._lock:
             self.failures.handle_holding(bool(current))
 
@@ -141,15 +150,25 @@ class SupervisionRules:
     def query_failed(self, message: str) -> list[CheckpointFailure]:
         """The attempt's query failed: fail over at once; return the chain that led here.
 
-        Rule: a hook that aborted the batch is named first, before the query's failure.
+        Rules: a query that failed reading or writing storage is an I/O error (counted) before
+        it is a failed query (failover); a hook that aborted the batch is named first.
         """
+        earlier: list[CheckpointFailure] = []
+        if is_io_error(message):
+            self.fail(FailureReason.IO_ERROR, None, message)
+            earlier = self.take_failover() or []  # over the limit already: keep its chain
         self.fail(FailureReason.QUERY_FAILED, None, message)
         chain = self.take_failover() or []
+        chain = [*earlier, *(f for f in chain if f not in earlier)]
         with self._lock:
             abort = self._hook_abort
         if abort is not None and abort not in chain:
             chain.insert(0, abort)
         return chain
+
+    def user_stopped(self) -> None:
+        """The user stopped the query: recorded, ignored by the count (Flink's rule)."""
+        self.fail(FailureReason.QUERY_STOPPED_BY_USER, None, "stopped by the user")
 
     # -- what the supervisor acts on ---------------------------------------------------------
 

@@ -356,6 +356,8 @@ class SupervisedQuery:
         timeout
             Seconds to wait for the running batch, and again for the final publish.
         """
+        if not self._stop.is_set():
+            self.rules.user_stopped()
         self._stop.set()
         query = self.query
         if query is not None and query.isActive:

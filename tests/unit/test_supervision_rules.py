@@ -7,6 +7,8 @@ the rule it holds the supervisor to (DESIGN.md §5).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +236,89 @@ def test_a_new_attempt_forgets_the_running_batch_and_the_hook_abort(
     assert [f for f in failures(history) if f[1] == "CHECKPOINT_EXPIRED"] == []
     chain = supervision.query_failed("later failure")
     assert [f.reason for f in chain] == [FailureReason.QUERY_FAILED]
+
+
+def test_a_query_that_failed_on_storage_is_an_io_error_then_a_failover(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    """DESIGN §5: an I/O error is counted; the dead query then fails over, naming both."""
+    supervision = rules(clock, history, tolerable=3)
+    message = "org.apache.hadoop.fs.s3a.AWSBadRequestException: ... java.io.IOException: gone"
+    chain = supervision.query_failed(message)
+    assert [f.reason for f in chain] == [FailureReason.IO_ERROR, FailureReason.QUERY_FAILED]
+    assert failures(history) == [(None, "IO_ERROR"), (None, "QUERY_FAILED")]
+
+
+def test_an_io_error_over_the_limit_keeps_its_place_in_the_chain(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    supervision = rules(clock, history, tolerable=0)
+    chain = supervision.query_failed("spark_ckpt.errors.StorageError: cannot write s3://b/t")
+    assert [f.reason for f in chain] == [FailureReason.IO_ERROR, FailureReason.QUERY_FAILED]
+
+
+def test_any_other_failure_of_the_query_is_a_failed_query_only(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    supervision = rules(clock, history, tolerable=3)
+    chain = supervision.query_failed("ZeroDivisionError: division by zero")
+    assert [f.reason for f in chain] == [FailureReason.QUERY_FAILED]
+
+
+def test_a_stop_by_the_user_is_recorded_and_not_counted(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    supervision = rules(clock, history, tolerable=0)
+    supervision.user_stopped()
+    assert failures(history) == [(None, "QUERY_STOPPED_BY_USER")]
+    assert supervision.failures.failure_count == 0
+    assert supervision.take_failover() is None
+
+
+GLUE_PRODUCED = {FailureReason.PUBLISH_FAILED: "spark_ckpt/spark/supervisor.py"}
+"""Reasons only the Spark glue observes (it sees the publisher fail), with where."""
+
+
+class Spy:
+    """Wraps a failure manager's ``handle_failure`` to see every reason handed to it."""
+
+    def __init__(self, supervision: SupervisionRules) -> None:
+        self.seen: list[FailureReason] = []
+        self._handle = supervision.failures.handle_failure
+        supervision.failures.handle_failure = self  # type: ignore[method-assign]
+
+    def __call__(self, reason: FailureReason, checkpoint: int | None = None, msg: str = "") -> bool:
+        self.seen.append(reason)
+        return self._handle(reason, checkpoint, msg)
+
+
+def test_every_failure_reason_is_produced_by_something(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    """Each reason comes out of a rule here, or (for the glue's) is raised where it is seen."""
+
+    def expire(supervision: SupervisionRules) -> None:
+        supervision.trigger_seen(True, 1)
+        clock.now += 11  # past checkpoint_timeout=10
+        supervision.trigger_seen(True, 1)
+
+    scenarios: dict[FailureReason, Callable[[SupervisionRules], object]] = {
+        FailureReason.SOURCE_DECLINED_SOFT: lambda s: s.declines_seen([("soft", "open")], 1),
+        FailureReason.SOURCE_DECLINED_HARD: lambda s: s.declines_seen([("hard", "lost")], 1),
+        FailureReason.CHECKPOINT_EXPIRED: expire,
+        FailureReason.HOOK_TRIGGER_FAILED: lambda s: s.hook_failed(1, False, "x", "hook raised"),
+        FailureReason.HOOK_IO_FAILED: lambda s: s.hook_failed(1, True, "x", "store failed"),
+        FailureReason.IO_ERROR: lambda s: s.query_failed("java.io.IOException: disk"),
+        FailureReason.QUERY_FAILED: lambda s: s.query_failed("ValueError: bad row"),
+        FailureReason.QUERY_STOPPED_BY_USER: lambda s: s.user_stopped(),
+    }
+    assert set(scenarios) | set(GLUE_PRODUCED) == set(FailureReason)
+    for reason, scenario in scenarios.items():
+        supervision = rules(clock, history, tolerable=10)
+        spy = Spy(supervision)
+        scenario(supervision)
+        assert reason in spy.seen, f"{reason.name} was not produced by its scenario"
+    root = Path(__file__).resolve().parents[2]
+    for reason, module in GLUE_PRODUCED.items():
+        source = (root / module).read_text()
+        assert f"self.rules.fail(FailureReason.{reason.name}" in source, (reason, module)
