@@ -1,10 +1,10 @@
 """A timeline of a query's checkpoints as a PNG: what ``spark-ckpt plot`` draws (matplotlib).
 
 Two panels over wall-clock time (UTC): each completed batch's duration, and each published
-batch's publish latency (from the control plane seeing it complete to its Delta commit).
+batch's publish latency (from the end of the batch to its Delta commit).
 Declines are marked on the first panel, failures on both, and every restart of the query is a
-vertical line through both. Rendered off-screen (Agg) and written through the storage layer, so
-the target may be local or on an object store.
+vertical line through both (a stop by the user a dotted one). Rendered off-screen (Agg); the
+CLI writes it through the storage layer, so the target may be local or on an object store.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_ckpt.model.events import DeclineEvent, FailureEvent, HistoryEvent, StartEvent
+from spark_ckpt.model.failures import FailureReason
 from spark_ckpt.state.history import CheckpointRecord, fold
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ def render_history(events: Sequence[HistoryEvent], title: str) -> bytes:
 
 
 def _durations(axes: Axes, records: list[CheckpointRecord]) -> None:
-    done = [r for r in records if r.completed_at is not None and r.duration_ms is not None]
-    times = [_time(r.completed_at or 0.0) for r in done]
+    done = [r for r in records if r.ended_at is not None and r.duration_ms is not None]
+    times = [_time(r.ended_at or 0.0) for r in done]
     seconds = [(r.duration_ms or 0) / 1000 for r in done]
     axes.plot(times, seconds, marker="o", markersize=3, linewidth=1, label="batch duration")
     axes.set_ylabel("batch duration (s)")
@@ -107,7 +108,18 @@ def _marks(durations: Axes, latencies: Axes, events: Sequence[HistoryEvent]) -> 
             label="declined",
             zorder=3,
         )
-    failures = [e.at for e in events if isinstance(e, FailureEvent) and e.at is not None]
+    stopped = FailureReason.QUERY_STOPPED_BY_USER.name
+    for event in events:  # a stop by the user is not a failure: a line of its own
+        if isinstance(event, FailureEvent) and event.reason == stopped and event.at is not None:
+            for axes in (durations, latencies):
+                axes.axvline(
+                    _time(event.at), color="grey", linestyle=":", linewidth=1, label="stopped"
+                )
+    failures = [
+        e.at
+        for e in events
+        if isinstance(e, FailureEvent) and e.at is not None and e.reason != stopped
+    ]
     for axes in (durations, latencies):
         if failures:
             axes.scatter(

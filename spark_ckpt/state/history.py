@@ -17,6 +17,7 @@ Pure Python over the storage layer, no Spark.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import random
 import time
@@ -105,14 +106,31 @@ class CheckpointRecord:
         return self.completed_at is not None
 
     @property
+    def ended_at(self) -> float | None:
+        """When Spark ended the batch that completed it (seconds since the epoch), if known.
+
+        Its trigger time plus its duration: Spark writes ``commits/N`` inside the trigger, just
+        before it ends. The control plane's own ``completed_at`` can be later, since progress
+        events reach listeners asynchronously.
+        """
+        if self.triggered_at is None or self.duration_ms is None:
+            return self.completed_at
+        try:
+            started = datetime.datetime.fromisoformat(self.triggered_at.replace("Z", "+00:00"))
+        except ValueError:
+            return self.completed_at
+        return started.timestamp() + self.duration_ms / 1000
+
+    @property
     def publish_latency(self) -> float | None:
-        """Seconds from completion (as the control plane saw it) to publication, when known.
+        """Seconds from the end of the batch that completed it to its publication, when known.
 
         A batch published by recovery after a crash shows the whole wait.
         """
-        if self.completed_at is None or self.published_at is None:
+        ended = self.ended_at
+        if ended is None or self.published_at is None:
             return None
-        return max(0.0, self.published_at - self.completed_at)
+        return max(0.0, self.published_at - ended)
 
 
 def _offset(text: object) -> dict[str, Any] | None:

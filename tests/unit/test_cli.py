@@ -6,6 +6,7 @@ integration tests run the same command against a real query's checkpoint.
 
 from __future__ import annotations
 
+import datetime
 import json
 import struct
 import subprocess
@@ -30,6 +31,8 @@ from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.storage import Location
 
 SCRIPT = Path(sys.executable).with_name("spark-ckpt")
+T0 = datetime.datetime(2026, 11, 23, 10, 0, tzinfo=datetime.timezone.utc).timestamp()
+"""The history's clock: batch 0 is triggered at T0 + 0, as its progress event says."""
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,18 +56,18 @@ def checkpoint(tmp_path: Path) -> Path:
     location = tmp_path / "ckpt"
     location.mkdir()
     history = HistoryLog(SparkCheckpoint(str(location)))
-    history.append(StartEvent(1, None, at=1000.0))
+    history.append(StartEvent(1, None, at=T0 + 0))
     history.append(
-        CompletedEvent(0, "2026-11-23T10:00:00.000Z", 1500, 40, (offsets(0, 5),), at=1001.5)
+        CompletedEvent(0, "2026-11-23T10:00:00.000Z", 1500, 40, (offsets(0, 5),), at=T0 + 1.9)
     )
-    history.append(PublishedEvent(0, 0, "/lake/t", at=1001.75))
-    history.append(DeclineEvent(1, "soft", "transaction 6 is still open", at=1002.0))
+    history.append(PublishedEvent(0, 0, "/lake/t", at=T0 + 1.75))
+    history.append(DeclineEvent(1, "soft", "transaction 6 is still open", at=T0 + 2))
     history.append(
-        CompletedEvent(1, "2026-11-23T10:00:02.000Z", 2200, 12, (offsets(5, 9),), at=1004.2)
+        CompletedEvent(1, "2026-11-23T10:00:02.000Z", 2200, 12, (offsets(5, 9),), at=T0 + 4.2)
     )
-    history.append(FailureEvent(2, "QUERY_FAILED", "executor lost", at=1005.0))
-    history.append(StartEvent(2, 1, at=1006.0))
-    history.append(PublishedEvent(1, 1, "/lake/t", at=1006.5))
+    history.append(FailureEvent(2, "QUERY_FAILED", "executor lost", at=T0 + 5))
+    history.append(StartEvent(2, 1, at=T0 + 6))
+    history.append(PublishedEvent(1, 1, "/lake/t", at=T0 + 6.5))
     return location
 
 
