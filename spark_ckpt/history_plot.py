@@ -99,15 +99,7 @@ def _marks(durations: Axes, latencies: Axes, events: Sequence[HistoryEvent]) -> 
         for axes in (durations, latencies):
             axes.axvline(_time(at), color="tab:red", linestyle="--", linewidth=1, label="restart")
     declines = [e.at for e in events if isinstance(e, DeclineEvent) and e.at is not None]
-    if declines:
-        durations.scatter(
-            [_time(at) for at in declines],
-            [0.0] * len(declines),
-            marker="x",
-            color="tab:orange",
-            label="declined",
-            zorder=3,
-        )
+    _points(durations, declines, "x", "tab:orange", "declined")
     stopped = FailureReason.QUERY_STOPPED_BY_USER.name
     for event in events:  # a stop by the user is not a failure: a line of its own
         if isinstance(event, FailureEvent) and event.reason == stopped and event.at is not None:
@@ -121,12 +113,13 @@ def _marks(durations: Axes, latencies: Axes, events: Sequence[HistoryEvent]) -> 
         if isinstance(e, FailureEvent) and e.at is not None and e.reason != stopped
     ]
     for axes in (durations, latencies):
-        if failures:
-            axes.scatter(
-                [_time(at) for at in failures],
-                [0.0] * len(failures),
-                marker="v",
-                color="tab:red",
-                label="failure",
-                zorder=3,
-            )
+        _points(axes, failures, "v", "tab:red", "failure")
+
+
+def _points(axes: Axes, times: list[float], marker: str, color: str, label: str) -> None:
+    """Mark moments on the time axis (at y = 0), over the lines."""
+    if times:
+        zeros = [0.0] * len(times)
+        axes.scatter(
+            [_time(at) for at in times], zeros, marker=marker, color=color, label=label, zorder=3
+        )

@@ -27,6 +27,20 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 
+def pipeline(spark: SparkSession, log: Path, table: str, checkpoint: str) -> DataStreamWriter:
+    """txn-cdc over the local log -> delta-2pc on S3, bounded (``availableNow``)."""
+    return (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("maxChangesPerTrigger", "30")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("path", table)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+
+
 def assert_each_transaction_in_one_version(spark: SparkSession, table: str) -> None:
     """Every version adds whole transactions only, and none twice."""
     versions = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version").collect()
@@ -59,17 +73,7 @@ def test_pipeline_on_s3_publishes_every_transaction_once(
     table, checkpoint = f"{root}/table", f"{root}/ckpt"
 
     def run() -> None:
-        query = (
-            spark.readStream.format("txn-cdc")
-            .option("connector", "debezium-json")
-            .option("maxChangesPerTrigger", "30")
-            .load(str(tmp_path / "log"))
-            .writeStream.format("delta-2pc")
-            .option("path", table)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = pipeline(spark, tmp_path / "log", table, checkpoint).start()
         assert query.awaitTermination(300), "the availableNow query did not finish in 300s"
         assert query.exception() is None, str(query.exception())
 
@@ -110,16 +114,7 @@ def test_a_supervised_query_restores_from_its_checkpoint_on_s3(
     table, checkpoint = f"{root}/table", f"{root}/ckpt"
 
     def build() -> DataStreamWriter:
-        return (
-            spark.readStream.format("txn-cdc")
-            .option("connector", "debezium-json")
-            .option("maxChangesPerTrigger", "40")
-            .load(str(tmp_path / "log"))
-            .writeStream.format("delta-2pc")
-            .option("path", table)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-        )
+        return pipeline(spark, tmp_path / "log", table, checkpoint)
 
     for run in range(2):
         supervised = control.supervise(build, checkpoint_location=checkpoint, name=f"s3-{run}")
