@@ -21,7 +21,6 @@ README).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import random
 import statistics
@@ -38,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from s3_server import S3Server
 
 import spark_ckpt
+from spark_ckpt.model.events import CompletedEvent
+from spark_ckpt.state.history import fold
 from spark_ckpt.state.storage import Location, StorageOptions
 from spark_ckpt.testing.debezium_log import random_log, write_log
 
@@ -77,23 +78,16 @@ def publish_latencies(
     work: str, storage: StorageOptions, progress: list[dict[str, Any]]
 ) -> list[float]:
     """Seconds from the end of batch N's trigger to the Delta commit of N, for every batch."""
-    ended = {
-        int(p["batchId"]): _epoch_ms(p["timestamp"]) + int(p["batchDuration"]) for p in progress
-    }
+    records = fold(CompletedEvent.of_progress(p) for p in progress)
+    ended = {r.checkpoint_id: r.ended_at for r in records if r.ended_at is not None}
     table = Location(f"{work}/table", storage)
     latencies = []
     for entry in DeltaTable(table.url, storage_options=table.delta_options()).history():
         batch = entry.get("spark-ckpt.batchId")
         if batch is None or int(batch) not in ended:
             continue
-        latencies.append((int(entry["timestamp"]) - ended[int(batch)]) / 1000)
+        latencies.append(int(entry["timestamp"]) / 1000 - ended[int(batch)])
     return latencies
-
-
-def _epoch_ms(timestamp: str) -> int:
-    """Spark's progress timestamp (``2026-11-23T16:50:01.123Z``) in epoch milliseconds."""
-    parsed = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    return round(parsed.timestamp() * 1000)
 
 
 def percentile(values: list[float], q: float) -> float:
