@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from spark_ckpt.errors import StateFormatError
+from spark_ckpt.errors import CheckpointLocationError, StateFormatError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.storage import Location
 
@@ -134,11 +134,36 @@ class ManifestStore:
     # -- the table ------------------------------------------------------------------------
 
     def record_table(self, table: str) -> None:
-        """Remember the table this checkpoint's sink writes to (for restore handlers)."""
+        """Remember the table this checkpoint's sink writes to (driver, at every writer start).
+
+        Raises
+        ------
+        CheckpointLocationError
+            When the checkpoint has completed batches for another table: its batch ids and
+            manifests belong with that table, and publishing them to this one would skip
+            batches or fail on staged files it does not have.
+        """
         body = json.dumps({"path": table}).encode()
         target = self.root.child("sink.json")
-        if target.read_bytes() != body:
-            target.write_bytes(body)
+        recorded = target.read_bytes()
+        if recorded == body:
+            return
+        if recorded is not None:
+            before = str(json.loads(recorded)["path"])
+            same = Location(before).url == Location(table).url
+            if not same and self.checkpoint.committed_batches():
+                raise CheckpointLocationError(
+                    f"the checkpoint location {self.checkpoint.location!r} belongs with the "
+                    f"table {before!r}, but this query writes to {table!r}. Use a new "
+                    f"checkpoint location for a new table, or restore a savepoint of this "
+                    f"query with a path mapping {before!r} -> {table!r} (spark-ckpt savepoint "
+                    f"restore --map)"
+                )
+        target.write_bytes(body)
+
+    def relocate_table(self, table: str) -> None:
+        """Point this checkpoint's sink at ``table`` (a savepoint restored with a path mapping)."""
+        self.root.child("sink.json").write_bytes(json.dumps({"path": table}).encode())
 
     def table(self) -> str | None:
         """The table recorded by :meth:`record_table`, if any."""

@@ -28,6 +28,8 @@ from spark_ckpt.errors import (
     PublishError,
     ReplicationSlotError,
     RestoreError,
+    SavepointError,
+    SavepointRestoreError,
     SourceConnectionError,
     SourcePathError,
     SparkCkptError,
@@ -52,6 +54,7 @@ from spark_ckpt.model.failures import CheckpointFailure, FailureReason
 from spark_ckpt.state.history import CheckpointRecord
 from spark_ckpt.state.hooks import CheckpointHook
 from spark_ckpt.state.restore import RestorePoint
+from spark_ckpt.state.savepoints import Savepoint
 
 if TYPE_CHECKING:
     from spark_ckpt.spark.control import Control, install
@@ -84,6 +87,9 @@ __all__ = [
     "ReplicationSlotError",
     "RestoreError",
     "RestorePoint",
+    "Savepoint",
+    "SavepointError",
+    "SavepointRestoreError",
     "SnapshotAvailability",
     "SourceConnectionError",
     "SourcePathError",

@@ -6,7 +6,9 @@ version it was published as and how long that took, declines, failures and resta
 ``--json`` prints the same as one JSON object per line. ``spark-ckpt plot CKPT -o FILE.png``
 draws it as a timeline (:mod:`spark_ckpt.history_plot`). ``spark-ckpt status CKPT`` says where
 the query stands: last completed batch, batches in flight, starts and failures, and what each
-sink reports (``delta-2pc``: published up to, pending and staged batches). ``CKPT`` is a local
+sink reports (``delta-2pc``: published up to, pending and staged batches). ``spark-ckpt
+savepoint create|restore|list|inspect`` takes and restores savepoints
+(:mod:`spark_ckpt.state.savepoints`). ``CKPT`` is a local
 path or an object store URI; settings for the store come from the environment's standard
 variables and ``--storage-option KEY=VALUE``.
 
@@ -29,6 +31,12 @@ from spark_ckpt.errors import SparkCkptError, UsageError
 from spark_ckpt.model.events import FailureEvent, StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import CheckpointRecord, HistoryLog
+from spark_ckpt.state.savepoints import (
+    Savepoint,
+    create_savepoint,
+    list_savepoints,
+    restore_savepoint,
+)
 from spark_ckpt.state.storage import Location, StorageOptions
 
 __all__ = ["main"]
@@ -78,11 +86,70 @@ def _parser() -> argparse.ArgumentParser:
     _common(plot)
     plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="where to write")
     plot.set_defaults(run=_plot)
+    _savepoint_parsers(commands)
     return parser
+
+
+def _savepoint_parsers(commands: Any) -> None:
+    savepoint = commands.add_parser(
+        "savepoint",
+        help="take, restore, list and inspect savepoints",
+        description="Savepoints: user-owned copies of a query's state at a published batch.",
+    )
+    actions = savepoint.add_subparsers(title="actions", required=True, metavar="ACTION")
+    create = actions.add_parser(
+        "create",
+        help="take a savepoint of CKPT in a new directory below TARGET",
+        description="Take a savepoint at CKPT's newest completed and published batch (the "
+        "query may be running). Prints the savepoint's location.",
+    )
+    _common(create)
+    create.add_argument("target", metavar="TARGET", help="the directory savepoints go below")
+    create.add_argument("--name", help="the query's name, recorded in the savepoint")
+    create.add_argument("--json", action="store_true", help="print the savepoint as JSON")
+    create.set_defaults(run=_savepoint_create)
+    restore = actions.add_parser(
+        "restore",
+        help="prepare a new checkpoint location that continues after the savepoint",
+        description="Copy SAVEPOINT into the new checkpoint location CKPT, after checking that "
+        "the tables it writes to hold exactly its batches. Start the query on CKPT afterwards.",
+    )
+    restore.add_argument("savepoint", metavar="SAVEPOINT", help="a savepoint directory")
+    _common(restore)
+    restore.add_argument(
+        "--map",
+        metavar="OLD=NEW",
+        action="append",
+        default=[],
+        help="a table moved (or forks) from the path prefix OLD to NEW; repeatable",
+    )
+    restore.set_defaults(run=_savepoint_restore)
+    listing = actions.add_parser(
+        "list",
+        help="the savepoints below a directory, oldest first",
+        description="One line per complete savepoint below DIR.",
+    )
+    listing.add_argument("directory", metavar="DIR", help="where savepoints were taken to")
+    _storage_argument(listing)
+    listing.add_argument("--json", action="store_true", help="one JSON object per savepoint")
+    listing.set_defaults(run=_savepoint_list)
+    inspect = actions.add_parser(
+        "inspect",
+        help="what a savepoint holds",
+        description="The savepoint's batch, query, tables, source offsets and files.",
+    )
+    inspect.add_argument("savepoint", metavar="SAVEPOINT", help="a savepoint directory")
+    _storage_argument(inspect)
+    inspect.add_argument("--json", action="store_true", help="its _savepoint.json")
+    inspect.set_defaults(run=_savepoint_inspect)
 
 
 def _common(command: argparse.ArgumentParser) -> None:
     command.add_argument("checkpoint", metavar="CKPT", help="the query's checkpointLocation")
+    _storage_argument(command)
+
+
+def _storage_argument(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--storage-option",
         metavar="KEY=VALUE",
@@ -256,6 +323,8 @@ def _notes(record: CheckpointRecord) -> str:
         notes.append(f"restarted from here x{record.restarts}")
     if record.hooks:
         notes.append(f"hooks: {', '.join(record.hooks)}")
+    for savepoint in record.savepoints:
+        notes.append(f"savepoint {savepoint['action']}: {savepoint['location']}")
     return "; ".join(notes)
 
 
@@ -268,6 +337,100 @@ def _at(epoch: object) -> str:
 
 def _seconds(value: float) -> str:
     return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def _savepoint_create(args: argparse.Namespace, out: TextIO) -> int:
+    checkpoint = _checkpoint(args)
+    target = Location(args.target, checkpoint.options)
+    savepoint = create_savepoint(checkpoint, target, query_name=args.name)
+    if args.json:
+        out.write(json.dumps({"location": savepoint.root.url, **savepoint.to_json()}) + "\n")
+    else:
+        out.write(f"savepoint at batch {savepoint.checkpoint_id}: {savepoint.root.url}\n")
+    return 0
+
+
+def _savepoint_restore(args: argparse.Namespace, out: TextIO) -> int:
+    storage = _storage(args.storage_option)
+    mapping = {}
+    for pair in args.map:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise UsageError(f"--map expects OLD=NEW, got {pair!r}")
+        mapping[old] = new
+    savepoint = Savepoint.load(args.savepoint, storage)
+    checkpoint = SparkCheckpoint(args.checkpoint, storage)
+    if restore_savepoint(savepoint, checkpoint, mapping):
+        out.write(
+            f"restored batch {savepoint.checkpoint_id} into {checkpoint.root.url}: start the "
+            f"query with checkpointLocation={args.checkpoint!r}; it continues with batch "
+            f"{savepoint.checkpoint_id + 1}\n"
+        )
+    else:
+        out.write(f"{checkpoint.root.url} already holds this restore; nothing to do\n")
+    return 0
+
+
+def _savepoint_list(args: argparse.Namespace, out: TextIO) -> int:
+    directory = Location(args.directory, _storage(args.storage_option))
+    savepoints = list_savepoints(directory)
+    if args.json:
+        for savepoint in savepoints:
+            out.write(json.dumps(_savepoint_summary(savepoint)) + "\n")
+        return 0
+    if not savepoints:
+        out.write(f"no savepoints below {directory.url}\n")
+        return 0
+    out.write(f"{'created (UTC)':<19}  {'batch':>6}  {'query':<16}  location\n")
+    for savepoint in savepoints:
+        created = _utc(savepoint.created_at)
+        query = (savepoint.query_name or savepoint.query_id)[:16]
+        out.write(
+            f"{created:<19}  {savepoint.checkpoint_id:>6}  {query:<16}  {savepoint.root.url}\n"
+        )
+    return 0
+
+
+def _savepoint_summary(savepoint: Savepoint) -> dict[str, Any]:
+    return {
+        "location": savepoint.root.url,
+        "id": savepoint.savepoint_id,
+        "checkpoint": savepoint.checkpoint_id,
+        "queryId": savepoint.query_id,
+        "queryName": savepoint.query_name,
+        "createdAt": savepoint.created_at,
+        "files": len(savepoint.files),
+        "bytes": savepoint.size,
+    }
+
+
+def _savepoint_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    savepoint = Savepoint.load(args.savepoint, _storage(args.storage_option))
+    if args.json:
+        out.write(json.dumps({"location": savepoint.root.url, **savepoint.to_json()}) + "\n")
+        return 0
+    lines = [
+        ("savepoint", savepoint.root.url),
+        ("format", f"version {savepoint.format_version}"),
+        ("batch", f"{savepoint.checkpoint_id} (a restored query continues with the next)"),
+        ("query", f"{savepoint.query_name or '-'} ({savepoint.query_id})"),
+        ("created", f"{_utc(savepoint.created_at)} UTC from {savepoint.taken_from}"),
+        ("files", f"{len(savepoint.files)} ({savepoint.size} bytes)"),
+    ]
+    for index, offset in enumerate(savepoint.source_offsets):
+        lines.append((f"source {index}", offset))
+    for name, description in sorted(savepoint.components.items()):
+        text = f"{description.get('table')} up to batch {description.get('published')}"
+        if savepoint.delta_version is not None:
+            text += f" (Delta version {savepoint.delta_version})"
+        lines.append((name, text))
+    for key, value in lines:
+        out.write(f"{key:<14}{value}\n")
+    return 0
+
+
+def _utc(epoch: float) -> str:
+    return f"{datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc):%Y-%m-%d %H:%M:%S}"
 
 
 if __name__ == "__main__":  # python -m spark_ckpt.cli

@@ -28,6 +28,8 @@ __all__ = [
     "PublishError",
     "ReplicationSlotError",
     "RestoreError",
+    "SavepointError",
+    "SavepointRestoreError",
     "SourceConnectionError",
     "SourcePathError",
     "SparkCkptError",
@@ -266,6 +268,23 @@ class RestoreError(SparkCkptError, RuntimeError):
 
     For example a source whose external position is already past the restored offset. The
     message names the checkpoint, what was found and what to do.
+    """
+
+
+class SavepointError(SparkCkptError, RuntimeError):
+    """A savepoint cannot be taken, read or restored as asked.
+
+    For example no checkpoint is complete and published yet, the location holds no savepoint
+    (or an incomplete one), or a file the savepoint lists is missing or truncated.
+    """
+
+
+class SavepointRestoreError(SavepointError):
+    """Restoring a savepoint where asked would skip or repeat data, so nothing was restored.
+
+    For example the target table already holds batches after the savepoint's checkpoint, or the
+    target checkpoint location is not empty. The message names the choices (a new table through
+    a path mapping, a newer savepoint, a new checkpoint location).
     """
 
 

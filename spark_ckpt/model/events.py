@@ -21,6 +21,7 @@ __all__ = [
     "HistoryEvent",
     "HooksEvent",
     "PublishedEvent",
+    "SavepointEvent",
     "StartEvent",
     "event_from_json",
 ]
@@ -167,8 +168,27 @@ class HooksEvent(_Event):
         return {"checkpoint": self.checkpoint, "identifiers": list(self.identifiers)}
 
 
+@dataclass(frozen=True)
+class SavepointEvent(_Event):
+    """A savepoint at ``checkpoint`` was taken (``created``) or restored (``restored``)."""
+
+    kind: ClassVar[str] = "savepoint"
+    checkpoint: int
+    location: str
+    action: str = "created"
+
+    def _body(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "location": self.location, "action": self.action}
+
+
 HistoryEvent = (
-    StartEvent | CompletedEvent | FailureEvent | DeclineEvent | PublishedEvent | HooksEvent
+    StartEvent
+    | CompletedEvent
+    | FailureEvent
+    | DeclineEvent
+    | PublishedEvent
+    | HooksEvent
+    | SavepointEvent
 )
 """Every kind of history event."""
 
@@ -212,4 +232,8 @@ def event_from_json(value: Mapping[str, Any]) -> HistoryEvent | None:
         raw = value.get("identifiers")
         names = tuple(i for i in raw if isinstance(i, str)) if isinstance(raw, list) else ()
         return HooksEvent(checkpoint, names, at=at)
+    if kind == "savepoint":
+        return SavepointEvent(
+            checkpoint, _str(value.get("location")), _str(value.get("action")), at=at
+        )
     return None

@@ -34,6 +34,7 @@ from spark_ckpt.model.events import (
     HistoryEvent,
     HooksEvent,
     PublishedEvent,
+    SavepointEvent,
     StartEvent,
     event_from_json,
 )
@@ -84,6 +85,8 @@ class CheckpointRecord:
         How many times the query was (re)started from this checkpoint.
     hooks
         Identifiers of the checkpoint hooks whose data is stored with it.
+    savepoints
+        Savepoints taken at this checkpoint or restored from it: ``action``, ``location``, ``at``.
     """
 
     checkpoint_id: int
@@ -99,6 +102,7 @@ class CheckpointRecord:
     failures: list[dict[str, Any]] = field(default_factory=list)
     restarts: int = 0
     hooks: list[str] = field(default_factory=list)
+    savepoints: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -214,6 +218,17 @@ class HistoryLog:
         for old in segments[: max(0, len(segments) - KEEP_SEGMENTS)]:
             self.root.child("segments", old).delete()
 
+    def write_segment(self, events: Iterable[HistoryEvent]) -> None:
+        """Store ``events`` as one segment (a savepoint's copy of the history; any process)."""
+        lines = []
+        token = uuid.uuid4().hex[:12]
+        for index, event in enumerate(events):
+            value = {**event.to_json(), "id": f"imported-{token}-{index:08d}"}
+            lines.append(json.dumps(value, sort_keys=True, default=str))
+        if lines:
+            name = f"{int(time.time() * 1e6):020d}-imported.jsonl"
+            self.root.child("segments", name).write_bytes(("\n".join(lines) + "\n").encode())
+
     def _values(self) -> Iterable[tuple[str | None, bytes]]:
         # Loose events are listed before segments are read: a compaction in between moves
         # events into a segment this reader then sees (a listed object deleted meanwhile reads
@@ -287,4 +302,8 @@ def fold(events: Iterable[HistoryEvent]) -> list[CheckpointRecord]:
             rec.published_at = event.at
         elif isinstance(event, HooksEvent):
             record(event.checkpoint).hooks = list(event.identifiers)
+        elif isinstance(event, SavepointEvent):
+            record(event.checkpoint).savepoints.append(
+                {"action": event.action, "location": event.location, "at": event.at}
+            )
     return [records[k] for k in sorted(records)]

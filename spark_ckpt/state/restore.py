@@ -29,6 +29,7 @@ __all__ = [
     "RestoreHandler",
     "RestorePoint",
     "load_restore_handlers",
+    "logged_offsets",
     "notify_restore",
     "restore_point",
 ]
@@ -101,7 +102,8 @@ RestoreHandler = Callable[[RestorePoint], None]
 """``handler(point)``: the query is about to resume from ``point`` (driver, before each start)."""
 
 
-def _logged_offsets(checkpoint: SparkCheckpoint, batch_id: int) -> tuple[str, ...]:
+def logged_offsets(checkpoint: SparkCheckpoint, batch_id: int) -> tuple[str, ...]:
+    """The end offsets Spark logged for ``batch_id``, one JSON text per source (driver)."""
     # offsets/N: a version line ("v1"), a metadata JSON line, then one line per source.
     data = checkpoint.child("offsets", str(batch_id)).read_bytes()
     if data is None:
@@ -116,7 +118,7 @@ def restore_point(checkpoint: SparkCheckpoint) -> RestorePoint:
     logged = checkpoint.logged_batches()
     next_batch = 0 if committed is None else committed + 1
     rerun = next_batch if next_batch in logged else None
-    offsets = () if committed is None else _logged_offsets(checkpoint, committed)
+    offsets = () if committed is None else logged_offsets(checkpoint, committed)
     return RestorePoint(checkpoint.location, committed, rerun, offsets, checkpoint.options)
 
 

@@ -45,6 +45,7 @@ import pyarrow.fs as pafs
 from spark_ckpt.errors import ConfigError, StorageError
 
 __all__ = [
+    "COPY_CHUNK",
     "S3A_KEYS",
     "SCHEMES",
     "Entry",
@@ -53,6 +54,9 @@ __all__ = [
     "iter_chunks",
     "s3a_options",
 ]
+
+COPY_CHUNK = 8 << 20
+"""Files up to this size are copied whole; larger ones are streamed in chunks of this size."""
 
 SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
 """URI schemes a location may have (no scheme: a local path)."""
@@ -392,6 +396,29 @@ class Location:
             return cast(BinaryIO, self.fs.open_output_stream(self.path))
         except OSError as e:
             raise self._fail("create", e) from e
+
+    def copy_to(self, target: Location) -> int | None:
+        """Copy this file to ``target`` (any store to any store); its size, None when missing.
+
+        Small files are copied whole (:meth:`write_bytes`: the target appears atomically);
+        larger ones are streamed in chunks of :data:`COPY_CHUNK` bytes, never held in memory.
+        """
+        info = self.info()
+        if info.type != pafs.FileType.File or info.size is None:
+            return None
+        size = info.size
+        if size <= COPY_CHUNK:
+            data = self.read_bytes()
+            if data is None:
+                return None
+            target.write_bytes(data)
+            return len(data)
+        copied = 0
+        with target.open_output() as sink:
+            for chunk in iter_chunks(self, 0, size, COPY_CHUNK):
+                sink.write(chunk)
+                copied += len(chunk)
+        return copied
 
     def delete(self) -> bool:
         """Delete the file; False when it was not there."""

@@ -16,6 +16,7 @@ from spark_ckpt.model.events import (
     FailureEvent,
     HooksEvent,
     PublishedEvent,
+    SavepointEvent,
     StartEvent,
     event_from_json,
 )
@@ -138,6 +139,7 @@ def test_racing_compactions_do_not_duplicate_events(tmp_path: Path) -> None:
         DeclineEvent(4, "hard", "T9 waits", at=4.0),
         PublishedEvent(4, 12, "/lake/t", at=5.0),
         HooksEvent(4, ("a", "b"), at=6.0),
+        SavepointEvent(4, "s3://b/sp/savepoint-0c5e3c-4-1a2b3c4d", "created", at=7.0),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -149,5 +151,5 @@ def test_every_event_round_trips_through_its_stored_json(event: object) -> None:
 
 def test_unknown_or_malformed_events_are_skipped_when_read() -> None:
     """A newer writer's event kind, or one without its checkpoint, reads as nothing."""
-    assert event_from_json({"event": "savepoint", "at": 1.0, "checkpoint": 3}) is None
+    assert event_from_json({"event": "rescaled", "at": 1.0, "checkpoint": 3}) is None
     assert event_from_json({"event": "published", "at": 1.0}) is None
