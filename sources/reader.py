@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +31,7 @@ from spark_ckpt.model.availability import (
     SnapshotAvailability,
 )
 from spark_ckpt.model.declines import DeclineReport, DeclineTracker
-from spark_ckpt.state.registry import ControlState
+from spark_ckpt.state.registry import ControlState, DrainReport
 
 from .connector import ChangeConnector
 from .gate import Cut, GateDecision, choose_cut
@@ -38,6 +40,7 @@ from .options import SourceOptions
 __all__ = ["TxnCdcStreamReader", "make_connector"]
 
 _log = logging.getLogger(__name__)
+_DRAIN_POLL = 0.02  # seconds between looks for a drain request; bounds how late the end is fixed
 
 
 def make_connector(options: SourceOptions) -> ChangeConnector:
@@ -76,7 +79,9 @@ class TxnCdcStreamReader(
         self.options = options
         self.connector = connector
         self._control = control
-        self._reported: DeclineReport | None = None
+        # What the control plane last heard; None until the first report, which tells the
+        # supervisor that this source can drain.
+        self._reported: tuple[DeclineReport | None, DrainReport | None] | None = None
         self.declines = DeclineTracker(options.soft_decline_timeout)
         self.last_decision: GateDecision | None = None
         self._proposal: tuple[int, Cut] | None = None
@@ -84,6 +89,49 @@ class TxnCdcStreamReader(
         self._resumed = False
         # The batch the last latestOffset planned, for Spark's partitions call that follows.
         self._planned: tuple[str, str, list[object]] | None = None
+        # Serialises the connector between Spark's calls and the drain watcher's thread.
+        self._lock = threading.Lock()
+        self._drain: DrainReport | None = None
+        self._watcher: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the reader for read() only: no lock, no watcher thread.
+        state = dict(self.__dict__)
+        state["_lock"] = None
+        state["_watcher"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # -- drain (FLIP-147) ------------------------------------------------------------------
+
+    def _watch_for_drain(self) -> None:
+        """Start the thread that fixes the end when a drain is requested (driver, once)."""
+        if self._watcher is not None or self._control is None or self.options.identity is None:
+            return
+        self._watcher = threading.Thread(
+            target=self._await_drain, name="txn-cdc-drain-watcher", daemon=True
+        )
+        self._watcher.start()
+
+    def _await_drain(self) -> None:
+        """Poll for a drain request; fix the connector's end at once when it comes (thread).
+
+        Fixing the end here, not on the next trigger, keeps out what arrives while a batch is
+        still running: the end is what was available within :data:`_DRAIN_POLL` of the request.
+        """
+        control, identity = self._control, self.options.identity
+        assert control is not None
+        assert identity is not None
+        while not control.drain_requested(identity):
+            time.sleep(_DRAIN_POLL)
+        with self._lock:
+            self.connector.prepare_available_now()
+            self._drain = DrainReport(time.time())
+            _log.info("txn-cdc drains: its end is fixed at what was available now")
+            self._report()
 
     # -- FLIP-170 ---------------------------------------------------------------------------
 
@@ -144,6 +192,11 @@ class TxnCdcStreamReader(
         and a single larger transaction is delivered whole. ``ReadAllAvailable`` (what Spark
         passes when a trigger must read everything) ignores ``maxChangesPerTrigger``.
         """
+        self._watch_for_drain()
+        with self._lock:
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._resume(start)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         checkpoint_id = int(start.get("checkpoint", -1)) + 1
@@ -164,6 +217,11 @@ class TxnCdcStreamReader(
             self._last_checkpoint = checkpoint_id
             self._report()
             return planned.end
+        if self._drain is not None and not self._drain.reached:
+            # No cut is left before the fixed end, and everything before it is in completed
+            # batches (Spark constructs a batch only after the previous one committed). A
+            # transaction still incomplete at the fixed end stays for the next run.
+            self._drain = DrainReport(self._drain.fixed_at, reached=True)
         refusal = decision.refusal or plan.held_back
         if refusal is None:
             self.declines.idle()
@@ -179,9 +237,9 @@ class TxnCdcStreamReader(
         if self._control is None or self.options.identity is None:
             return
         current = self.declines.current
-        report = None if current is None else current.report()
+        report = (None if current is None else current.report(), self._drain)
         if report != self._reported:
-            self._control.report_decline(self.options.identity, report)
+            self._control.report_source(self.options.identity, *report)
             self._reported = report
 
     def reportLatestOffset(self) -> dict[str, Any]:
@@ -205,6 +263,10 @@ class TxnCdcStreamReader(
         Normally the batch the last ``latestOffset`` planned; after a restart, the batch the
         offset log ends with, which the connector plans again.
         """
+        with self._lock:
+            return self._partitions(start, end)
+
+    def _partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         self._resume(start)
         if start == end:
             return []
@@ -217,7 +279,8 @@ class TxnCdcStreamReader(
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has processed everything up to ``end`` (driver, per batch)."""
-        self.connector.commit(end)
+        with self._lock:
+            self.connector.commit(end)
 
     def stop(self) -> None:
         """Release the connector's resources (driver, once when the query stops)."""

@@ -414,14 +414,18 @@ class PostgresConnector(ChangeConnector):
         return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
 
     def prepare_available_now(self) -> None:
-        """Stop ``Trigger.availableNow`` at the server's current WAL position.
+        """Stop ``Trigger.availableNow`` (or a drain) at the server's current WAL position.
 
         A snapshot phase still to come is waited for rather than declined (a bounded run ends
         at the first trigger that offers nothing).
         """
         row = self.slot.connection().execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
-        self._target = parse_lsn(row[0])
+        self._target = target = parse_lsn(row[0])
+        # A drain fixes the target mid-run: transactions read ahead beyond it are not offered,
+        # and a peek that found nothing more back then says nothing about the target.
+        self._cache = [t for t in self._cache if t.end_lsn <= target]
+        self._cache_complete_to = None
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed ``end``: confirm the slot up to it (driver, per batch)."""

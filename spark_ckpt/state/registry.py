@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from spark_ckpt.state.files import write_atomically, write_if_changed
 from spark_ckpt.state.restore import RestorePoint
 from spark_ckpt.state.storage import StorageOptions
 
-__all__ = ["IDENTITY_OPTION", "ControlState", "Registration"]
+__all__ = ["IDENTITY_OPTION", "ControlState", "DrainReport", "Registration"]
 
 IDENTITY_OPTION = "__spark_ckpt_identity"
 """Internal option: the supervised query identity a source claimed when it was created."""
@@ -47,6 +48,32 @@ class Registration:
     kind: str
     query_id: str
     settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """One source's answer to a drain request.
+
+    Attributes
+    ----------
+    fixed_at
+        When the source fixed its end (seconds since the epoch): data that arrives later is
+        not read.
+    reached
+        True once the source has offered everything up to that end (no further batch).
+    """
+
+    fixed_at: float
+    reached: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return {"fixedAt": self.fixed_at, "reached": self.reached}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> DrainReport:
+        """Read :meth:`to_json`'s form."""
+        return cls(float(value["fixedAt"]), bool(value.get("reached")))
 
 
 @dataclass(frozen=True)
@@ -128,29 +155,65 @@ class ControlState:
         except FileNotFoundError:
             return None
 
-    def report_decline(self, identity: str, decline: DeclineReport | None) -> None:
-        """Publish one source's current decline, or None (reader process, when it changes)."""
-        body = {"decline": None if decline is None else decline.to_json()}
+    def report_source(
+        self, identity: str, decline: DeclineReport | None, drain: DrainReport | None = None
+    ) -> None:
+        """Publish one source's current decline and drain state (reader process, on change)."""
+        body = {
+            "decline": None if decline is None else decline.to_json(),
+            "drain": None if drain is None else drain.to_json(),
+        }
         path = os.path.join(self.directory, "sources", identity, f"{os.getpid()}.json")
         write_atomically(path, json.dumps(body, sort_keys=True).encode())
 
-    def declines(self, identity: str) -> list[DeclineReport]:
-        """The current declines of the sources reporting under ``identity`` (supervisor)."""
+    def _source_reports(self, identity: str) -> list[dict[str, Any]]:
         directory = os.path.join(self.directory, "sources", identity)
         try:
             names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
         except FileNotFoundError:
             return []
-        declines = []
+        reports = []
         for name in names:
             with (
                 contextlib.suppress(FileNotFoundError),
                 open(os.path.join(directory, name), "rb") as handle,
             ):
-                value = json.loads(handle.read()).get("decline")
-                if value is not None:
-                    declines.append(DeclineReport.from_json(value))
-        return declines
+                reports.append(json.loads(handle.read()))
+        return reports
+
+    def declines(self, identity: str) -> list[DeclineReport]:
+        """The current declines of the sources reporting under ``identity`` (supervisor)."""
+        return [
+            DeclineReport.from_json(report["decline"])
+            for report in self._source_reports(identity)
+            if report.get("decline") is not None
+        ]
+
+    # -- drain (FLIP-147) ----------------------------------------------------------------------
+    #
+    # stop(drain=True) asks every source of the query to fix its end at what is available now;
+    # each source's reader process answers with its DrainReport, and says when it has offered
+    # everything up to that end.
+
+    def _drain_path(self, identity: str) -> str:
+        return os.path.join(self.directory, "drain", f"{identity}.json")
+
+    def request_drain(self, identity: str) -> float:
+        """Ask the sources of ``identity`` to drain (supervisor); returns the request's time."""
+        at = time.time()
+        write_atomically(self._drain_path(identity), json.dumps({"at": at}).encode())
+        return at
+
+    def drain_requested(self, identity: str) -> bool:
+        """True once a drain of ``identity`` was requested (reader process, polled)."""
+        return os.path.exists(self._drain_path(identity))
+
+    def drains(self, identity: str) -> list[DrainReport | None]:
+        """Each reporting source's drain state (None: it has not seen the request yet)."""
+        return [
+            None if report.get("drain") is None else DrainReport.from_json(report["drain"])
+            for report in self._source_reports(identity)
+        ]
 
     def set_restore_point(self, identity: str, point: RestorePoint) -> None:
         """Record where the next attempt of ``identity`` resumes (supervisor, before a start)."""
@@ -168,7 +231,9 @@ class ControlState:
         return RestorePoint.from_json(value)
 
     def clear_declines(self, identity: str) -> None:
-        """Forget the declines of a previous attempt (its readers are gone)."""
+        """Forget the reports of a previous attempt's readers (they are gone), and any drain."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._drain_path(identity))
         directory = os.path.join(self.directory, "sources", identity)
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(directory):
