@@ -16,10 +16,11 @@ from spark_ckpt.spark.listener import CheckpointListener, load_hooks
 from spark_ckpt.spark.supervisor import SupervisedQuery
 from spark_ckpt.state.registry import ControlState
 from spark_ckpt.state.restore import RestoreHandler, load_restore_handlers
+from spark_ckpt.state.savepoints import Savepoint
 from spark_ckpt.state.storage import S3A_KEYS, StorageOptions, s3a_options
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
@@ -76,6 +77,8 @@ class Control:
         checkpoint_location: str,
         name: str,
         hooks: list[CheckpointHook] | None = None,
+        restore_from: Savepoint | str | None = None,
+        path_mapping: Mapping[str, str] | None = None,
     ) -> SupervisedQuery:
         """Start ``build()``'s query under supervision (driver).
 
@@ -84,9 +87,29 @@ class Control:
         must return a fresh ``DataStreamWriter``; the supervisor sets the checkpoint location and
         the query name. ``hooks`` take part in every checkpoint (see :mod:`spark_ckpt.state.hooks`;
         they need the ``delta-2pc`` sink).
+
+        ``restore_from`` (a :class:`~spark_ckpt.state.savepoints.Savepoint` or its location)
+        is restored into ``checkpoint_location`` first, which must then be new (or hold this
+        same restore already, so a restarted driver script may pass it again); the query
+        continues exactly after the savepoint's batch. ``path_mapping`` maps old table path
+        prefixes to new ones when the tables moved (or to fork into new tables). A restore
+        that would skip or repeat data raises
+        :class:`~spark_ckpt.errors.SavepointRestoreError` and starts nothing.
         """
+        savepoint = (
+            Savepoint.load(restore_from, self.state.storage)
+            if isinstance(restore_from, str)
+            else restore_from
+        )
         return SupervisedQuery(
-            self, build, checkpoint_location, name, self.read_config(), hooks
+            self,
+            build,
+            checkpoint_location,
+            name,
+            self.read_config(),
+            hooks,
+            restore_from=savepoint,
+            path_mapping=path_mapping,
         ).start()
 
     def watch(self, supervised: SupervisedQuery) -> None:

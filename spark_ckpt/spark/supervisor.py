@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pyspark.errors import StreamingQueryException
@@ -37,6 +37,8 @@ from spark_ckpt.state.hooks import (
     trigger_hooks,
 )
 from spark_ckpt.state.restore import notify_restore, restore_point
+from spark_ckpt.state.savepoints import Savepoint, create_savepoint, restore_savepoint
+from spark_ckpt.state.storage import Location
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -68,6 +70,10 @@ class SupervisedQuery:
         The ``spark.ckpt.*`` settings in force when supervision began.
     hooks
         Checkpoint hooks of this query.
+    restore_from
+        A savepoint to restore into ``checkpoint_location`` before the first attempt.
+    path_mapping
+        Old path prefix -> new one, for tables that moved since the savepoint was taken.
     """
 
     def __init__(
@@ -78,8 +84,12 @@ class SupervisedQuery:
         name: str,
         config: CkptConfig,
         hooks: list[CheckpointHook] | None = None,
+        restore_from: Savepoint | None = None,
+        path_mapping: Mapping[str, str] | None = None,
     ) -> None:
         self._control = control
+        self._restore_from = restore_from
+        self._path_mapping = dict(path_mapping or {})
         self._build = build
         self.checkpoint_location = checkpoint_location
         self.name = name
@@ -119,6 +129,10 @@ class SupervisedQuery:
         """Times the query was started again after a failover."""
         self.query: StreamingQuery | None = None
         """The query of the current attempt."""
+        self.drain_requested_at: float | None = None
+        """When ``stop(drain=True)`` asked the sources to drain (seconds since the epoch)."""
+        self.drain_fixed_at: float | None = None
+        """When the last source fixed its end for the drain: later data was not read."""
         self._stop = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
@@ -134,6 +148,8 @@ class SupervisedQuery:
 
     def start(self) -> SupervisedQuery:
         """Start the first attempt and return at once (driver)."""
+        if self._restore_from is not None:
+            restore_savepoint(self._restore_from, self._checkpoint, self._path_mapping)
         if self.hooks:
             self._hook_thread.start()
         try:
@@ -346,25 +362,97 @@ class SupervisedQuery:
         return True
 
     def stop(self, drain: bool = True, timeout: float = 600.0) -> None:
-        """Stop supervising and stop the query; publish what completed.
+        """Stop supervising and stop the query; publish what completed (driver).
 
         Parameters
         ----------
         drain
-            True lets the batch in progress finish (and be published) before the query stops;
-            False stops at once, cancelling it (it is re-run on the next start).
+            True drains as FLIP-147 means it: every ``txn-cdc`` source fixes its end at what
+            it has now (data arriving later is not read), the query runs until everything up to
+            there is in completed batches, and those are published before this returns. With
+            sources that cannot drain (other formats), the batch in progress finishes first.
+            False stops at once, cancelling the running batch (re-run on the next start).
         timeout
-            Seconds to wait for the running batch, and again for the final publish.
+            Seconds to wait for the drain (or the running batch), and again for the final
+            publish.
+
+        Raises
+        ------
+        SupervisedQueryError
+            When the drain did not finish within ``timeout`` (the query is stopped anyway;
+            what completed is published, the rest is read again on the next start).
         """
         if not self._stop.is_set():
             self.rules.user_stopped()
-        self._stop.set()
         query = self.query
+        deadline = time.monotonic() + timeout
+        unfinished = None
+        if drain and query is not None and query.isActive:
+            unfinished = self._drain(query, deadline)
+        self._stop.set()
         if query is not None and query.isActive:
-            deadline = time.monotonic() + timeout
             while drain and query.status.get("isTriggerActive") and time.monotonic() < deadline:
                 time.sleep(0.05)
             query.stop()
         self._done.wait(timeout)
         if query is not None:
             self._control.listener.finished(str(query.id)).wait(timeout)
+        if unfinished is not None:
+            raise SupervisedQueryError(self.name, [], unfinished)
+
+    def _drain(self, query: StreamingQuery, deadline: float) -> str | None:
+        """Drain the running attempt's sources; None when done, else what is unfinished."""
+        state = self._control.state
+        if not state.drains(self.identity):
+            _log.info("supervised query %s: no source can drain; stops after the batch", self.name)
+            return None
+        self.drain_requested_at = state.request_drain(self.identity)
+        while time.monotonic() < deadline:
+            drains = state.drains(self.identity)
+            if all(d is not None and d.reached for d in drains):
+                fixed = [d.fixed_at for d in drains if d is not None]
+                self.drain_fixed_at = max(fixed) if fixed else None
+                return None
+            if not query.isActive:
+                return None  # it ended (or failed) by itself: nothing left to drain
+            time.sleep(_POLL / 4)
+        return "its sources did not drain within the timeout; stopped without the tail"
+
+    # -- savepoints -------------------------------------------------------------------------
+
+    def savepoint(self, target: str) -> Savepoint:
+        """Take a savepoint at the newest completed and published batch (driver; any time).
+
+        The query keeps running. ``target`` is a directory (local or object store); the
+        savepoint is a new directory below it, never removed by retention.
+
+        Raises
+        ------
+        SavepointError
+            When no batch is completed and published yet.
+        """
+        return create_savepoint(
+            self._checkpoint,
+            Location(target, self._control.state.storage),
+            query_name=self.name,
+        )
+
+    def stop_with_savepoint(
+        self, target: str, drain: bool = True, timeout: float = 600.0
+    ) -> Savepoint:
+        """Stop the query (draining it by default) and take a savepoint at its last batch (driver).
+
+        Raises
+        ------
+        SupervisedQueryError
+            When the drain did not finish within ``timeout``.
+        PublishError
+            When what the query completed could not all be published (no savepoint is taken:
+            it would not be at the query's last batch).
+        """
+        self.stop(drain=drain, timeout=timeout)
+        query = self.query
+        failure = None if query is None else self._control.listener.final_error(str(query.id))
+        if failure is not None:
+            raise failure
+        return self.savepoint(target)
