@@ -8,9 +8,13 @@ its table; an older savepoint is refused for the table that moved past it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import struct
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -171,3 +175,38 @@ def test_savepoint_drain_and_relocated_restore(
     assert set(found) == set(producer.sizes), "every transaction the producer wrote"
     assert_whole_and_once(found, producer.sizes)
     assert txn_events(spark, table) == drained, "the original table is untouched"
+
+    # The command line, run as a user runs it, against the real checkpoint locations.
+    ckpt_text, ckpt2_text = str(tmp_path / "ckpt"), str(tmp_path / "ckpt2")
+    history = cli("history", ckpt_text, "--json")
+    records = [json.loads(line) for line in history.stdout.splitlines()]
+    published_ids = [r["checkpoint_id"] for r in records if r["delta_version"] is not None]
+    assert published_ids == list(range(final.checkpoint_id + 1)), "every batch, published once"
+    assert any(r["savepoints"] for r in records), "the savepoints are in the history"
+    assert all(r["publishLatency"] >= 0 for r in records if r["publishLatency"] is not None)
+    text = cli("history", ckpt_text).stdout
+    assert f"savepoint created: {Path(early.location).as_posix()}" in text
+    status = json.loads(cli("status", ckpt2_text, "--json").stdout)
+    assert status["sinks"]["delta-2pc"]["table"] == str(copy)
+    assert status["sinks"]["delta-2pc"]["published"] == status["lastCompleted"]
+    assert status["sinks"]["delta-2pc"]["pending"] == []
+    picture = tmp_path / "timeline.png"
+    assert cli("plot", ckpt2_text, "-o", str(picture)).returncode == 0
+    assert picture.stat().st_size > 10_000
+    assert picture.read_bytes()[16:24] == struct.pack(">II", 1100, 600), "PNG IHDR width, height"
+    listed = cli("savepoint", "list", str(saved), "--json")
+    assert [json.loads(line)["checkpoint"] for line in listed.stdout.splitlines()] == [
+        early.checkpoint_id
+    ], "the final savepoint was moved away"
+
+
+SCRIPT = Path(sys.executable).with_name("spark-ckpt")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the console script; fail the test with its stderr when it fails."""
+    done = subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, f"spark-ckpt {' '.join(args)}: {done.stderr}"
+    return done
