@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.errors import StreamingQueryException
 
-from spark_ckpt.errors import CheckpointHookError, ConfigError, SupervisedQueryError
+from spark_ckpt.errors import (
+    CheckpointHookError,
+    ConfigError,
+    RestoreError,
+    SupervisedQueryError,
+)
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.events import CompletedEvent, FailureEvent, HooksEvent, StartEvent
 from spark_ckpt.model.failures import CheckpointFailure, FailureReason
@@ -51,6 +56,17 @@ __all__ = ["SupervisedQuery"]
 _log = logging.getLogger(__name__)
 _POLL = 0.2  # seconds between checks of the running query; bounds stop and failover latency
 _HOOK_POLL = 0.01  # seconds between looks for hook trigger requests (a sink's commit waits)
+
+
+_RESTORE_ERROR = "spark_ckpt.errors.RestoreError: "
+
+
+def _restore_refusal(message: str) -> str | None:
+    """The message of a ``RestoreError`` a query failed with (a Python traceback's last line)."""
+    at = message.rfind(_RESTORE_ERROR)
+    if at < 0:
+        return None
+    return message[at + len(_RESTORE_ERROR) :].splitlines()[0].strip() or None
 
 
 class SupervisedQuery:
@@ -305,7 +321,14 @@ class SupervisedQuery:
         error = query.exception()
         if error is None:
             return None
-        return self.rules.query_failed(str(error)[:2000])
+        message = str(error)[:2000]
+        restore = _restore_refusal(message)
+        if restore is not None:
+            # A component refused the restored checkpoint (a source whose log or slot no longer
+            # holds what comes after it): every restart would resume from the same checkpoint
+            # and be refused again, so the query ends with the component's own error.
+            self._fatal = RestoreError(restore)
+        return self.rules.query_failed(message)
 
     # -- checkpoint hooks (a thread of their own) ---------------------------------------------
 

@@ -327,3 +327,32 @@ def test_a_misspelt_key_fails_install_and_a_supervised_start(
 
     with pytest.raises(UnknownOptionError, match=meant):
         control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="typo")
+
+
+def test_a_source_refusing_its_restored_checkpoint_ends_supervision_without_restarts(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    restart_conf: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """RestoreError is final: every restart would resume from the same refused checkpoint."""
+    generated(tmp_path / "log", 8)
+    first = control.supervise(
+        failing_writer(spark, tmp_path / "log", tmp_path / "table", None),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="before-truncation",
+    )
+    assert first.await_termination(300), "the first run did not finish"
+    last = sorted((tmp_path / "log").glob("*.jsonl"))[-1]
+    last.write_text(last.read_text()[:10])  # truncated behind the checkpoint's position
+    restart_conf(restartStrategy="fixed-delay", restartStrategy__fixedDelay__attempts="3")
+    second = control.supervise(
+        failing_writer(spark, tmp_path / "log", tmp_path / "table", None),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        name="after-truncation",
+    )
+    with pytest.raises(spark_ckpt.RestoreError, match="truncated or rewritten") as info:
+        second.await_termination(300)
+    assert str(info.value).startswith("the restored checkpoint")
+    assert second.restarts == 0, "a refused restore is not retried"
+    assert [f.reason for f in second.failovers[0]] == [FailureReason.QUERY_FAILED]
