@@ -105,15 +105,22 @@ class CheckpointFailure:
         Details.
     at
         When it was reported (clock seconds).
+    attempt
+        Which attempt at the checkpoint failed (0: the first). A checkpoint a source keeps
+        declining is attempted again every ``checkpointTimeout``, as Flink triggers a new
+        checkpoint after one failed.
     """
 
     checkpoint_id: int | None
     reason: FailureReason
     message: str
     at: float
+    attempt: int = 0
 
     def __str__(self) -> str:
         where = f"checkpoint {self.checkpoint_id}" if self.checkpoint_id is not None else "query"
+        if self.attempt:
+            where += f" (attempt {self.attempt + 1})"
         return f"{where}: {self.reason.value}" + (f" ({self.message})" if self.message else "")
 
 
@@ -152,7 +159,7 @@ class CheckpointFailureManager:
         self._timeout = tolerable_failure_timeout
         self._failover = failover
         self._clock = clock
-        self._counted_ids: set[int] = set()
+        self._counted_ids: set[tuple[int, int]] = set()  # (checkpoint id, attempt)
         self._chain: list[CheckpointFailure] = []
         self._last_completed: int | None = None
         self._progress_at = clock()
@@ -177,15 +184,19 @@ class CheckpointFailureManager:
             self._progress_at = self._clock()
 
     def handle_failure(
-        self, reason: FailureReason, checkpoint_id: int | None = None, message: str = ""
+        self,
+        reason: FailureReason,
+        checkpoint_id: int | None = None,
+        message: str = "",
+        attempt: int = 0,
     ) -> bool:
         """Record a failure; return True when it triggered failover.
 
         Ignored reasons, failures of checkpoints at or before the last completed one, and a second
-        counted failure of the same checkpoint change nothing.
+        counted failure of the same attempt at a checkpoint change nothing.
         """
         handling = reason.handling
-        failure = CheckpointFailure(checkpoint_id, reason, message, self._clock())
+        failure = CheckpointFailure(checkpoint_id, reason, message, self._clock(), attempt)
         if handling is FailureHandling.FAILOVER:
             self._fail([*self._chain, failure])
             return True
@@ -198,9 +209,9 @@ class CheckpointFailureManager:
         ):
             return False
         if checkpoint_id is not None:
-            if checkpoint_id in self._counted_ids:
+            if (checkpoint_id, attempt) in self._counted_ids:
                 return False
-            self._counted_ids.add(checkpoint_id)
+            self._counted_ids.add((checkpoint_id, attempt))
         self._chain.append(failure)
         if len(self._chain) > self._tolerable:
             self._fail(list(self._chain))

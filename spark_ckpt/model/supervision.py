@@ -14,6 +14,7 @@ report completed checkpoints and publish failures. Every method is thread-safe.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -66,6 +67,7 @@ class SupervisionRules:
         self._expired: set[int] = set()
         self._declines: set[tuple[int, str, str]] = set()  # recorded already
         self._hook_abort: CheckpointFailure | None = None
+        self._hard_since: tuple[int, float] | None = None  # (checkpoint, first hard decline)
 
     # -- what the supervisor observes ------------------------------------------------------
 
@@ -112,13 +114,31 @@ class SupervisionRules:
     def declines_seen(self, declines: Iterable[tuple[str, str]], next_checkpoint: int) -> None:
         """The sources' current declines, as ``(kind, reason)``, charged to ``next_checkpoint``.
 
-        Rules: each decline is recorded once per checkpoint; a hard one is a counted failure of
-        that checkpoint; any decline means data is held back, which the failure manager times
-        out after ``tolerableFailureTimeout``; no decline means nothing is held back (an idle
-        source is never a failure).
+        Rules: each decline is recorded once per checkpoint attempt; a hard one is a counted
+        failure of that attempt. A checkpoint that stays declined hard is attempted again every
+        ``checkpointTimeout`` (Flink expires a checkpoint that long and triggers the next), so
+        a source that keeps declining exhausts ``tolerableFailedCheckpoints`` in time. Any
+        decline means data is held back, which the failure manager times out after
+        ``tolerableFailureTimeout``; no decline means nothing is held back (an idle source is
+        never a failure).
         """
         current = list(declines)
+        now = self._clock()
+        with self._lock:
+            if not any(kind == "hard" for kind, _ in current):
+                self._hard_since = None
+            elif self._hard_since is None or self._hard_since[0] != next_checkpoint:
+                self._hard_since = (next_checkpoint, now)
+            since = None if self._hard_since is None else self._hard_since[1]
         for kind, reason in current:
+            attempt = 0
+            if kind == "hard" and since is not None and math.isfinite(self.checkpoint_timeout):
+                attempt = int((now - since) // self.checkpoint_timeout)
+            if attempt:
+                reason = (
+                    f"{reason} (still declined {attempt} x checkpointTimeout="
+                    f"{self.checkpoint_timeout:g}s later)"
+                )
             with self._lock:
                 new = (next_checkpoint, kind, reason) not in self._declines
                 self._declines.add((next_checkpoint, kind, reason))
@@ -132,7 +152,7 @@ class SupervisionRules:
                 else FailureReason.SOURCE_DECLINED_SOFT
             )
             with self._lock:
-                self.failures.handle_failure(declined, next_checkpoint, reason)
+                self.failures.handle_failure(declined, next_checkpoint, reason, attempt)
         with self._lock:
             self.failures.handle_holding(bool(current))
 

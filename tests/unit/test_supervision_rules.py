@@ -287,9 +287,11 @@ class Spy:
         self._handle = supervision.failures.handle_failure
         supervision.failures.handle_failure = self  # type: ignore[method-assign]
 
-    def __call__(self, reason: FailureReason, checkpoint: int | None = None, msg: str = "") -> bool:
+    def __call__(
+        self, reason: FailureReason, checkpoint: int | None = None, msg: str = "", attempt: int = 0
+    ) -> bool:
         self.seen.append(reason)
-        return self._handle(reason, checkpoint, msg)
+        return self._handle(reason, checkpoint, msg, attempt)
 
 
 def test_every_failure_reason_is_produced_by_something(
@@ -322,3 +324,41 @@ def test_every_failure_reason_is_produced_by_something(
     for reason, module in GLUE_PRODUCED.items():
         source = (root / module).read_text()
         assert f"self.rules.fail(FailureReason.{reason.name}" in source, (reason, module)
+
+
+def test_a_checkpoint_declined_hard_is_attempted_again_every_checkpoint_timeout(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    """A source that keeps declining hard, tolerableFailedCheckpoints=1: the second attempt fails.
+
+    It comes one checkpointTimeout after the first; both are in the chain and the history.
+    """
+    supervision = rules(clock, history, tolerable=1, checkpoint_timeout=5.0)
+    for _ in range(5):  # polled often within the first attempt: counted once
+        supervision.declines_seen([("hard", "T1 never ends")], 3)
+        clock.now += 1
+    assert supervision.take_failover() is None
+    clock.now += 0.5
+    supervision.declines_seen([("hard", "T1 never ends")], 3)
+    chain = supervision.take_failover()
+    assert chain is not None
+    assert [(f.checkpoint_id, f.attempt) for f in chain] == [(3, 0), (3, 1)]
+    assert "checkpoint 3 (attempt 2)" in str(chain[1])
+    declined = [e.reason for e in history if isinstance(e, DeclineEvent)]
+    assert declined == [
+        "T1 never ends",
+        "T1 never ends (still declined 1 x checkpointTimeout=5s later)",
+    ]
+
+
+def test_the_attempt_clock_restarts_when_the_hard_decline_clears(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    """A hard decline that clears (a cut, or a soft decline) starts the attempts afresh."""
+    supervision = rules(clock, history, tolerable=5, checkpoint_timeout=5.0)
+    supervision.declines_seen([("hard", "r")], 3)
+    clock.now += 4
+    supervision.declines_seen([], 3)
+    clock.now += 4
+    supervision.declines_seen([("hard", "r")], 3)
+    assert supervision.failures.failure_count == 1, "the same first attempt, counted once"
