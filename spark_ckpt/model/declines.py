@@ -194,9 +194,11 @@ class DeclineTracker:
         escalated = not availability.is_hard and held_for > self._timeout
         effective = availability
         if escalated:
+            # No duration in the reason: it is the decline's identity in reports and history
+            # (how long data has been held back is in held_for / heldForMs).
             effective = SnapshotAvailability.hard_failure(
-                f"soft declines for {format_duration(held_for)} exceeded softDeclineTimeout="
-                f"{format_duration(self._timeout)}: {availability.message}"
+                f"soft declines exceeded softDeclineTimeout={format_duration(self._timeout)}: "
+                f"{availability.message}"
             )
         if effective.is_hard:
             self.hard_declines += 1
