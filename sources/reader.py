@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,11 +27,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_ckpt.errors import CheckpointPolicyError
 from spark_ckpt.model.availability import (
     CheckpointAvailabilityProvider,
     SnapshotAvailability,
 )
+from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.declines import DeclineReport, DeclineTracker
+from spark_ckpt.model.supervision import SupervisionRules
 from spark_ckpt.state.registry import ControlState, DrainReport
 
 from .connector import ChangeConnector
@@ -93,17 +97,63 @@ class TxnCdcStreamReader(
         self._lock = threading.Lock()
         self._drain: DrainReport | None = None
         self._watcher: threading.Thread | None = None
+        # A query no supervisor watches: this reader applies the failure policy itself.
+        self._policy: SupervisionRules | None = None
+        self._config: CkptConfig | None = None
+        self._unpoliced = False  # installed without a recorded policy: apply none
+        self.policy_identity: str | None = None
+        """Under which this reader leaves history events when no supervisor watches it."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the reader for read() only: no lock, no watcher thread.
         state = dict(self.__dict__)
         state["_lock"] = None
         state["_watcher"] = None
+        state["_policy"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    # -- the failure policy of an unsupervised query ------------------------------------------
+
+    def _policy_rules(self) -> SupervisionRules | None:
+        """The policy this reader applies itself, when installed and unsupervised (driver)."""
+        control = self._control
+        if control is None or self.options.identity is not None or self._unpoliced:
+            return None
+        if self._policy is None:
+            config = self._config = control.policy()
+            if config is None:
+                self._unpoliced = True
+                return None
+            identity = self.policy_identity = f"query-{uuid.uuid4().hex[:12]}"
+            self._policy = SupervisionRules(
+                config.tolerable_failed_checkpoints,
+                config.tolerable_failure_timeout,
+                config.checkpoint_timeout,
+                lambda event: control.record_pending(identity, event),
+            )
+        return self._policy
+
+    def _police(self, checkpoint_id: int) -> None:
+        """Feed this trigger's decline to the policy; stop the query when it fails over."""
+        rules = self._policy_rules()
+        if rules is None:
+            return
+        current = None if self.declines.current is None else self.declines.current.report()
+        seen = [] if current is None else [(current.kind, current.reason)]
+        rules.declines_seen(seen, checkpoint_id)
+        chain = rules.take_failover()
+        if chain is None:
+            return
+        tolerable = "?" if self._config is None else self._config.tolerable_failed_checkpoints
+        raise CheckpointPolicyError(
+            f"stopped by spark-ckpt's checkpoint failure policy "
+            f"(spark.ckpt.tolerableFailedCheckpoints={tolerable}; no supervisor to restart the "
+            f"query). Reason chain: {'; '.join(map(str, chain))}. Source {self.policy_identity}"
+        )
 
     # -- drain (FLIP-147) ------------------------------------------------------------------
 
@@ -216,6 +266,7 @@ class TxnCdcStreamReader(
             self._planned = (_key(start), _key(planned.end), planned.partitions)
             self._last_checkpoint = checkpoint_id
             self._report()
+            self._police(checkpoint_id)
             return planned.end
         if self._drain is not None and not self._drain.reached:
             # No cut is left before the fixed end, and everything before it is in completed
@@ -230,6 +281,7 @@ class TxnCdcStreamReader(
             log = _log.warning if decline.availability.is_hard else _log.info
             log("txn-cdc declined checkpoint %d: %s", checkpoint_id, decline.availability)
         self._report()
+        self._police(checkpoint_id)
         return start
 
     def _report(self) -> None:
@@ -251,6 +303,7 @@ class TxnCdcStreamReader(
             "softDeclines": self.declines.soft_declines,
             "hardDeclines": self.declines.hard_declines,
             "decline": current.to_json() if current is not None else None,
+            "identity": self.options.identity or self.policy_identity,
         }
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -281,6 +334,8 @@ class TxnCdcStreamReader(
         """Spark has processed everything up to ``end`` (driver, per batch)."""
         with self._lock:
             self.connector.commit(end)
+            if self._policy is not None:
+                self._policy.checkpoint_completed(int(end.get("checkpoint", -1)))
 
     def stop(self) -> None:
         """Release the connector's resources (driver, once when the query stops)."""

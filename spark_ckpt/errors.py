@@ -16,6 +16,7 @@ __all__ = [
     "ChangeLogError",
     "CheckpointHookError",
     "CheckpointLocationError",
+    "CheckpointPolicyError",
     "ConfigError",
     "DuplicateTransactionError",
     "EventCountMismatchError",
@@ -43,11 +44,25 @@ __all__ = [
     "UnsupportedChangeError",
     "UnsupportedOutputModeError",
     "UsageError",
+    "message_in_trace",
 ]
 
 
 class SparkCkptError(Exception):
     """Root of every error raised by spark-ckpt."""
+
+
+def message_in_trace(trace: str, error: type[SparkCkptError]) -> str | None:
+    """The message of an ``error`` that a Python traceback in ``trace`` ends with, or None.
+
+    A failed query's exception carries the Python worker's traceback as text; this finds a
+    spark-ckpt error raised there (its last line: ``module.Class: message``).
+    """
+    marker = f"{error.__module__}.{error.__qualname__}: "
+    at = trace.rfind(marker)
+    if at < 0:
+        return None
+    return trace[at + len(marker) :].splitlines()[0].strip() or None
 
 
 class UsageError(SparkCkptError, ValueError):
@@ -237,6 +252,15 @@ class SupervisedQueryError(SparkCkptError, RuntimeError):
             f"supervised query {name!r} failed and will not be restarted ({reason}). "
             f"Reason chain: {reasons}"
         )
+
+
+class CheckpointPolicyError(SparkCkptError, RuntimeError):
+    """A query no supervisor watches broke the checkpoint failure policy and was stopped.
+
+    With no builder to restart it, the query fails with this error once its counted checkpoint
+    failures exceed ``spark.ckpt.tolerableFailedCheckpoints`` (or data was held back past
+    ``spark.ckpt.tolerableFailureTimeout``); the message names the reason chain.
+    """
 
 
 class CheckpointHookError(SparkCkptError, RuntimeError):

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from pyspark.errors import StreamingQueryException
+
+from spark_ckpt.errors import CheckpointPolicyError, ConfigError, message_in_trace
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.spark.listener import CheckpointListener, load_hooks
 from spark_ckpt.spark.supervisor import SupervisedQuery
@@ -139,14 +142,31 @@ class Control:
         ------
         StreamingQueryException
             The query's own failure, as ``StreamingQuery.awaitTermination`` raises it.
+        spark_ckpt.errors.CheckpointPolicyError
+            When a source stopped the query because it broke the checkpoint failure policy
+            (``spark.ckpt.tolerableFailedCheckpoints``), naming the reason chain.
+        spark_ckpt.errors.ConfigError
+            When the session's ``spark.ckpt.*`` settings were invalid as the query started
+            (a misspelt key names the one it meant).
         spark_ckpt.errors.PublishError
             When the final publish of what the query completed failed.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        if timeout is None:
-            query.awaitTermination()
-        elif not query.awaitTermination(max(1, math.ceil(timeout))):
-            return False
+        try:
+            if timeout is None:
+                query.awaitTermination()
+            elif not query.awaitTermination(max(1, math.ceil(timeout))):
+                return False
+        except StreamingQueryException as e:
+            # The control plane's own refusals come back as their typed errors.
+            for error in (CheckpointPolicyError, ConfigError):
+                message = message_in_trace(str(e), error)
+                if message is not None:
+                    self.listener.finished(str(query.id)).wait(
+                        None if deadline is None else max(0.0, deadline - time.monotonic())
+                    )
+                    raise error(message) from e
+            raise
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self.listener.finished(str(query.id)).wait(remaining):
             return False
@@ -214,7 +234,16 @@ def _install(spark: SparkSession, config: CkptConfig) -> Control:
     state = ControlState(
         tempfile.mkdtemp(prefix="spark-ckpt-control-"), session_storage_options(spark)
     )
-    listener = CheckpointListener(state, load_hooks())
+    state.write_policy(config)
+
+    def refresh_policy() -> None:
+        # As each query starts: the settings its unsupervised sources apply (or the error).
+        try:
+            state.write_policy(session_config(spark))
+        except ConfigError as e:
+            state.write_policy(None, str(e))
+
+    listener = CheckpointListener(state, load_hooks(), refresh_policy)
     control = Control(spark, state, listener, config, restore_handlers=load_restore_handlers())
     for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
         data_source = entry.load()

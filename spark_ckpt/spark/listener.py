@@ -10,8 +10,11 @@ after the progress event of batch N (checkpoint N is complete) and after the que
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +29,17 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from spark_ckpt.model.events import (
+    CompletedEvent,
+    DeclineEvent,
+    FailureEvent,
+    HistoryEvent,
+)
+from spark_ckpt.model.failures import FailureReason
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.registry import ControlState, Registration
+from spark_ckpt.state.storage import StorageOptions
 
 __all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "load_hooks"]
 
@@ -38,6 +51,7 @@ CompletionHook = Callable[[Registration, "int | None", "str | None"], None]
 (``batch_id`` None: the run ended)."""
 
 _log = logging.getLogger(__name__)
+_POLICY_SOURCE = re.compile(r"Source (query-[0-9a-f]{12})")
 
 
 class Watcher(Protocol):
@@ -48,6 +62,18 @@ class Watcher(Protocol):
 
     def publish_failed(self, batch_id: int | None, error: BaseException) -> None:
         """A completion hook failed after ``batch_id`` (None: at termination); worker thread."""
+
+
+def _json(value: object) -> Any:
+    """An offset in a progress event: JSON text (or already parsed)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _shifted(event: HistoryEvent, shift: int) -> HistoryEvent:
+    """``event`` charged to Spark's batch id instead of the source's own checkpoint id."""
+    if shift and isinstance(event, DeclineEvent | FailureEvent) and event.checkpoint is not None:
+        return dataclasses.replace(event, checkpoint=event.checkpoint + shift)
+    return event
 
 
 def load_hooks() -> dict[str, CompletionHook]:
@@ -64,10 +90,18 @@ class CheckpointListener(StreamingQueryListener):
         Where components register the queries they serve.
     hooks
         Completion hooks by format name.
+    on_start
+        Called as each query starts, before its first trigger (records the session's policy).
     """
 
-    def __init__(self, state: ControlState, hooks: dict[str, CompletionHook]) -> None:
+    def __init__(
+        self,
+        state: ControlState,
+        hooks: dict[str, CompletionHook],
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
         self._state = state
+        self._on_start = on_start
         self._hooks = hooks
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-ckpt-hooks")
         self._lock = threading.Lock()
@@ -76,6 +110,9 @@ class CheckpointListener(StreamingQueryListener):
         """Hook failures as ``(query id, batch id, error)``, newest last."""
         self._final_errors: dict[str, BaseException] = {}
         self._watchers: dict[str, Watcher] = {}
+        # Unsupervised queries: the sources' identities and how their checkpoint ids map to
+        # Spark's batch ids (learnt from progress events; only the worker thread touches it).
+        self._sources: dict[str, dict[str, int]] = {}
 
     def watch(self, query_id: str, watcher: Watcher) -> None:
         """Tell ``watcher`` about ``query_id``'s completed checkpoints and failed hooks."""
@@ -120,19 +157,81 @@ class CheckpointListener(StreamingQueryListener):
             future.add_done_callback(lambda _: self.finished(query_id).set())
         return future
 
+    # -- history of queries no supervisor watches (worker thread) ----------------------------
+
+    def _history(self, query_id: str) -> HistoryLog | None:
+        """The history of ``query_id``'s checkpoint location, when a component told where."""
+        for registration in self._state.registrations(query_id):
+            location = registration.settings.get("checkpointLocation")
+            if location:
+                storage = StorageOptions.of(registration.settings.get("storage") or {})
+                return HistoryLog(SparkCheckpoint(str(location), storage))
+        return None
+
+    def _learn_sources(self, query_id: str, progress: dict[str, Any]) -> None:
+        """Remember each policing source's identity and its checkpoint -> batch id shift."""
+        known = self._sources.setdefault(query_id, {})
+        for source in progress.get("sources", []):
+            with contextlib.suppress(TypeError, ValueError, KeyError):
+                latest, end = (_json(source.get(key)) for key in ("latestOffset", "endOffset"))
+                identity = latest.get("identity") if isinstance(latest, dict) else None
+                if isinstance(identity, str) and identity.startswith("query-"):
+                    # A source numbers its own checkpoints; Spark's batch id can be ahead.
+                    known[identity] = int(progress["batchId"]) - int(end["checkpoint"])
+
+    def _move_pending(self, query_id: str, history: HistoryLog, extra: list[str]) -> None:
+        """Move the events sources left under their identities into ``history``."""
+        known = self._sources.setdefault(query_id, {})
+        for identity in extra:
+            known.setdefault(identity, 0)
+        for identity, shift in known.items():
+            for event in self._state.take_pending(identity):
+                history.append(_shifted(event, shift))
+
+    def _record_unsupervised(
+        self, query_id: str, progress: dict[str, Any] | None, exception: str | None
+    ) -> None:
+        """Keep the history of a query no supervisor watches (worker thread)."""
+        with self._lock:
+            if query_id in self._watchers:
+                return
+        history = self._history(query_id)
+        if history is None:
+            return  # no component said where the query's checkpoint location is
+        if progress is not None:
+            self._learn_sources(query_id, progress)
+        extra = _POLICY_SOURCE.findall(exception or "")
+        self._move_pending(query_id, history, extra)
+        if progress is not None:
+            history.append(CompletedEvent.of_progress(progress))
+        if exception:
+            history.append(FailureEvent(None, FailureReason.QUERY_FAILED.name, exception[:2000]))
+
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        """A query (re)started: arm its termination signal (query thread; keep it short)."""
+        """A query (re)started: arm its termination signal (query thread; keep it short).
+
+        Spark calls this before the query's first trigger, so the session's settings recorded
+        here are the ones the query's sources see.
+        """
         with self._lock:
             self._finished[str(event.id)] = threading.Event()
             self._final_errors.pop(str(event.id), None)
+        if self._on_start is not None:
+            try:
+                self._on_start()
+            except Exception:  # never fail the query's start from the listener
+                _log.exception("recording the session's spark.ckpt.* settings failed")
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         """Checkpoint ``batchId`` completed: run the hooks in the background (listener bus)."""
         query_id, batch_id = str(event.progress.id), int(event.progress.batchId)
         with self._lock:
             watcher = self._watchers.get(query_id)
+        progress = json.loads(event.progress.json)
         if watcher is not None:
-            watcher.checkpoint_completed(json.loads(event.progress.json))
+            watcher.checkpoint_completed(progress)
+        else:
+            self._worker.submit(self._record_unsupervised, query_id, progress, None)
         self._submit(query_id, batch_id, str(event.progress.runId))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
@@ -140,4 +239,5 @@ class CheckpointListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """The query ended: run the hooks for everything complete (listener bus)."""
+        self._worker.submit(self._record_unsupervised, str(event.id), None, event.exception)
         self._submit(str(event.id), None, str(event.runId))

@@ -27,6 +27,7 @@ from spark_ckpt.errors import (
     ConfigError,
     RestoreError,
     SupervisedQueryError,
+    message_in_trace,
 )
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.events import CompletedEvent, FailureEvent, HooksEvent, StartEvent
@@ -56,17 +57,6 @@ __all__ = ["SupervisedQuery"]
 _log = logging.getLogger(__name__)
 _POLL = 0.2  # seconds between checks of the running query; bounds stop and failover latency
 _HOOK_POLL = 0.01  # seconds between looks for hook trigger requests (a sink's commit waits)
-
-
-_RESTORE_ERROR = "spark_ckpt.errors.RestoreError: "
-
-
-def _restore_refusal(message: str) -> str | None:
-    """The message of a ``RestoreError`` a query failed with (a Python traceback's last line)."""
-    at = message.rfind(_RESTORE_ERROR)
-    if at < 0:
-        return None
-    return message[at + len(_RESTORE_ERROR) :].splitlines()[0].strip() or None
 
 
 class SupervisedQuery:
@@ -322,7 +312,7 @@ class SupervisedQuery:
         if error is None:
             return None
         message = str(error)[:2000]
-        restore = _restore_refusal(message)
+        restore = message_in_trace(message, RestoreError)
         if restore is not None:
             # A component refused the restored checkpoint (a source whose log or slot no longer
             # holds what comes after it): every restart would resume from the same checkpoint

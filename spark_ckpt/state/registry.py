@@ -20,7 +20,10 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_ckpt.errors import ConfigError
+from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.declines import DeclineReport
+from spark_ckpt.model.events import HistoryEvent, event_from_json
 from spark_ckpt.state.files import write_atomically, write_if_changed
 from spark_ckpt.state.restore import RestorePoint
 from spark_ckpt.state.storage import StorageOptions
@@ -214,6 +217,71 @@ class ControlState:
             None if report.get("drain") is None else DrainReport.from_json(report["drain"])
             for report in self._source_reports(identity)
         ]
+
+    # -- the failure policy of unsupervised queries ------------------------------------------
+    #
+    # The session's spark.ckpt.* settings, written when install() runs and again as each query
+    # starts (the listener's onQueryStarted runs before the query's first trigger), so a source
+    # that no supervisor watches applies the settings in force when its query started.
+
+    def _policy_path(self) -> str:
+        return os.path.join(self.directory, "policy.json")
+
+    def write_policy(self, config: CkptConfig | None, error: str | None = None) -> None:
+        """Record the session's settings, or why they are invalid (driver)."""
+        body = {"values": None if config is None else config.values, "error": error}
+        write_if_changed(self._policy_path(), json.dumps(body, sort_keys=True).encode())
+
+    def policy(self) -> CkptConfig | None:
+        """The recorded settings (reader process, once per query run); None when unrecorded.
+
+        Raises
+        ------
+        ConfigError
+            When the session's settings were invalid as the query started.
+        """
+        try:
+            with open(self._policy_path(), encoding="utf-8") as handle:
+                body = json.load(handle)
+        except FileNotFoundError:
+            return None
+        if body.get("error"):
+            raise ConfigError(str(body["error"]))
+        values = body.get("values") or {}
+        return CkptConfig.from_conf(values.get)
+
+    # -- history of unsupervised queries ---------------------------------------------------
+    #
+    # A source in a query no supervisor watches does not know the query's checkpoint location,
+    # so it leaves its history events here under its own identity; the listener moves them into
+    # the query's history once it knows which query the identity serves.
+
+    def record_pending(self, identity: str, event: HistoryEvent) -> None:
+        """Leave a history event for the listener (reader process)."""
+        name = f"{time.time_ns():020d}-{os.getpid()}.json"
+        body = {"at": time.time(), **event.to_json()}
+        write_atomically(
+            os.path.join(self.directory, "pending", identity, name),
+            json.dumps(body, sort_keys=True, default=str).encode(),
+        )
+
+    def take_pending(self, identity: str) -> list[HistoryEvent]:
+        """The events left under ``identity``, oldest first, removed (listener's worker)."""
+        directory = os.path.join(self.directory, "pending", identity)
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        events = []
+        for name in names:
+            path = os.path.join(directory, name)
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                with open(path, "rb") as handle:
+                    event = event_from_json(json.loads(handle.read()))
+                os.unlink(path)
+                if event is not None:
+                    events.append(event)
+        return events
 
     def set_restore_point(self, identity: str, point: RestorePoint) -> None:
         """Record where the next attempt of ``identity`` resumes (supervisor, before a start)."""
