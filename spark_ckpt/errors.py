@@ -44,7 +44,6 @@ __all__ = [
     "UnsupportedChangeError",
     "UnsupportedOutputModeError",
     "UsageError",
-    "message_in_trace",
 ]
 
 

@@ -108,19 +108,10 @@ class ControlState:
 
     def registrations(self, query_id: str) -> list[Registration]:
         """The registrations for ``query_id`` (none when it registered nothing)."""
-        directory = self._query_dir(query_id)
-        try:
-            names = sorted(os.listdir(directory))
-        except FileNotFoundError:
-            return []
-        found = []
-        for name in names:
-            if not name.endswith(".json"):
-                continue
-            with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                body = json.load(handle)
-            found.append(Registration(body["kind"], query_id, body["settings"]))
-        return found
+        return [
+            Registration(body["kind"], query_id, body["settings"])
+            for body in _read_json_files(self._query_dir(query_id))
+        ]
 
     # -- supervised sources ------------------------------------------------------------------
     #
@@ -170,19 +161,7 @@ class ControlState:
         write_atomically(path, json.dumps(body, sort_keys=True).encode())
 
     def _source_reports(self, identity: str) -> list[dict[str, Any]]:
-        directory = os.path.join(self.directory, "sources", identity)
-        try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        reports = []
-        for name in names:
-            with (
-                contextlib.suppress(FileNotFoundError),
-                open(os.path.join(directory, name), "rb") as handle,
-            ):
-                reports.append(json.loads(handle.read()))
-        return reports
+        return _read_json_files(os.path.join(self.directory, "sources", identity))
 
     def declines(self, identity: str) -> list[DeclineReport]:
         """The current declines of the sources reporting under ``identity`` (supervisor)."""
@@ -267,21 +246,8 @@ class ControlState:
 
     def take_pending(self, identity: str) -> list[HistoryEvent]:
         """The events left under ``identity``, oldest first, removed (listener's worker)."""
-        directory = os.path.join(self.directory, "pending", identity)
-        try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        events = []
-        for name in names:
-            path = os.path.join(directory, name)
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                with open(path, "rb") as handle:
-                    event = event_from_json(json.loads(handle.read()))
-                os.unlink(path)
-                if event is not None:
-                    events.append(event)
-        return events
+        values = _read_json_files(os.path.join(self.directory, "pending", identity), remove=True)
+        return [e for e in map(event_from_json, values) if e is not None]
 
     def set_restore_point(self, identity: str, point: RestorePoint) -> None:
         """Record where the next attempt of ``identity`` resumes (supervisor, before a start)."""
@@ -307,3 +273,24 @@ class ControlState:
             for name in os.listdir(directory):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(directory, name))
+
+
+def _read_json_files(directory: str, *, remove: bool = False) -> list[Any]:
+    """The JSON values of the ``*.json`` files in ``directory``, by name ([] when missing).
+
+    A file that disappears meanwhile (its writer replaced or removed it) is skipped; with
+    ``remove`` each file read is deleted.
+    """
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except FileNotFoundError:
+        return []
+    values = []
+    for name in names:
+        path = os.path.join(directory, name)
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            with open(path, "rb") as handle:
+                values.append(json.loads(handle.read()))
+            if remove:
+                os.unlink(path)
+    return values
