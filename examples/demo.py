@@ -25,25 +25,6 @@ from spark_ckpt import local_session
 from spark_ckpt.testing.debezium_log import random_log, write_log
 
 
-def describe_batch(rows: list[Any]) -> tuple[str, set[str]]:
-    """Describe a batch's transactions (``id[size]``, or ``id(rows/size)`` when partial).
-
-    Returns the description and the ids of the transactions the batch holds only in part.
-    """
-    seen: Counter[tuple[str, int, int]] = Counter()
-    for row in rows:
-        seen[(row.txn_id, row.txn_order, row.txn_size)] += 1
-    parts = []
-    split: set[str] = set()
-    for (txn_id, _, size), count in sorted(seen.items(), key=lambda item: item[0][1]):
-        if count == size:
-            parts.append(f"{txn_id}[{size}]")
-        else:
-            split.add(txn_id)
-            parts.append(f"{txn_id}({count}/{size})")
-    return " ".join(parts), split
-
-
 def versions_of(spark: Any, table: Path) -> list[tuple[int, list[tuple[str, int, int, int]]]]:
     """Each Delta version with what it added: (txn_id, txn_order, rows, txn_size) per transaction.
 
@@ -76,34 +57,35 @@ def versions_of(spark: Any, table: Path) -> list[tuple[int, list[tuple[str, int,
     return out
 
 
-def run(
-    spark: Any, log: Path, checkpoint: Path, cap: int, gate: str
-) -> list[tuple[int, list[Any]]]:
-    """Stream the whole log with Trigger.availableNow; return the batches (driver)."""
-    batches: list[tuple[int, list[Any]]] = []
+def stream_ungated(spark: Any, log: Path, table: Path, checkpoint: Path, cap: int) -> None:
+    """Stream the whole log with the gate off into Spark's own Delta sink (driver, once).
 
-    def collect(frame: Any, batch_id: int) -> None:
-        batches.append((batch_id, frame.orderBy("txn_order", "event_index").collect()))
-
-    frame = (
+    Each batch becomes one Delta version, so the versions show where the batches were cut.
+    """
+    query = (
         spark.readStream.format("txn-cdc")
         .option("connector", "debezium-json")
         .option("maxChangesPerTrigger", str(cap))
-        .option("gate", gate)
+        .option("gate", "off")
         .load(str(log))
-    )
-    query = (
-        frame.writeStream.foreachBatch(collect)
+        .writeStream.format("delta")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
-        .start()
+        .start(str(table))
     )
     if not query.awaitTermination(600):
         query.stop()
         raise SystemExit("the demo query did not finish within 10 minutes")
     if query.exception() is not None:
         raise SystemExit(f"the demo query failed: {query.exception()}")
-    return sorted(batches)
+
+
+def describe(added: list[tuple[str, int, int, int]]) -> str:
+    """``id[size]`` for a whole transaction, ``id(rows/size)`` for a part of one."""
+    return " ".join(
+        f"{txn}[{size}]" if rows == size else f"{txn}({rows}/{size})"
+        for txn, _, rows, size in added
+    )
 
 
 def main() -> None:
@@ -112,13 +94,16 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=40)
     parser.add_argument("--max-changes-per-trigger", type=int, default=25)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument(
+        "--connect", action="store_true", help="run through a local Spark Connect server"
+    )
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
     records, expected = random_log(
         rng, args.transactions, max_size=14, interleave=4, end_before_events=0.3
     )
-    spark = local_session("spark-ckpt-demo")
+    spark = local_session("spark-ckpt-demo", connect=args.connect)
     control = spark_ckpt.install(spark)
     cap = args.max_changes_per_trigger
     with tempfile.TemporaryDirectory(prefix="spark-ckpt-demo-") as tmp:
@@ -153,27 +138,25 @@ def main() -> None:
         torn = 0
         for version, added in versions_of(spark, table):
             torn += sum(rows != size for _, _, rows, size in added)
-            text = " ".join(
-                f"{txn}[{size}]" if rows == size else f"{txn}({rows}/{size})"
-                for txn, _, rows, size in added
-            )
-            print(f"version {version:>2}: {sum(a[2] for a in added):>3} changes  {text}")
+            print(f"version {version:>2}: {sum(a[2] for a in added):>3} changes  {describe(added)}")
         total = spark.read.format("delta").load(str(table)).count()
         print(
             f"-> read back with delta-spark: {total}/{changes} changes; "
             f"{torn} transactions visible in part in any version."
         )
 
-        print("\n== the same log with the gate off (batches cut exactly at the cap) ==")
-        ungated = run(spark, log, Path(tmp) / "ckpt-off", cap, "off")
+        print("\n== the same log with the gate off (batches cut exactly at the cap), written")
+        print("   with Spark's own Delta sink ==")
+        ungated = Path(tmp) / "lake" / "ungated"
+        stream_ungated(spark, log, ungated, Path(tmp) / "ckpt-off", cap)
         split_off: set[str] = set()
-        for batch_id, rows in ungated:
-            text, split = describe_batch(rows)
-            split_off |= split
-            print(f"batch {batch_id:>2}: {len(rows):>3} changes  {text}")
+        versions = versions_of(spark, ungated)
+        for version, added in versions:
+            split_off |= {txn for txn, _, rows, size in added if rows != size}
+            print(f"version {version:>2}: {sum(a[2] for a in added):>3} changes  {describe(added)}")
         print(
-            f"-> {len(ungated)} batches; {len(split_off)} transactions split across batches "
-            f"(shown as id(rows/size)): each would be visible half-applied downstream."
+            f"-> {len(versions)} versions; {len(split_off)} transactions split across versions "
+            f"(shown as id(rows/size)): each was visible half-applied downstream."
         )
     spark.stop()
     if torn or total != changes:

@@ -13,6 +13,9 @@ say "mypy --strict on the installed packages"
 # Checked as installed: sources/ and sinks/ only exist as spark_ckpt.sources / .sinks there.
 (cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" -p spark_ckpt)
 
-say "pytest (unit, then integration)"
+say "pytest (integration, then unit)"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 "$VENV/bin/pytest" -p no:cacheprovider "$@"
+
+say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
+"$VENV/bin/pytest" -p no:cacheprovider tests/connect "$@"

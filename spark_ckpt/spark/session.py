@@ -92,6 +92,7 @@ def local_session(
     conf: Mapping[str, str] | None = None,
     packages: Sequence[str] = (),
     s3a: bool = False,
+    connect: bool = False,
 ) -> SparkSession:
     """Build (or get) a local SparkSession ready for spark-ckpt and Delta Lake.
 
@@ -114,6 +115,11 @@ def local_session(
     s3a
         Add Spark's s3a connector (:data:`S3A_PACKAGES`, without the AWS SDK bundle), for a
         ``checkpointLocation`` or delta-spark reads on ``s3a://``.
+    connect
+        Return a Spark Connect client of a local Connect server that pyspark starts from its
+        bundled ``spark-connect`` jar (with the same settings), instead of a classic session.
+        Needs the ``connect`` extra (``pip install 'spark-ckpt[connect]'``). A classic session
+        and a Connect server cannot share one Python process.
     """
     check_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -126,9 +132,9 @@ def local_session(
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
+    base = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        base.appName(app_name)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -148,5 +154,6 @@ def local_session(
         builder = builder.config(key, value)
     extra = [*(S3A_PACKAGES if s3a else ()), *packages]
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra).getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if not connect:  # a Connect client has no SparkContext; its server logs at WARN already
+        spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -47,6 +47,7 @@ from spark_ckpt.state.savepoints import Savepoint, create_savepoint, restore_sav
 from spark_ckpt.state.storage import Location
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
@@ -57,6 +58,26 @@ __all__ = ["SupervisedQuery"]
 _log = logging.getLogger(__name__)
 _POLL = 0.2  # seconds between checks of the running query; bounds stop and failover latency
 _HOOK_POLL = 0.01  # seconds between looks for hook trigger requests (a sink's commit waits)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect client session (it has no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _pin_active_session(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of this thread's JVM twin (classic sessions only).
+
+    Spark resolves Python data sources through the JVM thread's *active* session; the
+    supervisor's thread (a JVM thread of its own under Py4J's pinned-thread mode) has none, so
+    a restart would not find ``format("delta-2pc")`` without this. A Spark Connect server
+    resolves them through the client's server-side session, so there is nothing to pin.
+    """
+    if is_connect(spark):
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 class SupervisedQuery:
@@ -209,13 +230,7 @@ class SupervisedQuery:
     # -- the supervision loop (its own thread) ----------------------------------------------
 
     def _start_attempt(self) -> None:
-        # Spark resolves Python data sources through the JVM thread's *active* session; the
-        # supervisor's thread (a JVM thread of its own under Py4J's pinned-thread mode) has none,
-        # so a restart would not find format("delta-2pc") without this.
-        spark = self._control.spark
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        _pin_active_session(self._control.spark)
         state = self._control.state
         state.clear_declines(self.identity)
         point = restore_point(self._checkpoint)

@@ -1,0 +1,33 @@
+"""The demo (the README's main job) through a local Spark Connect server.
+
+The demo starts its own Connect server, on Spark Connect's fixed local port, in a process of its
+own. This module sorts before the others here, so it runs before the session fixture of
+conftest.py starts this process's server on that port.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.connect
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_runs_through_connect() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), "--connect"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "0 transactions visible in part in any version" in done.stdout
+    assert "Every Delta version held whole transactions" in done.stdout
