@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import tempfile
 import threading
 import time
@@ -13,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from pyspark.errors import StreamingQueryException
 
-from spark_ckpt.errors import CheckpointPolicyError, ConfigError, message_in_trace
+from spark_ckpt.errors import CheckpointPolicyError, ConfigError, UsageError, message_in_trace
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.spark.listener import CheckpointListener, load_hooks
-from spark_ckpt.spark.supervisor import SupervisedQuery
+from spark_ckpt.spark.supervisor import SupervisedQuery, is_connect
 from spark_ckpt.state.registry import ControlState
 from spark_ckpt.state.restore import RestoreHandler, load_restore_handlers
 from spark_ckpt.state.savepoints import Savepoint
@@ -226,6 +227,31 @@ def session_storage_options(spark: SparkSession) -> StorageOptions:
     return StorageOptions.of(s3a_options(conf))
 
 
+def _check_server_reaches(spark: SparkSession, state: ControlState) -> None:
+    """Refuse a Spark Connect server that cannot see the state directory (driver, at install).
+
+    Sources and sinks run in the server's processes and tell the control plane about the
+    queries they serve through files in the state directory, which lives on this machine. A
+    server elsewhere would write them where nobody reads them: no low-latency or final publish,
+    no declines reaching a supervisor, no drain.
+    """
+    from pyspark.sql.functions import udf
+
+    marker = os.path.join(state.directory, "policy.json")
+
+    def visible() -> bool:
+        return os.path.exists(marker)
+
+    seen = spark.range(1).select(udf(visible, "boolean")().alias("seen")).collect()
+    if not seen or not seen[0].seen:
+        raise UsageError(
+            f"the Spark Connect server cannot see spark-ckpt's state directory {state.directory} "
+            f"on this machine: the control plane (install(), supervise()) needs a Connect "
+            f"server on the same machine as the client, such as local_session(connect=True). "
+            f"The txn-cdc and delta-2pc formats work without install() on any server"
+        )
+
+
 _INSTALL_LOCK = threading.Lock()
 _INSTALLED: dict[int, Control] = {}
 
@@ -235,6 +261,8 @@ def _install(spark: SparkSession, config: CkptConfig) -> Control:
         tempfile.mkdtemp(prefix="spark-ckpt-control-"), session_storage_options(spark)
     )
     state.write_policy(config)
+    if is_connect(spark):
+        _check_server_reaches(spark, state)
 
     def refresh_policy() -> None:
         # As each query starts: the settings its unsupervised sources apply (or the error).
