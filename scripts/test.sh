@@ -17,5 +17,8 @@ say "pytest (integration, then unit)"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 "$VENV/bin/pytest" -p no:cacheprovider "$@"
 
-say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
-"$VENV/bin/pytest" -p no:cacheprovider tests/connect "$@"
+# With arguments (a test file, -k ...) only those run; without, the Connect tests run too.
+if [ $# -eq 0 ]; then
+    say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
+    "$VENV/bin/pytest" -p no:cacheprovider tests/connect
+fi
