@@ -157,7 +157,8 @@ def _tidy(store: ManifestStore, table: Location, batch_id: int, published: Manif
     store.drop_intents(batch_id)
 
 
-def _table_version(table: Location, query_id: str) -> int | None:
+def published_version(table: Location, query_id: str) -> int | None:
+    """The newest batch of ``query_id`` that ``table`` holds (its ``txn`` version), or None."""
     delta = check_out(table)
     try:
         return None if delta is None else delta.transaction_version(query_id)
@@ -262,7 +263,7 @@ def discard_after(store: ManifestStore, table: Location, checkpoint_id: int | No
     later = sorted(b for b in {*store.batch_ids(), *store.staged_batches()} if b > floor)
     if not later:
         return []
-    version = _table_version(table, store.checkpoint.query_id())
+    version = published_version(table, store.checkpoint.query_id())
     if version is not None and version > floor:
         raise RestoreError(
             f"the query resumes from checkpoint {checkpoint_id} but {table.url} already "
@@ -296,7 +297,7 @@ def clean_orphans(store: ManifestStore, table: Location, grace_period: float) ->
       (a live attempt may still be staging younger ones; Spark re-runs the batch anyway).
     """
     query_id = store.checkpoint.query_id()
-    version = _table_version(table, query_id)
+    version = published_version(table, query_id)
     latest = store.checkpoint.latest_committed()
     now = time.time()
     staged = set(store.staged_batches())

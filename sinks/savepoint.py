@@ -17,7 +17,7 @@ from spark_ckpt.state.savepoints import Savepoint, SavepointParticipant, map_pat
 from spark_ckpt.state.storage import Location, StorageOptions
 
 from .manifest import ManifestStore
-from .table import load_table
+from .publisher import published_version
 
 __all__ = ["DeltaSinkSavepoints"]
 
@@ -32,8 +32,7 @@ class DeltaSinkSavepoints(SavepointParticipant):
         table = ManifestStore(checkpoint).table()
         if table is None:
             return None
-        delta = load_table(Location(table, checkpoint.options))
-        published = None if delta is None else delta.transaction_version(checkpoint.query_id())
+        published = published_version(Location(table, checkpoint.options), checkpoint.query_id())
         return {"table": table, "published": published}
 
     def keeps(self, relative: str, checkpoint_id: int) -> bool:
@@ -54,8 +53,7 @@ class DeltaSinkSavepoints(SavepointParticipant):
         """
         recorded = str(description["table"])
         table = Location(map_path(recorded, mapping), storage)
-        delta = load_table(table)
-        version = None if delta is None else delta.transaction_version(savepoint.query_id)
+        version = published_version(table, savepoint.query_id)
         n = savepoint.checkpoint_id
         if version is None or version == n:
             return

@@ -237,7 +237,7 @@ def _check_server_reaches(spark: SparkSession, state: ControlState) -> None:
     """
     from pyspark.sql.functions import udf
 
-    marker = os.path.join(state.directory, "policy.json")
+    marker = state.policy_path
 
     def visible() -> bool:
         return os.path.exists(marker)

@@ -203,13 +203,15 @@ class ControlState:
     # starts (the listener's onQueryStarted runs before the query's first trigger), so a source
     # that no supervisor watches applies the settings in force when its query started.
 
-    def _policy_path(self) -> str:
+    @property
+    def policy_path(self) -> str:
+        """The file holding the session's settings (processes that share it can see it)."""
         return os.path.join(self.directory, "policy.json")
 
     def write_policy(self, config: CkptConfig | None, error: str | None = None) -> None:
         """Record the session's settings, or why they are invalid (driver)."""
         body = {"values": None if config is None else config.values, "error": error}
-        write_if_changed(self._policy_path(), json.dumps(body, sort_keys=True).encode())
+        write_if_changed(self.policy_path, json.dumps(body, sort_keys=True).encode())
 
     def policy(self) -> CkptConfig | None:
         """The recorded settings (reader process, once per query run); None when unrecorded.
@@ -220,7 +222,7 @@ class ControlState:
             When the session's settings were invalid as the query started.
         """
         try:
-            with open(self._policy_path(), encoding="utf-8") as handle:
+            with open(self.policy_path, encoding="utf-8") as handle:
                 body = json.load(handle)
         except FileNotFoundError:
             return None

@@ -40,7 +40,7 @@ from typing import Any
 from spark_ckpt.errors import SavepointError, SavepointRestoreError, StorageError
 from spark_ckpt.model.events import HistoryEvent, SavepointEvent, StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.state.history import HistoryLog
+from spark_ckpt.state.history import HistoryLog, fold
 from spark_ckpt.state.restore import logged_offsets
 from spark_ckpt.state.storage import Location, StorageOptions
 
@@ -416,10 +416,9 @@ def create_savepoint(
     HistoryLog(saved).write_segment(events)
     for entry in saved.child("spark_ckpt", "history").list(recursive=True):
         copied.append(SavepointFile(f"spark_ckpt/history/{entry.name}", entry.size))
-    delta_version = None
-    for record in HistoryLog(saved).records():
-        if record.checkpoint_id == checkpoint_id:
-            delta_version = record.delta_version
+    delta_version = next(
+        (r.delta_version for r in fold(events) if r.checkpoint_id == checkpoint_id), None
+    )
     offsets = logged_offsets(checkpoint, checkpoint_id)
     savepoint = Savepoint(
         root.uri,
