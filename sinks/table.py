@@ -9,7 +9,9 @@ a publisher that finds the table's recorded version at or past N has nothing to 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -28,9 +30,12 @@ from spark_ckpt.errors import StorageError, TableIncompatibleError
 from spark_ckpt.state.storage import Location
 
 from .manifest import Manifest
+from .staging import StagedFile
 
 __all__ = [
+    "BatchCommit",
     "check_writable",
+    "commit_files",
     "commit_manifest",
     "load_table",
     "table_partition_columns",
@@ -186,7 +191,7 @@ def _refuse_unenforced_rules(uri: str, table: DeltaTable, configuration: dict[st
                 )
 
 
-def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> None:
+def _add_new_columns(table: DeltaTable, schema: Schema, batch_id: int) -> None:
     """Evolve the table's schema first when the batch brings new columns (``mergeSchema``).
 
     delta-rs keeps the table's schema on an append whose schema is wider, which would make the
@@ -201,14 +206,16 @@ def _add_new_columns(table: DeltaTable, schema: Schema, manifest: Manifest) -> N
             commit_properties=CommitProperties(
                 custom_metadata={
                     "spark-ckpt.sink": "delta-2pc",
-                    "spark-ckpt.schemaChangeForBatch": manifest.batch_id,
+                    "spark-ckpt.schemaChangeForBatch": batch_id,
                 }
             ),
         )
 
 
-def committed_version(delta: DeltaTable, manifest: Manifest, look_back: int = 16) -> int | None:
-    """The Delta version that published ``manifest`` (from the newest ``look_back`` commits).
+def committed_version(
+    delta: DeltaTable, query_id: str, batch_id: int, look_back: int = 16
+) -> int | None:
+    """The Delta version that published batch ``batch_id`` (from the newest ``look_back`` commits).
 
     Usually the newest commit is ours: it is read alone first, since every commit read is a
     request to the store.
@@ -217,8 +224,8 @@ def committed_version(delta: DeltaTable, manifest: Manifest, look_back: int = 16
     for limit in (1, look_back):
         for info in delta.history(limit):
             if (
-                info.get("spark-ckpt.queryId") == manifest.query_id
-                and info.get("spark-ckpt.batchId") == manifest.batch_id
+                info.get("spark-ckpt.queryId") == query_id
+                and info.get("spark-ckpt.batchId") == batch_id
             ):
                 version = info.get("version")
                 return int(version) if version is not None else None
@@ -236,6 +243,55 @@ def commit_manifest(table: Location, delta: DeltaTable | None, manifest: Manifes
     a commit and publish the batch twice. Returns the new Delta version (None if it cannot be
     found among the newest commits afterwards).
     """
+    return commit_files(
+        table,
+        delta,
+        BatchCommit(
+            manifest.query_id,
+            manifest.batch_id,
+            Schema.from_json(manifest.schema_json),
+            manifest.files,
+            partition_by=manifest.partition_by,
+            attempt=manifest.attempt,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What one Delta commit of batch N holds: files added and removed, the table's schema.
+
+    Attributes
+    ----------
+    query_id, batch_id
+        The ``txn`` action (app id, version).
+    schema
+        The table's schema after the commit (new columns are added first).
+    adds
+        Files the commit adds.
+    removes
+        Paths (as in the Delta log) of files the commit removes (a mirror's rewritten files).
+    partition_by
+        The table's partition columns.
+    attempt
+        Which attempt of the batch staged the files.
+    """
+
+    query_id: str
+    batch_id: int
+    schema: Schema
+    adds: Sequence[StagedFile]
+    removes: Sequence[str] = ()
+    partition_by: Sequence[str] = ()
+    attempt: str = ""
+
+
+def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) -> int | None:
+    """One Delta commit of ``batch`` against the snapshot ``delta`` (None: create the table).
+
+    See :func:`commit_manifest` for why the snapshot is the caller's. Runs on the driver.
+    Returns the new Delta version (None if it cannot be found among the newest commits).
+    """
     adds = [
         AddAction(
             f.path,
@@ -245,19 +301,18 @@ def commit_manifest(table: Location, delta: DeltaTable | None, manifest: Manifes
             True,
             f.stats,
         )
-        for f in manifest.files
+        for f in batch.adds
     ]
     properties = CommitProperties(
         custom_metadata={
             "spark-ckpt.sink": "delta-2pc",
-            "spark-ckpt.queryId": manifest.query_id,
-            "spark-ckpt.batchId": manifest.batch_id,
-            "spark-ckpt.rows": manifest.rows,
-            "spark-ckpt.attempt": manifest.attempt,
+            "spark-ckpt.queryId": batch.query_id,
+            "spark-ckpt.batchId": batch.batch_id,
+            "spark-ckpt.rows": sum(f.rows for f in batch.adds),
+            "spark-ckpt.attempt": batch.attempt,
         },
-        app_transactions=[Transaction(manifest.query_id, manifest.batch_id)],
+        app_transactions=[Transaction(batch.query_id, batch.batch_id)],
     )
-    schema = Schema.from_json(manifest.schema_json)
     hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
     if delta is None:
         # No retries: delta-rs would retry a creation that lost the race for version 0 as a
@@ -271,10 +326,10 @@ def commit_manifest(table: Location, delta: DeltaTable | None, manifest: Manifes
         try:
             create_table_with_add_actions(
                 table.url,
-                schema,
+                batch.schema,
                 adds,
                 mode="error",
-                partition_by=list(manifest.partition_by) or None,
+                partition_by=list(batch.partition_by) or None,
                 configuration=NEW_TABLE_CONFIGURATION,
                 storage_options=table.delta_options(),
                 commit_properties=create_properties,
@@ -285,15 +340,17 @@ def commit_manifest(table: Location, delta: DeltaTable | None, manifest: Manifes
                 raise
             raise CommitFailedError(f"the table was created concurrently: {e}") from e
         return 0
-    _add_new_columns(delta, schema, manifest)
+    _add_new_columns(delta, batch.schema, batch.batch_id)
+    now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = list(adds)
+    actions += [RemoveAction(path, True, now) for path in batch.removes]
     delta.create_write_transaction(
         actions,
         "append",
-        schema,
-        partition_by=list(manifest.partition_by) or None,
+        batch.schema,
+        partition_by=list(batch.partition_by) or None,
         commit_properties=properties,
         post_commithook_properties=hooks,
     )
     # delta-rs does not refresh the table object; concurrent appends may have landed too.
-    return committed_version(delta, manifest)
+    return committed_version(delta, batch.query_id, batch.batch_id)
