@@ -40,7 +40,9 @@ from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
+from .mirror.publish import apply_plan, discard_staging
 from .snapshots import check_out, give_back
+from .staging import staged_location
 from .table import commit_manifest, load_table
 
 __all__ = [
@@ -55,17 +57,13 @@ _log = logging.getLogger(__name__)
 _RETAIN_PUBLISHED = 100  # manifests kept after publishing, like Spark's minBatchesToRetain
 
 
-def _staged(table: Location, rel: str) -> Location:
-    return table.child(*unquote(rel).split("/"))
-
-
 def _plain(manifest: Manifest) -> set[str]:
     return {unquote(f.path) for f in manifest.files}
 
 
 def _delete_files(table: Location, paths: set[str], batch_id: int) -> int:
     for rel in sorted(paths):
-        _staged(table, rel).delete()
+        staged_location(table, rel).delete()
         crash_point("during_abort", batch_id)
     return len(paths)
 
@@ -123,7 +121,7 @@ def _choose(
     manifests.sort(key=lambda m: (m.attempt != preferred, m.attempt))
     missing = ""
     for manifest in manifests:
-        gone = [f.path for f in manifest.files if not _staged(table, f.path).exists()]
+        gone = [f.path for f in manifest.files if not staged_location(table, f.path).exists()]
         if not gone:
             return manifest
         missing = missing or gone[0]
@@ -219,6 +217,9 @@ def _publish_from(
         manifest = _choose(store, table, batch_id, preferred)
         _check_fence(store, run, batch_id)
         crash_point("before_publish", batch_id)
+        if manifest.mirror is not None:
+            # Before the change log's commit of N, which tells every publisher N is done.
+            apply_plan(manifest.mirror, checkpoint.options, query_id, batch_id)
         delta_version: int | None = None
         try:
             # Against the snapshot that showed N - 1: a concurrent publish of N is a conflict.
@@ -235,6 +236,8 @@ def _publish_from(
         published.append(batch_id)
         HistoryLog(checkpoint).append(PublishedEvent(batch_id, delta_version, table.url))
         _tidy(store, table, batch_id, manifest)
+        if manifest.mirror is not None:
+            discard_staging(Location(manifest.mirror.root, checkpoint.options), batch_id)
         if batch_id >= _RETAIN_PUBLISHED:
             store.delete(batch_id - _RETAIN_PUBLISHED)
         # The next batch is committed against a snapshot at least as new as this commit; if
@@ -276,6 +279,9 @@ def discard_after(store: ManifestStore, table: Location, checkpoint_id: int | No
         doomed = {i.path for i in store.intents(batch_id)}
         for manifest in store.manifests(batch_id):
             doomed |= _plain(manifest)
+            if manifest.mirror is not None:
+                root = Location(manifest.mirror.root, store.checkpoint.options)
+                discard_staging(root, batch_id)
         removed = _delete_files(table, doomed, batch_id)
         store.delete(batch_id)
         store.drop_intents(batch_id)

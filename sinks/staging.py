@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +32,9 @@ __all__ = [
     "StagingWriter",
     "hive_partition_value",
     "parse_staged_name",
+    "staged_location",
     "staged_name",
+    "write_staged_file",
 ]
 
 _NAME = re.compile(
@@ -152,6 +154,35 @@ class _OpenFile:
             self.stats.to_json(),
             int(time.time() * 1000),
         )
+
+
+def staged_location(root: Location, path: str) -> Location:
+    """Where a file of the table at ``root`` is, from its Delta ``add.path`` (URL-encoded).
+
+    A relative path is below the root; an absolute URI (a file added by another writer) is used
+    as it is, with the root's storage options.
+    """
+    if "://" in path:
+        return Location(path, root.options)
+    return root.child(*unquote(path).split("/"))
+
+
+def write_staged_file(root: Location, rel_path: str, rows: pa.Table) -> StagedFile:
+    """Write ``rows`` as one unpartitioned staged file at ``rel_path`` under ``root``.
+
+    Runs wherever a whole file's rows are at hand (the mirror's rewrite on the driver).
+    ``rel_path`` is plain (not URL-encoded); the returned file's ``path`` is encoded as Delta's.
+    """
+    rel_uri = "/".join(quote(part, safe="=") for part in rel_path.split("/"))
+    output = _OpenFile(root.child(*rel_path.split("/")), rel_uri, rows.schema, {})
+    try:
+        for batch in rows.to_batches():
+            output.write(batch)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            output.handle.close()
+        raise
+    return output.close()
 
 
 class StagingWriter:
