@@ -26,6 +26,8 @@ from spark_ckpt.errors import (
     LogOrderError,
     LogRewrittenError,
     MalformedEventError,
+    MirrorChangeError,
+    MirrorSchemaError,
     PublishError,
     ReplicationSlotError,
     RestoreError,
@@ -58,6 +60,7 @@ from spark_ckpt.state.restore import RestorePoint
 from spark_ckpt.state.savepoints import Savepoint
 
 if TYPE_CHECKING:
+    from spark_ckpt.spark.consistent import read_consistent
     from spark_ckpt.spark.control import Control, install
     from spark_ckpt.spark.session import local_session
     from spark_ckpt.spark.supervisor import SupervisedQuery
@@ -85,6 +88,8 @@ __all__ = [
     "LogOrderError",
     "LogRewrittenError",
     "MalformedEventError",
+    "MirrorChangeError",
+    "MirrorSchemaError",
     "PublishError",
     "ReplicationSlotError",
     "RestoreError",
@@ -109,6 +114,7 @@ __all__ = [
     "UsageError",
     "install",
     "local_session",
+    "read_consistent",
 ]
 
 __version__ = "0.1.0"
@@ -119,6 +125,7 @@ _SPARK_NAMES = {
     "install": "spark_ckpt.spark.control",
     "local_session": "spark_ckpt.spark.session",
     "SupervisedQuery": "spark_ckpt.spark.supervisor",
+    "read_consistent": "spark_ckpt.spark.consistent",
 }
 
 

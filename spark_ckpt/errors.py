@@ -26,6 +26,8 @@ __all__ = [
     "LogOrderError",
     "LogRewrittenError",
     "MalformedEventError",
+    "MirrorChangeError",
+    "MirrorSchemaError",
     "PublishError",
     "ReplicationSlotError",
     "RestoreError",
@@ -211,6 +213,18 @@ class CheckpointLocationError(SparkCkptError, OSError):
 
 class TableIncompatibleError(SparkCkptError, ValueError):
     """The target Delta table cannot take this stream's data (schema or table features)."""
+
+
+class MirrorSchemaError(TableIncompatibleError):
+    """A mirror table cannot take a batch's columns (a changed type, a changed primary key).
+
+    Raised in the batch's pre-commit, before Spark completes the batch: nothing of it is
+    published, and the query stops until the table or the stream is fixed.
+    """
+
+
+class MirrorChangeError(SparkCkptError, ValueError):
+    """A change the mirror cannot apply: no key, or a value that does not fit its column type."""
 
 
 class UnsupportedOutputModeError(ConfigError):
