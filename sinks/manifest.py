@@ -31,6 +31,7 @@ from spark_ckpt.errors import CheckpointLocationError, StateFormatError
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.storage import Location
 
+from .mirror.plan import MirrorPlan
 from .staging import StagedFile
 
 __all__ = ["LEGACY_ATTEMPT", "Intent", "Manifest", "ManifestStore"]
@@ -60,6 +61,8 @@ class Manifest:
         The staged files.
     attempt
         Which attempt of the batch staged them (the run id of the query run).
+    mirror
+        In mirror mode, what publishing the batch does to the mirror tables.
     """
 
     batch_id: int
@@ -69,6 +72,7 @@ class Manifest:
     partition_by: tuple[str, ...]
     files: tuple[StagedFile, ...]
     attempt: str = LEGACY_ATTEMPT
+    mirror: MirrorPlan | None = None
 
     @property
     def rows(self) -> int:
@@ -87,6 +91,8 @@ class Manifest:
             "files": [f.to_json() for f in self.files],
             "attempt": self.attempt,
         }
+        if self.mirror is not None:
+            body["mirror"] = self.mirror.to_json()
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
@@ -103,6 +109,7 @@ class Manifest:
             tuple(body["partitionBy"]),
             tuple(StagedFile.from_json(f) for f in body["files"]),
             str(body.get("attempt", LEGACY_ATTEMPT)),
+            MirrorPlan.from_json(body["mirror"]) if "mirror" in body else None,
         )
 
 

@@ -1,0 +1,293 @@
+"""Folding one batch's changes into the final state of each changed row, per source table.
+
+A batch holds whole source transactions in commit order. Applying it to a mirror needs only the
+last state of every primary key the batch touched, so the changes are folded in
+``(txn_order, event_index)`` order:
+
+- ``c`` / ``r`` (insert, snapshot read): the row is the ``after`` image;
+- ``u``: the ``after`` image is merged over what the batch already had for the key. A column the
+  image does not carry (PostgreSQL leaves unchanged TOASTed values out) keeps its old value: the
+  batch's, or else the mirror's (recorded as *missing*, resolved when the table is rewritten);
+- ``u`` whose ``before`` image holds another key (a primary-key update): the old key is deleted,
+  and the new row takes its missing columns from the old key's row;
+- ``d``: the key is deleted;
+- ``t`` (truncate, where a connector carries it): everything before it is dropped and the table is
+  emptied.
+
+Pure (no Spark, no I/O); runs on the driver in the batch's pre-commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_ckpt.errors import MirrorChangeError
+
+from .types import infer_type, to_arrow, widen
+
+__all__ = [
+    "ACTION",
+    "FROM_KEY",
+    "META_COLUMNS",
+    "MISSING",
+    "FoldedTable",
+    "RowState",
+    "empty_folded",
+    "fold_changes",
+]
+
+ACTION = "_spark_ckpt_action"
+"""``upsert`` or ``delete``."""
+MISSING = "_spark_ckpt_missing"
+"""Columns an update did not carry (kept from the stored row); null when the row is whole."""
+FROM_KEY = "_spark_ckpt_from_key"
+"""JSON of the key whose stored row fills the missing columns (a primary-key update), or null."""
+META_COLUMNS = (ACTION, MISSING, FROM_KEY)
+
+TYPES_COLUMN = "column_types"
+"""The optional stream column with each image's column types (JSON: column -> Spark SQL type)."""
+
+
+@dataclass
+class RowState:
+    """The batch's last word on one key.
+
+    Attributes
+    ----------
+    values
+        The row's column values (JSON values); None when the key is deleted.
+    given
+        The columns the changes carried; None when the row is whole (an insert or a read).
+    from_key
+        The key whose stored row fills the columns not given (a primary-key update), or None.
+    """
+
+    values: dict[str, Any] | None
+    given: frozenset[str] | None = None
+    from_key: tuple[Any, ...] | None = None
+
+
+@dataclass
+class FoldedTable:
+    """One source table's folded changes of a batch.
+
+    Attributes
+    ----------
+    name
+        The source table (``schema.table``).
+    key_columns
+        The primary key's columns, from the changes' ``key``.
+    truncated
+        The batch truncated the table: the mirror is emptied before the rows are applied.
+    explicit_types
+        Column types the stream carried (``column_types``), in source column order.
+    rows
+        The final state per key, in the order keys were last changed.
+    changes
+        How many changes were folded.
+    """
+
+    name: str
+    key_columns: tuple[str, ...]
+    truncated: bool = False
+    explicit_types: dict[str, str] = field(default_factory=dict)
+    rows: dict[tuple[Any, ...], RowState] = field(default_factory=dict)
+    changes: int = 0
+
+    def column_types(self) -> dict[str, str]:
+        """Every column's Spark SQL type: the stream's, else inferred from the values.
+
+        Columns are in source order (the types' order, then first appearance); a column seen
+        only with nulls and no type is ``string``.
+        """
+        types: dict[str, str | None] = dict.fromkeys(self.key_columns)
+        types.update(self.explicit_types)
+        for state in self.rows.values():
+            for column, value in (state.values or {}).items():
+                if column not in self.explicit_types:
+                    types[column] = widen(types.get(column), infer_type(value))
+        for key_index, column in enumerate(self.key_columns):
+            if types[column] is None and column not in self.explicit_types:
+                for key in self.rows:
+                    types[column] = widen(types[column], infer_type(key[key_index]))
+        return {name: kind or "string" for name, kind in types.items()}
+
+    def to_arrow(self, schema: pa.Schema) -> pa.Table:
+        """The folded rows as an Arrow table of ``schema`` plus :data:`META_COLUMNS`.
+
+        ``schema`` is the mirror's schema for this batch (every column, typed). Runs on the
+        driver, once per table per batch.
+
+        Raises
+        ------
+        MirrorChangeError
+            A value that does not fit its column's type.
+        """
+        names = schema.names
+        columns: dict[str, list[Any]] = {name: [] for name in names}
+        actions: list[str] = []
+        missing: list[list[str] | None] = []
+        from_keys: list[str | None] = []
+        key_index = {column: i for i, column in enumerate(self.key_columns)}
+        for key, state in self.rows.items():
+            values = state.values
+            for name in names:
+                if name in key_index:
+                    columns[name].append(key[key_index[name]])
+                else:
+                    columns[name].append(None if values is None else values.get(name))
+            actions.append("delete" if values is None else "upsert")
+            if values is None or state.given is None:
+                missing.append(None)
+            else:
+                missing.append([n for n in names if n not in state.given] or None)
+            from_keys.append(None if state.from_key is None else json.dumps(list(state.from_key)))
+        arrays = [to_arrow(columns[f.name], f.type, self.name, f.name) for f in schema]
+        arrays += [
+            pa.array(actions, pa.string()),
+            pa.array(missing, pa.list_(pa.string())),
+            pa.array(from_keys, pa.string()),
+        ]
+        return pa.Table.from_arrays(arrays, schema=empty_folded(schema).schema)
+
+
+def empty_folded(schema: pa.Schema) -> pa.Table:
+    """No rows: what a batch that only truncated a table applies after emptying it."""
+    fields = [
+        *schema,
+        pa.field(ACTION, pa.string()),
+        pa.field(MISSING, pa.list_(pa.string())),
+        pa.field(FROM_KEY, pa.string()),
+    ]
+    return pa.schema(fields).empty_table()
+
+
+def _parse(text: str | None, what: str, table: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise MirrorChangeError(
+            f"table {table}: the change's {what} is not JSON: {text[:80]!r}"
+        ) from e
+
+
+def _key_of(table: FoldedTable, key: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(key[column] for column in table.key_columns)
+
+
+def _fold_one(
+    folded: FoldedTable,
+    op: str,
+    key: Mapping[str, Any],
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+) -> None:
+    rows = folded.rows
+    k = _key_of(folded, key)
+    if op == "d":
+        rows.pop(k, None)
+        rows[k] = RowState(None)
+        return
+    if after is None:
+        raise MirrorChangeError(
+            f"table {folded.name}: a change with op={op!r} has no 'after' image for key {dict(key)}"
+        )
+    if op in ("c", "r"):
+        rows.pop(k, None)
+        rows[k] = RowState(dict(after))
+        return
+    # An update: merged over the batch's state of the row it came from.
+    old = k
+    if before is not None and all(c in before for c in folded.key_columns):
+        old = tuple(before[c] for c in folded.key_columns)
+    previous = rows.get(old)
+    given = frozenset(after)
+    if previous is not None and previous.values is not None:
+        values = {**previous.values, **after}
+        merged = None if previous.given is None else previous.given | given
+        # Columns still missing come from the stored row the key had before this batch.
+        source = previous.from_key
+        if source is None and merged is not None and old != k:
+            source = old
+        state = RowState(values, merged, source)
+    else:
+        state = RowState(dict(after), given, old if old != k else None)
+    if old != k:
+        rows.pop(old, None)
+        rows[old] = RowState(None)
+    rows.pop(k, None)
+    rows[k] = state
+
+
+def fold_changes(changes: pa.Table) -> dict[str, FoldedTable]:
+    """Fold a batch's change rows (the ``txn-cdc`` schema) per table (driver, per batch).
+
+    Raises
+    ------
+    MirrorChangeError
+        A change without a key, key columns that differ within a table, an unknown ``op``, or
+        JSON that does not parse.
+    """
+    order = pc.sort_indices(
+        changes, sort_keys=[("txn_order", "ascending"), ("event_index", "ascending")]
+    )
+    ordered = changes.take(order)
+    has_types = TYPES_COLUMN in ordered.column_names
+    columns = ["table", "op", "key", "before", "after"] + ([TYPES_COLUMN] if has_types else [])
+    lists = [ordered.column(c).to_pylist() for c in columns]
+    if not has_types:
+        lists.append([None] * ordered.num_rows)
+    folded: dict[str, FoldedTable] = {}
+    type_cache: dict[str, dict[str, str]] = {}
+    for table, op, key_text, before_text, after_text, types_text in zip(*lists, strict=True):
+        if op == "t":
+            current = folded.get(table)
+            if current is not None:
+                current.rows.clear()
+                current.truncated = True
+                current.changes += 1
+            else:
+                folded[table] = FoldedTable(table, (), truncated=True, changes=1)
+            continue
+        if op not in ("c", "r", "u", "d"):
+            raise MirrorChangeError(f"table {table}: unknown change op {op!r}")
+        key = _parse(key_text, "key", table)
+        if not isinstance(key, dict) or not key:
+            raise MirrorChangeError(
+                f"table {table}: a change has no primary key (key={key_text!r}); a mirror "
+                f"upserts by key. Give the source table a primary key (for PostgreSQL, or "
+                f"REPLICA IDENTITY FULL with a key the connector reports), or write this table "
+                f"as a change log only"
+            )
+        current = folded.get(table)
+        if current is None or not current.key_columns:
+            truncated = current.truncated if current is not None else False
+            count = current.changes if current is not None else 0
+            current = folded[table] = FoldedTable(table, tuple(key), truncated, changes=count)
+        elif tuple(key) != current.key_columns:
+            raise MirrorChangeError(
+                f"table {table}: its changes name different key columns "
+                f"({', '.join(current.key_columns)} and {', '.join(key)}) in one batch"
+            )
+        if types_text is not None:
+            types = type_cache.get(types_text)
+            if types is None:
+                types = type_cache[types_text] = dict(_parse(types_text, TYPES_COLUMN, table))
+            current.explicit_types.update(types)
+        _fold_one(
+            current,
+            op,
+            key,
+            _parse(before_text, "before", table),
+            _parse(after_text, "after", table),
+        )
+        current.changes += 1
+    return folded

@@ -1,0 +1,89 @@
+"""What publishing batch N does to the mirrors, recorded in N's manifest by the pre-commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MirrorPlan", "TablePlan"]
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """One mirror table's part of batch N.
+
+    Attributes
+    ----------
+    table
+        The source table (``schema.table``).
+    directory
+        The mirror's directory, relative to the root.
+    folded
+        The folded changes' file, relative to the root (None when the batch only truncated).
+    rows
+        Folded rows (final states of keys).
+    key_columns
+        The primary key's columns.
+    truncate
+        Empty the mirror before applying the rows.
+    schema_json
+        The mirror's Delta schema after batch N.
+    """
+
+    table: str
+    directory: str
+    folded: str | None
+    rows: int
+    key_columns: tuple[str, ...]
+    truncate: bool
+    schema_json: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Render for the manifest."""
+        return {
+            "table": self.table,
+            "directory": self.directory,
+            "folded": self.folded,
+            "rows": self.rows,
+            "keyColumns": list(self.key_columns),
+            "truncate": self.truncate,
+            "schema": self.schema_json,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> TablePlan:
+        """Parse :meth:`to_json` output."""
+        return cls(
+            str(value["table"]),
+            str(value["directory"]),
+            value["folded"],
+            int(value["rows"]),
+            tuple(value["keyColumns"]),
+            bool(value["truncate"]),
+            str(value["schema"]),
+        )
+
+
+@dataclass(frozen=True)
+class MirrorPlan:
+    """Batch N's mirror work: the root and each touched table, by table name.
+
+    Attributes
+    ----------
+    root
+        The mirror root's URL.
+    tables
+        The tables the batch changed, sorted by name.
+    """
+
+    root: str
+    tables: tuple[TablePlan, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Render for the manifest."""
+        return {"root": self.root, "tables": [t.to_json() for t in self.tables]}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> MirrorPlan:
+        """Parse :meth:`to_json` output."""
+        return cls(str(value["root"]), tuple(TablePlan.from_json(t) for t in value["tables"]))

@@ -1,0 +1,300 @@
+"""Mirror mode's two phases: plan batch N in its pre-commit, apply the plan when N is published.
+
+**Pre-commit** (:func:`plan_batch`, driver, in ``commit(messages, N)`` before Spark writes
+``commits/N``): the batch's staged change rows are folded per table (:mod:`.fold`), typed, and
+checked against each mirror's schema. A change the mirror cannot take (a changed column type, a
+value that does not fit, a change without a key) raises here, so the batch fails and nothing of
+it is ever published. The folded rows are written under ``<root>/_spark_ckpt/staging/N/`` and
+named in N's manifest.
+
+**Publish** (:func:`apply_plan`, driver, whichever process publishes N, before the change log's
+commit of N, which is the publish order's sequencer): each touched mirror is rewritten and
+committed with ``txn(query id, N)``, skipped when its ``txn`` version already is N (a publisher
+that crashed part way through, or a concurrent one); then the checkpoint index records every
+mirror's version for N in one commit, also with ``txn(query id, N)``. A reader of the index's
+newest checkpoint thus sees every table as of the same batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError
+
+from spark_ckpt.errors import MirrorSchemaError, PublishError
+from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE, STAGING_DIR, table_directory
+from spark_ckpt.state.storage import Location, StorageOptions
+from spark_ckpt.testing.faults import crash_point
+
+from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from ..table import BatchCommit, commit_files, load_table
+from .fold import META_COLUMNS, FoldedTable, empty_folded, fold_changes
+from .plan import MirrorPlan, TablePlan
+from .rewrite import rewrite_table
+from .types import arrow_type
+
+__all__ = [
+    "CHANGE_COLUMNS",
+    "INDEX_SCHEMA",
+    "apply_plan",
+    "discard_staging",
+    "plan_batch",
+]
+
+_log = logging.getLogger(__name__)
+
+CHANGE_COLUMNS = ("txn_order", "event_index", "table", "op", "key", "before", "after")
+"""The stream columns mirror mode reads (``column_types`` too, when the stream has it)."""
+
+INDEX_SCHEMA = pa.schema(
+    [
+        pa.field("checkpoint_id", pa.int64()),
+        pa.field("table", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("version", pa.int64()),
+        pa.field("query_id", pa.string()),
+        pa.field("published_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+"""The checkpoint index's schema (:data:`spark_ckpt.state.mirrors.INDEX_COLUMNS`)."""
+
+
+def _staging(root: Location, batch_id: int, attempt: str | None = None) -> Location:
+    base = root.child(STAGING_DIR, "staging", str(batch_id))
+    return base if attempt is None else base.child(attempt)
+
+
+def discard_staging(root: Location, batch_id: int, attempt: str | None = None) -> None:
+    """Delete the folded changes of ``batch_id`` (one attempt's, or all); driver."""
+    _staging(root, batch_id, attempt).delete_tree()
+
+
+def _delta_type_name(kind: Any) -> str:
+    """A Delta schema JSON type -> the Spark SQL name :func:`.types.arrow_type` reads."""
+    if isinstance(kind, str):
+        return kind
+    if kind.get("type") == "array":
+        return f"array<{_delta_type_name(kind['elementType'])}>"
+    raise MirrorSchemaError(f"a mirror column of Delta type {json.dumps(kind)} is not supported")
+
+
+def table_schema(delta: DeltaTable) -> pa.Schema:
+    """A mirror table's current schema as the Arrow schema the rewrite writes."""
+    fields = json.loads(delta.schema().to_json())["fields"]
+    return pa.schema([pa.field(f["name"], arrow_type(_delta_type_name(f["type"]))) for f in fields])
+
+
+def _evolve(existing: pa.Schema | None, folded: FoldedTable, location: Location) -> pa.Schema:
+    """The mirror's schema for this batch: the table's, plus the batch's new columns.
+
+    Raises
+    ------
+    MirrorSchemaError
+        A column whose type differs from the mirror's.
+    """
+    fields = list(existing) if existing is not None else []
+    known = {f.name: f for f in fields}
+    for column, type_name in folded.column_types().items():
+        kind = arrow_type(type_name)
+        have = known.get(column)
+        if have is None:
+            fields.append(pa.field(column, kind))
+        elif have.type != kind:
+            raise MirrorSchemaError(
+                f"table {folded.name}: column {column!r} is {have.type} in the mirror at "
+                f"{location.url} but {type_name} in the stream. Nothing of this batch is "
+                f"published. A mirror only adds columns; to change a column's type, rebuild the "
+                f"mirror (a new mirror root and checkpoint location, with snapshot=initial)"
+            )
+    return pa.schema(fields)
+
+
+def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table | None:
+    parts = []
+    for staged in files:
+        with staged_location(changelog, staged.path).open_input() as handle:
+            schema = pq.read_schema(handle)
+            wanted = [c for c in (*CHANGE_COLUMNS, "column_types") if c in schema.names]
+            handle.seek(0)
+            parts.append(pq.read_table(handle, columns=wanted))
+    return pa.concat_tables(parts, promote_options="default") if parts else None
+
+
+def plan_batch(
+    root: Location,
+    changelog: Location,
+    files: Sequence[StagedFile],
+    query_id: str,
+    batch_id: int,
+    attempt: str,
+) -> MirrorPlan:
+    """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
+
+    ``files`` are the change rows the executors staged into ``changelog``.
+
+    Raises
+    ------
+    MirrorSchemaError
+        A column type that differs from the mirror's.
+    MirrorChangeError
+        A change without a key, or a value that does not fit its column.
+    """
+    changes = _read_changes(changelog, files)
+    folded = fold_changes(changes) if changes is not None and changes.num_rows else {}
+    staging = _staging(root, batch_id, attempt)
+    plans = []
+    for name in sorted(folded):
+        table = folded[name]
+        directory = table_directory(name)
+        location = root.child(directory)
+        delta = load_table(location)
+        existing = table_schema(delta) if delta is not None else None
+        if not table.rows:
+            schema = existing if existing is not None else pa.schema([])
+            schema_json = Schema.from_arrow(schema).to_json() if len(schema) else "{}"
+            plans.append(TablePlan(name, directory, None, 0, table.key_columns, True, schema_json))
+            continue
+        schema = _evolve(existing, table, location)
+        rows = table.to_arrow(schema)
+        relative = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{directory}.parquet"
+        staging.make_dirs()
+        write_staged_file(root, relative, rows)
+        plans.append(
+            TablePlan(
+                name,
+                directory,
+                relative,
+                rows.num_rows,
+                table.key_columns,
+                table.truncated,
+                Schema.from_arrow(schema).to_json(),
+            )
+        )
+    crash_point("after_mirror_plan", batch_id)
+    return MirrorPlan(root.url, tuple(plans))
+
+
+def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) -> int | None:
+    """Apply one table's part of batch N unless the table holds N already; return its version."""
+    location = root.child(plan.directory)
+    delta = load_table(location)
+    if delta is not None:
+        done = delta.transaction_version(query_id)
+        if done is not None and done >= batch_id:
+            return delta.version()
+    if plan.folded is None:
+        if delta is None:
+            return None  # truncating a mirror that does not exist yet
+        schema = table_schema(delta)
+        folded = empty_folded(schema)
+    else:
+        with root.child(*plan.folded.split("/")).open_input() as handle:
+            folded = pq.read_table(handle)
+        schema = pa.schema([f for f in folded.schema if f.name not in META_COLUMNS])
+    rewrite = rewrite_table(
+        location,
+        delta,
+        folded,
+        plan.key_columns or tuple(schema.names[:1]),
+        plan.truncate,
+        schema,
+        query_id,
+        batch_id,
+    )
+    commit = BatchCommit(
+        query_id, batch_id, Schema.from_arrow(schema), rewrite.adds, tuple(rewrite.removes)
+    )
+    try:
+        version = commit_files(location, delta, commit)
+    except CommitFailedError as e:
+        rewrite.discard(location)
+        again = load_table(location)
+        done = None if again is None else again.transaction_version(query_id)
+        if again is None or done is None or done < batch_id:
+            raise PublishError(
+                f"publishing batch {batch_id} to the mirror {location.url} failed: {e}"
+            ) from e
+        return again.version()
+    if version is None:
+        refreshed = load_table(location)
+        version = None if refreshed is None else refreshed.version()
+    _log.debug(
+        "mirror %s: batch %d read %d files, removed %d, added %d",
+        plan.table,
+        batch_id,
+        rewrite.files_read,
+        len(rewrite.removes),
+        len(rewrite.adds),
+    )
+    return version
+
+
+def _previous_versions(index: DeltaTable, checkpoint_id: int) -> dict[str, tuple[str, int]]:
+    rows = index.to_pyarrow_dataset().to_table(filter=pc.field("checkpoint_id") == checkpoint_id)
+    return {str(r["table"]): (str(r["path"]), int(r["version"])) for r in rows.to_pylist()}
+
+
+def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_id: int) -> None:
+    """Publish batch N to every mirror it touched, then to the checkpoint index (driver).
+
+    Idempotent: a table (and the index) already holding N is skipped. Runs in the publisher,
+    after ``commits/N`` exists and before the change log's commit of N.
+
+    Raises
+    ------
+    PublishError
+        A commit failed for another reason than a concurrent publish of the same batch.
+    """
+    root = Location(plan.root, storage)
+    index_location = root.child(CHECKPOINTS_TABLE)
+    index = load_table(index_location)
+    done = None if index is None else index.transaction_version(query_id)
+    if done is not None and done >= batch_id:
+        return
+    versions = {} if index is None or done is None else _previous_versions(index, done)
+    for table in plan.tables:
+        version = _apply_table(root, table, query_id, batch_id)
+        if version is not None:
+            versions[table.table] = (table.directory, version)
+        crash_point("during_mirror", batch_id)
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = pa.Table.from_pylist(
+        [
+            {
+                "checkpoint_id": batch_id,
+                "table": name,
+                "path": path,
+                "version": version,
+                "query_id": query_id,
+                "published_at": now,
+            }
+            for name, (path, version) in sorted(versions.items())
+        ],
+        schema=INDEX_SCHEMA,
+    )
+    staged = (
+        [write_staged_file(index_location, staged_name(query_id, batch_id, 0), rows)]
+        if rows.num_rows
+        else []
+    )
+    commit = BatchCommit(query_id, batch_id, Schema.from_arrow(INDEX_SCHEMA), staged)
+    try:
+        commit_files(index_location, index, commit)
+    except CommitFailedError as e:
+        again = load_table(index_location)
+        now_done = None if again is None else again.transaction_version(query_id)
+        if now_done is None or now_done < batch_id:
+            raise PublishError(
+                f"recording batch {batch_id} in the checkpoint index {index_location.url} "
+                f"failed: {e}"
+            ) from e
+        for file in staged:
+            index_location.child(file.path).delete()

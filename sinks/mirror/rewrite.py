@@ -1,0 +1,240 @@
+"""Applying one batch's folded changes to one mirror table: which files to rewrite, and how.
+
+Only files that hold a changed key are read in full and rewritten (the rest of the table is never
+read): a file is a *candidate* when the first key column's min/max statistics can hold a changed
+key, and a candidate is rewritten only when its key columns, read alone, do hold one. A rewritten
+file keeps its unchanged rows and takes the new versions of its own keys, so files stay clustered
+by key as the table grows; keys that are new to the table go to one new file. The result is a
+list of files to add and remove, committed by :mod:`.publish` as one Delta commit. Runs on the
+driver, in whichever process publishes batch N.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from spark_ckpt.state.storage import Location
+
+from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from .fold import ACTION, FROM_KEY, META_COLUMNS, MISSING
+from .types import to_arrow
+
+__all__ = ["TableRewrite", "rewrite_table"]
+
+_ROW = "_spark_ckpt_row"
+
+
+@dataclass
+class TableRewrite:
+    """The files one batch adds to and removes from a mirror table.
+
+    Attributes
+    ----------
+    adds
+        New files (rewritten files' replacements and the file of new keys).
+    removes
+        Delta log paths of the files replaced.
+    files_read
+        Files whose key columns were read (candidates by statistics).
+    """
+
+    adds: list[StagedFile] = field(default_factory=list)
+    removes: list[str] = field(default_factory=list)
+    files_read: int = 0
+
+    def discard(self, table: Location) -> None:
+        """Delete the written files (a commit that lost a race, or failed)."""
+        for staged in self.adds:
+            with contextlib.suppress(OSError):
+                staged_location(table, staged.path).delete()
+
+
+def _align(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with ``schema``'s columns in order (columns it lacks are null)."""
+    arrays = []
+    for f in schema:
+        if f.name in rows.column_names:
+            column = rows.column(f.name)
+            arrays.append(column if column.type == f.type else column.cast(f.type))
+        else:
+            arrays.append(pa.nulls(rows.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _candidates(
+    live: list[dict[str, Any]], first_key: str, keys: Sequence[Any]
+) -> list[dict[str, Any]]:
+    """Files whose first-key-column range can hold one of ``keys`` (sorted)."""
+    found = []
+    for entry in live:
+        low, high = entry.get(f"min.{first_key}"), entry.get(f"max.{first_key}")
+        if low is None or high is None:
+            found.append(entry)  # no statistics: it may hold anything
+            continue
+        try:
+            start = bisect.bisect_left(keys, low)
+            if start < len(keys) and keys[start] <= high:
+                found.append(entry)
+        except TypeError:
+            found.append(entry)
+    return found
+
+
+def _key_tuples(rows: pa.Table, key_columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    columns = [rows.column(c).to_pylist() for c in key_columns]
+    return list(zip(*columns, strict=True))
+
+
+def _from_keys(folded: pa.Table, schema: pa.Schema, key_columns: Sequence[str]) -> pa.Table:
+    """The old keys of primary-key updates (whose stored rows fill missing columns), typed."""
+    texts = [t for t in folded.column(FROM_KEY).to_pylist() if t is not None]
+    parsed = [json.loads(t) for t in texts]
+    return pa.Table.from_arrays(
+        [
+            to_arrow([p[i] for p in parsed], schema.field(c).type, "", c)
+            for i, c in enumerate(key_columns)
+        ],
+        names=list(key_columns),
+    )
+
+
+def _hits(rows: pa.Table, lookup: pa.Table, key_columns: Sequence[str]) -> pa.Array:
+    """A mask of the rows of ``rows`` whose key is in ``lookup`` (key columns only)."""
+    keyed = rows.select(list(key_columns)).append_column(
+        _ROW, pa.array(range(rows.num_rows), pa.int64())
+    )
+    matched = keyed.join(lookup, list(key_columns), join_type="left semi").column(_ROW)
+    return pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=matched.combine_chunks())
+
+
+def _fill_missing(
+    upserts: pa.Table,
+    old_rows: pa.Table,
+    key_columns: Sequence[str],
+    schema: pa.Schema,
+) -> pa.Table:
+    """Upserts whose changes left columns out (unchanged TOAST values) take the stored values."""
+    partial = pc.invert(pc.is_null(upserts.column(MISSING)))
+    if not pc.any(partial).as_py():
+        return upserts.drop_columns(list(META_COLUMNS))
+    stored = {
+        key: row
+        for key, row in zip(_key_tuples(old_rows, key_columns), old_rows.to_pylist(), strict=True)
+    }
+    filled = []
+    for row in upserts.filter(partial).to_pylist():
+        source_key = tuple(json.loads(row[FROM_KEY])) if row[FROM_KEY] else None
+        own = tuple(row[c] for c in key_columns)
+        old = stored.get(own) if source_key is None else None
+        if source_key is not None:
+            typed = _from_keys(
+                pa.table({FROM_KEY: [row[FROM_KEY]]}), schema, key_columns
+            ).to_pylist()[0]
+            old = stored.get(tuple(typed[c] for c in key_columns))
+        for column in row[MISSING]:
+            row[column] = None if old is None else old.get(column)
+        filled.append({f.name: row[f.name] for f in schema})
+    whole = upserts.filter(pc.invert(partial)).drop_columns(list(META_COLUMNS))
+    return pa.concat_tables([whole, pa.Table.from_pylist(filled, schema=schema)])
+
+
+def rewrite_table(
+    table: Location,
+    delta: DeltaTable | None,
+    folded: pa.Table,
+    key_columns: Sequence[str],
+    truncate: bool,
+    schema: pa.Schema,
+    query_id: str,
+    batch_id: int,
+) -> TableRewrite:
+    """Stage the files that apply ``folded`` to the mirror at ``table`` (snapshot ``delta``).
+
+    ``schema`` is the mirror's Arrow schema after the batch. Nothing is committed; on error the
+    files written so far are deleted.
+    """
+    result = TableRewrite()
+    try:
+        _rewrite(result, table, delta, folded, key_columns, truncate, schema, query_id, batch_id)
+    except BaseException:
+        result.discard(table)
+        raise
+    return result
+
+
+def _rewrite(
+    result: TableRewrite,
+    table: Location,
+    delta: DeltaTable | None,
+    folded: pa.Table,
+    key_columns: Sequence[str],
+    truncate: bool,
+    schema: pa.Schema,
+    query_id: str,
+    batch_id: int,
+) -> None:
+    live: list[dict[str, Any]] = []
+    if delta is not None:
+        live = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
+    if truncate:
+        result.removes += [str(entry["path"]) for entry in live]
+        live = []
+    keys = folded.select(list(key_columns))
+    if folded.num_rows and pc.any(pc.invert(pc.is_null(folded.column(FROM_KEY)))).as_py():
+        keys = pa.concat_tables([keys, _from_keys(folded, schema, key_columns)])
+    lookup = keys.group_by(list(key_columns)).aggregate([])
+    first = sorted(v for v in lookup.column(key_columns[0]).to_pylist() if v is not None)
+    old_parts: list[pa.Table] = []
+    rewritten: list[tuple[str, pa.Table, pa.Table]] = []  # path, kept rows, its changed keys
+    for entry in _candidates(live, key_columns[0], first) if lookup.num_rows else []:
+        path = str(entry["path"])
+        location = staged_location(table, path)
+        with location.open_input() as handle:
+            file_keys = pq.read_table(handle, columns=list(key_columns))
+        result.files_read += 1
+        mask = _hits(file_keys, lookup, key_columns)
+        if not pc.any(mask).as_py():
+            continue  # the statistics allowed a changed key, but the file holds none
+        with location.open_input() as handle:
+            rows = _align(pq.read_table(handle), schema)
+        matched = rows.filter(mask)
+        old_parts.append(matched)
+        rewritten.append((path, rows.filter(pc.invert(mask)), matched.select(list(key_columns))))
+    old_rows = pa.concat_tables(old_parts) if old_parts else schema.empty_table()
+    upserts = folded.filter(pc.equal(folded.column(ACTION), "upsert"))
+    upserts = _fill_missing(upserts, old_rows, key_columns, schema)
+    # Each upsert goes back to the file its key was in (files stay clustered by key).
+    home: dict[tuple[Any, ...], int] = {}
+    for index, (_, _, changed) in enumerate(rewritten):
+        for key in _key_tuples(changed, key_columns):
+            home[key] = index
+    groups: dict[int, list[int]] = {}
+    for row, key in enumerate(_key_tuples(upserts, key_columns)):
+        groups.setdefault(home.get(key, -1), []).append(row)
+    sequence = 0
+    for index, (path, kept, _) in enumerate(rewritten):
+        result.removes.append(path)
+        parts = [kept]
+        if index in groups:
+            parts.append(upserts.take(pa.array(groups[index], pa.int64())))
+        content = pa.concat_tables(parts)
+        if content.num_rows:
+            result.adds.append(
+                write_staged_file(table, staged_name(query_id, batch_id, sequence), content)
+            )
+            sequence += 1
+    if -1 in groups:
+        content = upserts.take(pa.array(groups[-1], pa.int64()))
+        result.adds.append(
+            write_staged_file(table, staged_name(query_id, batch_id, sequence), content)
+        )
