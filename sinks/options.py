@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.mirrors import CHANGES_TABLE
 from spark_ckpt.state.storage import Location, StorageOptions
 
 __all__ = ["SinkOptions"]
@@ -19,7 +20,10 @@ _NAMES = (
     "targetFileSize",
     "mergeSchema",
     "orphanGracePeriod",
+    "mode",
+    "changeLog",
 )
+MODES = ("append", "mirror")
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
 _SPARK_OPTIONS = ("queryname",)
 STORAGE_PREFIX = "storageOptions."
@@ -33,7 +37,9 @@ class SinkOptions:
     Attributes
     ----------
     path
-        The Delta table's location: a local path, ``file:`` URI or object-store URI.
+        The Delta table the stream's rows are appended to: a local path, ``file:`` URI or
+        object-store URI. In mirror mode, the change log (``changeLog``, by default
+        ``<root>/_changes``).
     checkpoint_location
         The query's checkpoint location: manifests live in it, and it proves completion.
     storage
@@ -48,6 +54,9 @@ class SinkOptions:
     orphan_grace_period
         Seconds after which a staged file that no manifest or Delta version references is
         deleted as an orphan of a failed attempt.
+    mirror_root
+        Mirror mode (``mode=mirror``): the root holding one Delta table per source table, the
+        checkpoint index and the change log (``path``); None in append mode.
     """
 
     path: str
@@ -57,11 +66,17 @@ class SinkOptions:
     merge_schema: bool = False
     orphan_grace_period: float = 3600.0
     storage: StorageOptions = field(default_factory=StorageOptions)
+    mirror_root: str | None = None
 
     @property
     def table(self) -> Location:
-        """The Delta table's location."""
+        """The Delta table's location (in mirror mode, the change log's)."""
         return Location(self.path, self.storage)
+
+    @property
+    def mirror(self) -> Location | None:
+        """The mirror root (mirror mode), else None."""
+        return None if self.mirror_root is None else Location(self.mirror_root, self.storage)
 
     def checkpoint(self) -> SparkCheckpoint:
         """The query's checkpoint location."""
@@ -90,6 +105,16 @@ class SinkOptions:
             "path",
             "the Delta table's location (.option('path', '/lake/table') or .start('/lake/table'))",
         )
+        mode = reader.choice("mode", MODES, "append")
+        mirror_root = None
+        if mode == "mirror":
+            mirror_root = Location(path).url
+            path = reader.text("changeLog") or Location(path).child(CHANGES_TABLE).url
+        else:
+            reader.forbid(
+                "changeLog",
+                "no value outside mode=mirror (in append mode, 'path' is the change log)",
+            )
         if reader.text("checkpointLocation") is None:
             raise ConfigError(
                 "delta-2pc needs the query's checkpoint location as a writer option: "
@@ -111,6 +136,7 @@ class SinkOptions:
             merge_schema=reader.boolean("mergeSchema", False),
             orphan_grace_period=reader.duration("orphanGracePeriod", 3600.0, default_unit="s"),
             storage=merged,
+            mirror_root=mirror_root,
         )
         parsed.table.delta_options()  # refuses unsafe settings (AWS_S3_ALLOW_UNSAFE_RENAME)
         parsed.checkpoint()  # refuses an unknown scheme

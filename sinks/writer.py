@@ -8,6 +8,7 @@ batch's commit, the control plane's listener, or recovery when the query restart
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterator
@@ -20,12 +21,13 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from spark_ckpt.errors import PublishError, UsageError
+from spark_ckpt.errors import ConfigError, PublishError, UsageError
 from spark_ckpt.state.hooks import HookChannel
 from spark_ckpt.state.registry import ControlState, Registration
 from spark_ckpt.testing.faults import crash_point, stall_point
 
 from .manifest import Manifest, ManifestStore
+from .mirror.publish import CHANGE_COLUMNS, discard_staging, plan_batch
 from .options import SinkOptions
 from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
 from .snapshots import check_out, give_back
@@ -70,6 +72,14 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
     ) -> None:
         self.options = options
         self.control = control
+        if options.mirror_root is not None:
+            lacking = [c for c in CHANGE_COLUMNS if c not in schema.fieldNames()]
+            if lacking:
+                raise ConfigError(
+                    f"delta-2pc mode=mirror applies a change stream (the txn-cdc schema), but "
+                    f"the stream lacks {', '.join(lacking)}. Write a txn-cdc stream, or use "
+                    f"mode=append"
+                )
         # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         options.table.check_reachable()  # a typed error naming the table, before any staging
@@ -189,9 +199,23 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             )
         if run is not None:
             store.register_run(run)
+        mirror = self.options.mirror
+        if mirror is not None:
+            if not self._recovered:
+                # The plan is checked against the mirrors' schemas: they must hold N - 1 first.
+                publish_completed(store, self.options.table, upto=batchId - 1, run=run)
+            plan = plan_batch(
+                mirror,
+                self.options.table,
+                manifest.files,
+                manifest.query_id,
+                batchId,
+                manifest.attempt,
+            )
+            manifest = dataclasses.replace(manifest, mirror=plan)
         precommit(store, manifest)
         crash_point("after_manifest", batchId)
-        if not self._recovered:
+        if not self._recovered and mirror is None:
             # This process did not just publish everything complete while constructing the
             # writer, so publish what commits/<batchId - 1> (written before this batch) allows.
             published = publish_completed(store, self.options.table, upto=batchId - 1, run=run)
@@ -209,4 +233,6 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             removed += discard_unlisted(store, self.options.table, batchId, attempt)
             if not any(m.attempt == attempt for m in store.manifests(batchId)):
                 store.drop_intents(batchId, attempt)
+                if self.options.mirror is not None:
+                    discard_staging(self.options.mirror, batchId, attempt)
         _log.info("delta-2pc aborted batch %d: removed %d staged files", batchId, removed)
