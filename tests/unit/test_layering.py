@@ -23,6 +23,7 @@ from spark_ckpt.errors import SparkCkptError
 PACKAGE = Path(spark_ckpt.__file__).parent
 
 SPARK_GLUE = {
+    "spark_ckpt.spark.consistent",
     "spark_ckpt.spark.control",
     "spark_ckpt.spark.listener",
     "spark_ckpt.spark.session",

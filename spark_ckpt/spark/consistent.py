@@ -1,0 +1,72 @@
+"""``read_consistent``: every mirror table as of the same published checkpoint (driver)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
+
+from spark_ckpt.errors import UsageError
+from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE
+from spark_ckpt.state.storage import Location
+
+__all__ = ["read_consistent"]
+
+# How Spark says there is no table at a path (classic and Connect alike).
+_MISSING = ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "is not a Delta table")
+
+
+def _table_url(root: str, relative: str) -> str:
+    return Location(root).child(*relative.split("/")).url
+
+
+def read_consistent(
+    spark: SparkSession, root: str, checkpoint_id: int | None = None
+) -> dict[str, DataFrame]:
+    """Every mirror table under ``root`` as of one checkpoint, by source table name.
+
+    Reads the root's checkpoint index (``_checkpoints``, a Delta table) and opens each mirror
+    with Delta time travel at the version the index recorded for the checkpoint, so a source
+    transaction that touched several tables is seen in all of them or in none. Runs on the
+    driver; the DataFrames are lazy, as usual.
+
+    Parameters
+    ----------
+    spark
+        The session (classic or Spark Connect) with delta-spark.
+    root
+        The mirror root (the ``path`` of the ``delta-2pc`` sink in ``mode=mirror``).
+    checkpoint_id
+        The checkpoint to read; None: the newest one published in every table.
+
+    Raises
+    ------
+    UsageError
+        When ``root`` has no checkpoint index (not a mirror root, or nothing published yet), or
+        the index has no entry for ``checkpoint_id``.
+    """
+    index_url = _table_url(root, CHECKPOINTS_TABLE)
+    try:
+        index = spark.read.format("delta").load(index_url)
+        if checkpoint_id is None:
+            newest = index.agg(sf.max("checkpoint_id")).first()
+            checkpoint_id = None if newest is None else newest[0]
+    except Exception as e:  # AnalysisException, or Connect's equivalent
+        if any(m in str(e) for m in _MISSING):
+            raise UsageError(
+                f"{root} has no checkpoint index ({CHECKPOINTS_TABLE}): it is not the root of a "
+                f"delta-2pc mirror (mode=mirror), or no batch has been published yet"
+            ) from e
+        raise
+    if checkpoint_id is None:
+        return {}
+    rows = index.where(sf.col("checkpoint_id") == checkpoint_id).collect()
+    if not rows:
+        raise UsageError(
+            f"the checkpoint index of {root} has no entry for checkpoint {checkpoint_id}"
+        )
+    return {
+        row["table"]: spark.read.format("delta")
+        .option("versionAsOf", int(row["version"]))
+        .load(_table_url(root, row["path"]))
+        for row in sorted(rows, key=lambda r: str(r["table"]))
+    }
