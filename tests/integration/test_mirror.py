@@ -1,0 +1,220 @@
+"""Mirror mode on a real query: a growing Debezium log of shop transactions into mirror tables.
+
+A producer thread appends shop transactions (orders and their items, changed together so that
+every order's total is the sum of its items) while a ``delta-2pc`` query in ``mode=mirror`` runs.
+A reader thread checks the invariant on ``spark_ckpt.read_consistent`` all along, and also on a
+naive read of each table's latest version, one table after the other. At the end each mirror
+equals the workload's state, read back through delta-spark.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from conftest import wait_until
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyspark.errors import StreamingQueryException
+
+import spark_ckpt
+from spark_ckpt.errors import MirrorSchemaError, message_in_trace
+from spark_ckpt.testing.debezium_log import write_log
+from spark_ckpt.testing.shop_workload import (
+    ITEMS,
+    ORDERS,
+    ShopChange,
+    ShopWorkload,
+    invariant_violations,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+pytestmark = pytest.mark.integration
+
+
+class ShopProducer(threading.Thread):
+    """Writes ``count`` shop transactions to ``log``, a few per file, every ``pause`` seconds."""
+
+    def __init__(self, log: Path, workload: ShopWorkload, count: int, pause: float) -> None:
+        super().__init__(name="shop-producer", daemon=True)
+        self.log, self.workload, self.count, self.pause = log, workload, count, pause
+        log.mkdir(parents=True, exist_ok=True)
+        self.files = 0
+
+    def run(self) -> None:
+        written = 0
+        while written < self.count:
+            records: list[dict[str, Any]] = []
+            for _ in range(min(3, self.count - written)):
+                changes = self.workload.step()
+                records += self.workload.debezium_records(
+                    changes, f"shop-{written}", 1_700_000_000_000 + written * 1000
+                )
+                written += 1
+            staging = self.log / ".staging"
+            [path] = write_log(str(staging), records, [], first_file=self.files)
+            os.replace(path, self.log / f"{self.files:08d}.jsonl")  # the file appears whole
+            self.files += 1
+            time.sleep(self.pause)
+
+
+def _mirror_query(spark: SparkSession, log: Path, root: Path, ckpt: Path) -> StreamingQuery:
+    return (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("maxChangesPerTrigger", "25")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(root))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+def _rows(frame: Any) -> list[dict[str, Any]]:
+    return [row.asDict() for row in frame.collect()]
+
+
+def _normalised(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    return {
+        tuple(sorted((k, str(v) if v is not None else None) for k, v in r.items())) for r in rows
+    }
+
+
+def test_mirror_tables_track_the_source_and_read_consistently(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    log, root, ckpt = tmp_path / "log", tmp_path / "shop", tmp_path / "ckpt"
+    workload = ShopWorkload(seed=11)
+    producer = ShopProducer(log, workload, count=90, pause=0.25)
+    producer.start()
+    wait_until(lambda: producer.files > 0, 30, "the producer wrote no file")
+    query = _mirror_query(spark, log, root, ckpt)
+    consistent_checks, naive_checks, naive_failures, problems = 0, 0, 0, []
+    done = threading.Event()
+
+    def read_consistently() -> None:
+        nonlocal consistent_checks
+        while not done.is_set():
+            try:
+                tables = spark_ckpt.read_consistent(spark, str(root))
+            except spark_ckpt.UsageError:
+                time.sleep(0.2)  # nothing published yet
+                continue
+            if ORDERS in tables and ITEMS in tables:
+                problems.extend(invariant_violations(_rows(tables[ORDERS]), _rows(tables[ITEMS])))
+                consistent_checks += 1
+
+    def read_naively() -> None:
+        # Each table's latest version, one after the other (as two SQL queries would).
+        nonlocal naive_checks, naive_failures
+        while not done.is_set():
+            try:
+                orders = DeltaTable(str(root / ORDERS)).to_pyarrow_table().to_pylist()
+                time.sleep(0.1)
+                items = DeltaTable(str(root / ITEMS)).to_pyarrow_table().to_pylist()
+            except TableNotFoundError:
+                time.sleep(0.2)
+                continue
+            naive_checks += 1
+            naive_failures += bool(invariant_violations(orders, items))
+
+    readers = [
+        threading.Thread(target=read_consistently, name="consistent-reader", daemon=True),
+        threading.Thread(target=read_naively, name="naive-reader", daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        producer.join(timeout=120)
+        assert not producer.is_alive(), "the producer did not finish within 120 s"
+        final_txn = len(workload.transactions)
+
+        def caught_up() -> bool:
+            if query.exception() is not None:
+                raise AssertionError(f"the query failed: {query.exception()}")
+            index = root / "_checkpoints"
+            if not (index / "_delta_log").exists():
+                return False
+            changes = DeltaTable(str(root / "_changes")).to_pyarrow_table(columns=["txn_id"])
+            return len(set(changes.column("txn_id").to_pylist())) == final_txn
+
+        wait_until(caught_up, 120, "the mirrors did not catch up with the log")
+        # Keep reading a moment after the last batch, then stop everything.
+        wait_until(lambda: consistent_checks >= 5, 60, "the reader never got a consistent read")
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join(timeout=60)
+        query.stop()
+    assert not problems, f"read_consistent broke the invariant: {problems[:5]}"
+    assert naive_failures >= 1, (
+        f"the naive read never broke the invariant in {naive_checks} reads: the test did "
+        f"not show why consistent reads exist"
+    )
+    tables = spark_ckpt.read_consistent(spark, str(root))
+    for name in (ORDERS, ITEMS):
+        latest = _rows(spark.read.format("delta").load(str(root / name)))
+        assert _normalised(_rows(tables[name])) == _normalised(latest)
+        expected = list(workload.rows[name].values())
+        assert _normalised(latest) == _normalised(expected), name
+    assert not invariant_violations(_rows(tables[ORDERS]), _rows(tables[ITEMS]))
+    assert sum(Decimal(r["total"]) for r in workload.rows[ORDERS].values()) > 0
+
+
+def test_a_changed_column_type_stops_the_query_before_publishing(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    log, root, ckpt = tmp_path / "log", tmp_path / "shop", tmp_path / "ckpt"
+    workload = ShopWorkload(seed=3)
+    records = []
+    for number in range(3):
+        records += workload.debezium_records(workload.step(), f"t{number}", 1_700_000_000_000)
+    write_log(str(log), records, [])
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(root))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    # The listener publishes the last batch when the query ends.
+    wait_until(lambda: (root / ORDERS / "_delta_log").exists(), 30, "the mirror was not published")
+    before = DeltaTable(str(root / ORDERS)).version()
+    # The same column now arrives as a number: a different type than the mirror's string.
+    order = dict(next(iter(workload.rows[ORDERS].values())))
+    bad = {**order, "total": 12.5}
+    event = workload.debezium_records([ShopChange(ORDERS, "u", order, bad)], "bad", 1)
+    write_log(str(log), event, [], first_file=1)
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(root))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as failure:
+        query.awaitTermination(120)
+    message = message_in_trace(str(failure.value), MirrorSchemaError)
+    assert message is not None, str(failure.value)[-2000:]
+    assert "column 'total'" in message
+    assert DeltaTable(str(root / ORDERS)).version() == before
