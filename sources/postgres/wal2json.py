@@ -60,6 +60,7 @@ PLUGIN_OPTIONS: tuple[str, ...] = (
 _OPS = {"I": "c", "U": "u", "D": "d"}
 _NUMERIC_TYPES = ("numeric", "decimal")
 _FLOATS = frozenset({"real", "double precision"})
+_BARE_HEX = re.compile(r"[0-9a-f]*")
 _EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 
 
@@ -128,6 +129,8 @@ def normalize_value(type_name: str, value: Any) -> Any:
     """
     if value is None:
         return None
+    if type_name == "bytea" and isinstance(value, str) and _BARE_HEX.fullmatch(value):
+        return "\\x" + value  # wal2json prints bare hex; PostgreSQL's text form has \x
     if type_name.startswith(_NUMERIC_TYPES):
         return str(value)  # every digit as printed (PostgreSQL never uses exponents for numeric)
     if isinstance(value, NumberText) or (isinstance(value, int) and type_name in _FLOATS):

@@ -29,9 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..schema import json_text
+from .types import types_json
 from .wal2json import decode_change
 
-__all__ = ["ChangeColumns", "decode_changes", "render_change"]
+__all__ = ["ChangeColumns", "decode_changes", "decode_column_types", "render_change"]
 
 _STRING = r'"(?:[^"\\]|\\.)*"'  # a JSON string as printed, escapes included
 _NAME = r'("[^"\\]*")'  # a column name that needs no escaping, quotes included
@@ -54,6 +55,12 @@ _ITEM = (
     rf'|"(?:smallint|integer|bigint|oid)","value":(-?[0-9]+)'
     rf'|"[^"\\]*","value":({_STRING}|true|false|null))\}}',
     r"\1:\2\3\2\4\5\6",
+)
+# Pass 0: bytea values get the \x prefix of PostgreSQL's text form (wal2json prints bare hex;
+# the snapshot reads bytea::text), so both render the same.
+_BYTEA = (
+    rf'\{{"name":{_NAME},"type":"bytea","value":"([0-9a-f]*)"\}}',
+    r'{"name":\1,"type":"bytea","value":"\\\\x\2"}',
 )
 # After both passes: the row's parts (the column lists are "name":value pairs now).
 _ROW = (
@@ -143,7 +150,8 @@ def decode_changes(texts: pa.Array) -> ChangeColumns:
         As :func:`.wal2json.decode_change`, for a row the fast path declines
         and the Python path cannot read.
     """
-    rendered = pc.replace_substring_regex(texts, *_FLOAT_INTEGRAL)
+    rendered = pc.replace_substring_regex(texts, *_BYTEA)
+    rendered = pc.replace_substring_regex(rendered, *_FLOAT_INTEGRAL)
     rendered = pc.replace_substring_regex(rendered, *_ITEM)
     parts = pc.extract_regex(rendered, _ROW)
     action = parts.field("action")
@@ -188,3 +196,55 @@ def _patched(columns: list[pa.Array], texts: pa.Array, rows: list[int]) -> list[
         for column, value in zip(values, render_change(texts[row].as_py()), strict=True):
             column[row] = value
     return [pa.array(column, pa.string()) for column in values]
+
+
+# Each item -> "name":"type" (the value dropped: a JSON string, or a bare number/literal).
+_TYPE_ITEM = (
+    r'\{"name":("[^"\\]*"),"type":("[^"\\]*"),"value":(?:"(?:[^"\\]|\\.)*"|[^,}\]]*)\}',
+    r"\1:\2",
+)
+_TYPE_ROW = (
+    r'^\{"action":"[IUD]",.*?"table":"[^"\\]*"(?:,"columns":\[(?P<columns>.*?)\])?'
+    r'(?:,"identity":\[(?P<identity>.*?)\])?(?:,"pk":\[.*?\])?\}$'
+)
+
+
+def _types_of_row(text: str) -> str:
+    """The Python path: ``column_types`` of one wal2json row."""
+    body = json.loads(text)
+    items = body.get("columns") or body.get("identity") or []
+    return types_json((item["name"], item.get("type", "")) for item in items)
+
+
+def decode_column_types(texts: pa.Array) -> pa.Array:
+    """The ``column_types`` column of wal2json ``I`` / ``U`` / ``D`` rows (executor, per chunk).
+
+    The types of the row's ``columns`` (its ``identity`` for a delete), mapped by
+    :func:`.types.spark_type`. Rows share a handful of distinct column lists, so the mapping
+    runs once per distinct list; rows the patterns do not cover take the Python path.
+    """
+    rendered = pc.replace_substring_regex(texts, *_TYPE_ITEM)
+    parts = pc.extract_regex(rendered, _TYPE_ROW)
+    pairs = pc.if_else(
+        pc.equal(parts.field("columns"), ""), parts.field("identity"), parts.field("columns")
+    )
+    declined = pc.or_(pc.is_null(parts), pc.match_substring(rendered, '"value":'))
+    declined = pc.fill_null(declined, True)
+    encoded = pc.dictionary_encode(pc.fill_null(pairs, ""))
+    mapped = []
+    for listed in encoded.dictionary.to_pylist():
+        try:
+            raw = json.loads("{" + listed + "}")
+        except ValueError:
+            raw = None
+        mapped.append(None if raw is None else types_json(raw.items()))
+    types = pa.array(mapped, pa.string()).take(encoded.indices)
+    rows = np.flatnonzero(
+        pc.or_(declined, pc.is_null(types)).to_numpy(zero_copy_only=False)
+    ).tolist()
+    if rows:
+        values = types.to_pylist()
+        for row in rows:
+            values[row] = _types_of_row(texts[row].as_py())
+        types = pa.array(values, pa.string())
+    return types
