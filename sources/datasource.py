@@ -11,7 +11,7 @@ from spark_ckpt.state.registry import ControlState
 
 from .options import SourceOptions
 from .reader import TxnCdcStreamReader, make_connector
-from .schema import SPARK_DDL
+from .schema import spark_ddl
 
 __all__ = ["TxnCdcDataSource"]
 
@@ -38,8 +38,12 @@ class TxnCdcDataSource(DataSource):
         return "txn-cdc"
 
     def schema(self) -> str:
-        """The common change schema of every connector (DESIGN.md §2)."""
-        return SPARK_DDL
+        """The common change schema of every connector (DESIGN.md §2), ``column_types`` if asked.
+
+        A bad ``columnTypes`` value is refused by ``streamReader`` with the other options.
+        """
+        asked = str(self.options.get("columnTypes", "false")).strip().lower() == "true"
+        return spark_ddl(asked)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Parse the options and build the reader (driver, once per query run)."""

@@ -38,6 +38,7 @@ COMMON_OPTIONS = (
     "softDeclineTimeout",
     "changesPerPartition",
     "gate",
+    "columnTypes",
 )
 """The options of every connector, in their documented spelling."""
 STORAGE_PREFIX = "storageOptions."
@@ -83,6 +84,9 @@ class SourceOptions:
         Changes per Spark input partition (split at transaction boundaries).
     gated
         False cuts batches anywhere (splitting transactions): only for measuring the gate.
+    column_types
+        Add the ``column_types`` column: each image's column types as Spark SQL type names,
+        where the connector knows them (null where it does not).
     identity
         The supervised query this source serves, when it was created by a supervisor's build.
     storage
@@ -96,6 +100,7 @@ class SourceOptions:
     soft_decline_timeout: float = UNLIMITED
     changes_per_partition: int = 50_000
     gated: bool = True
+    column_types: bool = False
     identity: str | None = None
     storage: StorageOptions = field(default_factory=StorageOptions)
 
@@ -140,6 +145,7 @@ class SourceOptions:
             ),
             changes_per_partition=per_partition,
             gated=reader.choice("gate", ("on", "off"), "on") == "on",
+            column_types=reader.boolean("columnTypes", False),
             identity=reader.raw(IDENTITY_OPTION),
             storage=StorageOptions.of(
                 (storage or StorageOptions()).as_dict(), reader.prefixed(STORAGE_PREFIX)

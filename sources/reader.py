@@ -40,6 +40,7 @@ from spark_ckpt.state.registry import ControlState, DrainReport
 from .connector import ChangeConnector
 from .gate import Cut, GateDecision, choose_cut
 from .options import SourceOptions
+from .schema import COLUMNS, with_types
 
 __all__ = ["TxnCdcStreamReader", "make_connector"]
 
@@ -344,5 +345,13 @@ class TxnCdcStreamReader(
     # -- executors ----------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield one partition's rows as Arrow record batches (executor, per task)."""
-        return self.connector.read(partition.value)
+        """Yield one partition's rows as Arrow record batches (executor, per task).
+
+        With ``columnTypes=true``, batches of a connector that does not know its types get a
+        null ``column_types`` column.
+        """
+        batches = self.connector.read(partition.value)
+        if not self.options.column_types:
+            return batches
+        width = len(COLUMNS)
+        return (b if b.num_columns > width else with_types(b, None) for b in batches)

@@ -9,7 +9,17 @@ import pyarrow as pa
 
 from spark_ckpt.errors import UsageError
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_DDL", "RowBuffer", "change_batch", "json_text"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "COLUMNS",
+    "SPARK_DDL",
+    "TYPES_COLUMN",
+    "RowBuffer",
+    "change_batch",
+    "json_text",
+    "spark_ddl",
+    "with_types",
+]
 
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("source", "string", pa.string()),
@@ -31,6 +41,27 @@ SPARK_DDL = ", ".join(f"`{name}` {sql}" for name, sql, _ in COLUMNS)
 
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
 """The schema of the Arrow record batches ``read()`` yields."""
+
+TYPES_COLUMN = "column_types"
+"""With ``columnTypes=true``, a last column: the image's column types as JSON text
+(``{"id": "bigint", "total": "decimal(12,2)"}``, Spark SQL type names), or null where the
+connector does not know them. Mirror mode types its tables from it."""
+
+_TYPED_SCHEMA = ARROW_SCHEMA.append(pa.field(TYPES_COLUMN, pa.string()))
+
+
+def spark_ddl(column_types: bool) -> str:
+    """The output schema as Spark DDL, with the ``column_types`` column or without."""
+    return SPARK_DDL + (f", `{TYPES_COLUMN}` string" if column_types else "")
+
+
+def with_types(batch: pa.RecordBatch, column_types: pa.Array | None) -> pa.RecordBatch:
+    """``batch`` with the ``column_types`` column (null when ``column_types`` is None).
+
+    Runs on executors, per record batch, only when the source was asked for the column.
+    """
+    types = pa.nulls(batch.num_rows, pa.string()) if column_types is None else column_types
+    return pa.RecordBatch.from_arrays([*batch.columns, types], schema=_TYPED_SCHEMA)
 
 
 def json_text(value: object) -> str | None:

@@ -49,14 +49,15 @@ from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
 from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
-from ..schema import change_batch
+from ..schema import change_batch, with_types
 from .connect import redact_dsn
 from .lsn import format_lsn, parse_lsn
 from .slot import Slot
 from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
 from .tables import TableInfo, describe_tables
+from .types import types_json
 from .wal2json import PgTransaction, decode_transactions
-from .wal2json_arrow import decode_changes
+from .wal2json_arrow import decode_changes, decode_column_types
 
 __all__ = ["PostgresConnector"]
 
@@ -150,6 +151,8 @@ class PgSnapshotPartition:
     txn_id: str
     taken_at_us: int
     source: str
+    column_types: tuple[tuple[str, str], ...] = ()
+    """``(table, column_types text)`` per captured table, with ``columnTypes=true``."""
 
 
 class PostgresConnector(ChangeConnector):
@@ -169,6 +172,8 @@ class PostgresConnector(ChangeConnector):
         Changes per Spark input partition.
     snapshot_dir
         Where the snapshot spills its rows (None: a directory under the system temp dir).
+    column_types
+        Add the ``column_types`` column (each image's column types, :mod:`.types`).
     """
 
     name = "postgres"
@@ -181,8 +186,10 @@ class PostgresConnector(ChangeConnector):
         snapshot: Literal["initial", "never"],
         changes_per_partition: int = 50_000,
         snapshot_dir: Location | None = None,
+        column_types: bool = False,
     ) -> None:
         self.dsn = dsn
+        self.column_types = column_types
         self.slot_name = slot
         self.table_names = tables
         self.snapshot = snapshot
@@ -512,6 +519,15 @@ class PostgresConnector(ChangeConnector):
             manifest = task.manifest
         assert manifest is not None
         txn_id = f"snapshot:{self.slot_name}@{format_lsn(manifest.consistent_point)}"
+        types: tuple[tuple[str, str], ...] = ()
+        if self.column_types:
+            types = tuple((t.name, types_json(t.columns)) for t in self._tables)
+
+        def partition(files: list[tuple[Location, int]]) -> PgSnapshotPartition:
+            return PgSnapshotPartition(
+                tuple(files), manifest.rows, txn_id, manifest.taken_at_us, self.source, types
+            )
+
         partitions: list[object] = []
         files: list[tuple[Location, int]] = []
         rows_in = 0
@@ -521,28 +537,21 @@ class PostgresConnector(ChangeConnector):
             index += rows
             rows_in += rows
             if rows_in >= self.changes_per_partition:
-                partitions.append(
-                    PgSnapshotPartition(
-                        tuple(files), manifest.rows, txn_id, manifest.taken_at_us, self.source
-                    )
-                )
+                partitions.append(partition(files))
                 files, rows_in = [], 0
         if files:
-            partitions.append(
-                PgSnapshotPartition(
-                    tuple(files), manifest.rows, txn_id, manifest.taken_at_us, self.source
-                )
-            )
+            partitions.append(partition(files))
         return partitions
 
     # -- executors -------------------------------------------------------------------------------
 
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:
-        """Yield a partition's rows (executor, per task)."""
+        """Yield a partition's rows (executor, per task), with ``column_types`` if asked."""
         if isinstance(partition, PgStreamPartition):
-            yield from _stream_rows(partition)
+            yield from _stream_rows(partition, self.column_types)
             return
         assert isinstance(partition, PgSnapshotPartition)
+        types_of = dict(partition.column_types)
         for spilled_file, first_index in partition.files:
             with _open_spill(spilled_file) as source:
                 reader = pa.ipc.open_file(source)
@@ -550,7 +559,7 @@ class PostgresConnector(ChangeConnector):
                 for i in range(reader.num_record_batches):
                     spilled = reader.get_batch(i)
                     n = spilled.num_rows
-                    yield change_batch(
+                    batch = change_batch(
                         source=pa.array([partition.source] * n, pa.string()),
                         txn_id=pa.array([partition.txn_id] * n, pa.string()),
                         txn_order=pa.array([0] * n, pa.int64()),
@@ -565,13 +574,20 @@ class PostgresConnector(ChangeConnector):
                         before=pa.nulls(n, pa.string()),
                         after=spilled.column("after"),
                     )
+                    if self.column_types:
+                        tables = spilled.column("table").to_pylist()
+                        types = pa.array([types_of.get(t) for t in tables], pa.string())
+                        batch = with_types(batch, types)
+                    yield batch
                     offset += n
 
 
 _CHUNK_CHANGES = 16_384  # changes decoded (and yielded) together: bounded executor memory
 
 
-def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
+def _stream_rows(
+    partition: PgStreamPartition, column_types: bool = False
+) -> Iterator[pa.RecordBatch]:
     """A partition's transactions as record batches, decoded column-wise (executor, per task).
 
     Decoded :data:`_CHUNK_CHANGES` changes at a time, whatever the transactions' sizes, so one
@@ -593,9 +609,10 @@ def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
     source = pa.array([partition.source], pa.string())
     for first in range(0, total, _CHUNK_CHANGES):
         count = min(_CHUNK_CHANGES, total - first)
-        changes = decode_changes(texts.slice(first, count))
+        chunk = texts.slice(first, count)
+        changes = decode_changes(chunk)
         of = pa.array(owner[first : first + count])
-        yield change_batch(
+        batch = change_batch(
             source=source.take(np.zeros(count, dtype=np.int32)),
             txn_id=txn_ids.take(of),
             txn_order=orders.take(of),
@@ -608,6 +625,7 @@ def _stream_rows(partition: PgStreamPartition) -> Iterator[pa.RecordBatch]:
             before=changes.before,
             after=changes.after,
         )
+        yield with_types(batch, decode_column_types(chunk)) if column_types else batch
 
 
 def _open_spill(spilled_file: Location) -> pa.NativeFile:

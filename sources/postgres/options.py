@@ -104,6 +104,7 @@ class PostgresOptions(ConnectorOptions):
             self.snapshot,
             common.changes_per_partition,
             Location(self.snapshot_dir, common.storage) if self.snapshot_dir else None,
+            column_types=common.column_types,
         )
         connector.check()
         return connector
