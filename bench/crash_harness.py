@@ -74,11 +74,19 @@ class Settings:
     packages: list[str] = field(default_factory=list)
     source: dict[str, str] = field(default_factory=dict)
     s3a: bool = False
+    sink: dict[str, str] = field(default_factory=dict)
+    """Extra ``delta-2pc`` options (``{"mode": "mirror"}``)."""
 
     def to_json(self) -> str:
         """For the driver's command line."""
         return json.dumps(
-            {"conf": self.conf, "packages": self.packages, "source": self.source, "s3a": self.s3a}
+            {
+                "conf": self.conf,
+                "packages": self.packages,
+                "source": self.source,
+                "s3a": self.s3a,
+                "sink": self.sink,
+            }
         )
 
     @classmethod
@@ -90,6 +98,7 @@ class Settings:
             list(body["packages"]),
             dict(body.get("source", {})),
             bool(body.get("s3a", False)),
+            dict(body.get("sink", {})),
         )
 
 
@@ -191,6 +200,7 @@ def drive(
             .load()
             .writeStream.format("delta-2pc")
             .option("path", table)
+            .options(**settings.sink)
             .trigger(availableNow=True)
         )
 

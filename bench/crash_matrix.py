@@ -8,7 +8,12 @@ version, read with delta-spark). Prints one JSON line; all three must be 0.
 ``--store s3`` keeps log, table and checkpoint on an S3 server on loopback (started here; Spark
 reaches it through s3a, spark-ckpt through pyarrow and delta-rs).
 
-Run: ``.venv/bin/python bench/crash_matrix.py [--repeat 3] [--store local|s3]`` (see README).
+``--mirror`` runs ``mode=mirror`` instead (``bench/mirror_harness.py``): per repetition, a
+driver killed at all six protocol points in successive batches, then at random moments; it
+counts mirrors that differ from their source, checkpoints whose tables disagree, and gaps in
+the checkpoint index. All must be 0.
+
+Run: ``.venv/bin/python bench/crash_matrix.py [--repeat 3] [--store local|s3] [--mirror]``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per protocol point")
     parser.add_argument("--store", choices=("local", "s3"), default="local")
+    parser.add_argument(
+        "--mirror",
+        action="store_true",
+        help="mode=mirror: kill at all six protocol points and at random moments, per repetition",
+    )
     args = parser.parse_args()
+    if args.mirror:
+        run_mirror(args.repeat)
+        return
     server = S3Server().start() if args.store == "s3" else None
     try:
         run(args.repeat, server)
@@ -81,6 +94,35 @@ def run(repeat: int, server: S3Server | None) -> None:
         "lost": totals["lost"],
         "duplicated": totals["duplicated"],
         "torn": totals["torn"],
+        "seconds": round(time.monotonic() - began),
+    }
+    print(json.dumps(result), flush=True)
+
+
+def run_mirror(repeat: int) -> None:
+    """Mirror mode: ``repeat`` chains of kills (each point, then random); print the JSON line."""
+    import mirror_harness
+
+    spark = local_session("bench-crash-matrix-mirror")
+    began = time.monotonic()
+    totals = {"mismatched_tables": 0, "inconsistent_checkpoints": 0, "index_gaps": 0}
+    sigkills = checkpoints = 0
+    for repetition in range(repeat):
+        with tempfile.TemporaryDirectory() as workdir:
+            outcome = mirror_harness.run_mirror_crashes(spark, Path(workdir), seed=repetition)
+        print(outcome.to_json(), file=sys.stderr, flush=True)
+        for key in totals:
+            totals[key] += getattr(outcome, key)
+        sigkills += outcome.crashes
+        checkpoints += outcome.checkpoints
+    spark.stop()
+    result = {
+        "bench": "crash_matrix_mirror",
+        "points": list(mirror_harness.PROTOCOL_FAULTS),
+        "runs": repeat,
+        "sigkills": sigkills,
+        "checkpoints_checked": checkpoints,
+        **totals,
         "seconds": round(time.monotonic() - began),
     }
     print(json.dumps(result), flush=True)

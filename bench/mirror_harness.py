@@ -1,0 +1,142 @@
+"""Crash harness for mirror mode: SIGKILL drivers writing mirrors, then check every checkpoint.
+
+A shop log (``spark_ckpt.testing.shop_workload``: orders and items changed together so that each
+order's total is the sum of its items) is streamed by ``crash_harness``'s driver in
+``mode=mirror``. The driver is killed at each 2PC protocol point of successive batches (every
+kill in a later batch than the one before, so each restart makes progress), then at random
+moments, then runs clean to the end. Verified with delta-spark:
+
+- every mirror equals the source table's final state, row for row;
+- at every checkpoint in the index, ``read_consistent`` sees the invariant hold across tables;
+- the index has no gap between its first and last checkpoint.
+
+Used by ``tests/integration/test_mirror_crash.py`` and ``bench/crash_matrix.py --mirror``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import crash_harness
+from crash_harness import Settings
+
+from spark_ckpt.testing.debezium_log import write_log
+from spark_ckpt.testing.shop_workload import ITEMS, ORDERS, ShopWorkload, invariant_violations
+
+PROTOCOL_FAULTS = (
+    "after_staging",
+    "after_mirror_plan",
+    "after_manifest",
+    "before_publish",
+    "during_mirror",
+    "during_publish",
+)
+"""Where a driver is killed, in this order, each in a later batch than the one before."""
+
+
+@dataclass
+class MirrorOutcome:
+    """What a mirror crash run found (all but ``checkpoints`` and ``crashes`` must be 0)."""
+
+    mismatched_tables: int
+    inconsistent_checkpoints: int
+    index_gaps: int
+    checkpoints: int
+    crashes: int
+
+    def to_json(self) -> str:
+        """One JSON object."""
+        return json.dumps(self.__dict__)
+
+
+def make_shop_log(directory: Path, seed: int, transactions: int = 70) -> ShopWorkload:
+    """Write a shop log of ``transactions`` transactions (a few files); return the workload."""
+    workload = ShopWorkload(seed=seed)
+    records: list[dict[str, Any]] = []
+    for number in range(transactions):
+        records += workload.debezium_records(
+            workload.step(), f"shop-{number}", 1_700_000_000_000 + number
+        )
+    rng = random.Random(seed)
+    write_log(str(directory), records, sorted(rng.sample(range(len(records)), 3)))
+    return workload
+
+
+def _rows(frame: Any) -> list[dict[str, Any]]:
+    return [row.asDict() for row in frame.collect()]
+
+
+def _normalised(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    return {tuple(sorted((k, None if v is None else str(v)) for k, v in r.items())) for r in rows}
+
+
+def verify_mirrors(spark: Any, root: Path, workload: ShopWorkload, crashes: int) -> MirrorOutcome:
+    """Compare the mirrors with the workload, and check every checkpoint of the index."""
+    import spark_ckpt
+
+    mismatched = 0
+    for name in (ORDERS, ITEMS):
+        latest = _rows(spark.read.format("delta").load(str(root / name)))
+        mismatched += _normalised(latest) != _normalised(list(workload.rows[name].values()))
+    index = spark.read.format("delta").load(str(root / "_checkpoints"))
+    checkpoints = sorted({r[0] for r in index.select("checkpoint_id").collect()})
+    gaps = sum(b - a - 1 for a, b in itertools.pairwise(checkpoints))
+    inconsistent = 0
+    for checkpoint in checkpoints:
+        tables = spark_ckpt.read_consistent(spark, str(root), checkpoint)
+        if ORDERS in tables and ITEMS in tables:
+            found = invariant_violations(_rows(tables[ORDERS]), _rows(tables[ITEMS]))
+            inconsistent += bool(found)
+    return MirrorOutcome(mismatched, inconsistent, gaps, len(checkpoints), crashes)
+
+
+def _kill_at_random(args: list[str], seconds: float) -> int:
+    """Run a driver and SIGKILL its whole session after ``seconds`` (if still running)."""
+    process = crash_harness.start_driver(args, None)
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:  # still running: the kill is the point
+        crash_harness._reap_session(process.pid)
+    return crash_harness.finish_driver(process, None)
+
+
+def run_mirror_crashes(
+    spark: Any,
+    workdir: Path,
+    seed: int,
+    random_kills: int = 2,
+    points: tuple[str, ...] = PROTOCOL_FAULTS,
+    first_batch: int = 1,
+) -> MirrorOutcome:
+    """Kill a mirror driver at ``points`` (one batch after another), then at random; verify."""
+    log, root, checkpoint = workdir / "log", workdir / "shop", workdir / "ckpt"
+    workload = make_shop_log(log, seed)
+    settings = Settings(sink={"mode": "mirror"})
+    args = [crash_harness.__file__, "drive", str(log), str(root), str(checkpoint)]
+    crashes = 0
+    for offset, point in enumerate(points):
+        fault = f"{point}:{first_batch + offset}"
+        status = crash_harness.run_killable([*args, settings.to_json()], fault)
+        if status != -signal.SIGKILL:
+            raise RuntimeError(f"the fault {fault} never fired (the log may be too short)")
+        crashes += 1
+    rng = random.Random(seed)
+    for _ in range(random_kills):
+        began = time.monotonic()
+        status = _kill_at_random([*args, settings.to_json()], rng.uniform(12.0, 25.0))
+        crashes += status == -signal.SIGKILL
+        if status == 0 and time.monotonic() - began < 5:
+            break  # finished: nothing left to kill
+    if crash_harness.run_killable([*args, settings.to_json()], None) != 0:
+        raise RuntimeError("the clean run was killed")
+    return verify_mirrors(spark, root, workload, crashes)
