@@ -22,6 +22,7 @@ _NAMES = (
     "orphanGracePeriod",
     "mode",
     "changeLog",
+    "scd",
 )
 MODES = ("append", "mirror")
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
@@ -57,6 +58,9 @@ class SinkOptions:
     mirror_root
         Mirror mode (``mode=mirror``): the root holding one Delta table per source table, the
         checkpoint index and the change log (``path``); None in append mode.
+    scd
+        Mirror mode: ``1`` keeps each key's current row, ``2`` every version of it, valid from
+        ``__start_at`` to ``__end_at`` (null while current).
     """
 
     path: str
@@ -67,6 +71,7 @@ class SinkOptions:
     orphan_grace_period: float = 3600.0
     storage: StorageOptions = field(default_factory=StorageOptions)
     mirror_root: str | None = None
+    scd: int = 1
 
     @property
     def table(self) -> Location:
@@ -111,6 +116,7 @@ class SinkOptions:
             mirror_root = Location(path).url
             path = reader.text("changeLog") or Location(path).child(CHANGES_TABLE).url
         else:
+            reader.forbid("scd", "no value outside mode=mirror")
             reader.forbid(
                 "changeLog",
                 "no value outside mode=mirror (in append mode, 'path' is the change log)",
@@ -137,6 +143,7 @@ class SinkOptions:
             orphan_grace_period=reader.duration("orphanGracePeriod", 3600.0, default_unit="s"),
             storage=merged,
             mirror_root=mirror_root,
+            scd=int(reader.choice("scd", ("1", "2"), "1")),
         )
         parsed.table.delta_options()  # refuses unsafe settings (AWS_S3_ALLOW_UNSAFE_RENAME)
         parsed.checkpoint()  # refuses an unknown scheme

@@ -211,6 +211,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 manifest.query_id,
                 batchId,
                 manifest.attempt,
+                history=self.options.scd == 2,
             )
             manifest = dataclasses.replace(manifest, mirror=plan)
         precommit(store, manifest)

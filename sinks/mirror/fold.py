@@ -33,9 +33,11 @@ from .types import infer_type, to_arrow, widen
 
 __all__ = [
     "ACTION",
+    "END_AT",
     "FROM_KEY",
     "META_COLUMNS",
     "MISSING",
+    "START_AT",
     "FoldedTable",
     "RowState",
     "empty_folded",
@@ -49,6 +51,11 @@ MISSING = "_spark_ckpt_missing"
 FROM_KEY = "_spark_ckpt_from_key"
 """JSON of the key whose stored row fills the missing columns (a primary-key update), or null."""
 META_COLUMNS = (ACTION, MISSING, FROM_KEY)
+
+START_AT = "__start_at"
+"""SCD type 2: when the row version became current (its change's commit time)."""
+END_AT = "__end_at"
+"""SCD type 2: when the row version stopped being current (null: it still is)."""
 
 TYPES_COLUMN = "column_types"
 """The optional stream column with each image's column types (JSON: column -> Spark SQL type)."""
@@ -99,6 +106,8 @@ class FoldedTable:
     explicit_types: dict[str, str] = field(default_factory=dict)
     rows: dict[tuple[Any, ...], RowState] = field(default_factory=dict)
     changes: int = 0
+    versions: list[tuple[tuple[Any, ...], RowState, Any]] = field(default_factory=list)
+    """SCD type 2: every state a key went through, with the change's commit time, in order."""
 
     def column_types(self) -> dict[str, str]:
         """Every column's Spark SQL type: the stream's, else inferred from the values.
@@ -129,24 +138,60 @@ class FoldedTable:
         MirrorChangeError
             A value that does not fit its column's type.
         """
+        rendered: list[tuple[tuple[Any, ...], RowState, str, dict[str, Any]]] = [
+            (key, state, "delete" if state.values is None else "upsert", {})
+            for key, state in self.rows.items()
+        ]
+        return self._render(schema, rendered)
+
+    def history_arrow(self, schema: pa.Schema) -> pa.Table:
+        """SCD type 2: every row version of the batch, plus a ``close`` row per key.
+
+        ``schema`` holds the data columns and :data:`START_AT` / :data:`END_AT`. A key's
+        ``close`` row carries the time its stored current version ends (its first change in the
+        batch); each ``version`` row is valid from its change until the key's next change (null:
+        still current). Runs on the driver, once per table per batch.
+        """
+        sequences: dict[tuple[Any, ...], list[tuple[RowState, Any]]] = {}
+        for key, state, at in self.versions:
+            sequences.setdefault(key, []).append((state, at))
+        rendered: list[tuple[tuple[Any, ...], RowState, str, dict[str, Any]]] = []
+        for key, sequence in sequences.items():
+            rendered.append((key, RowState(None), "close", {START_AT: sequence[0][1]}))
+            for index, (state, at) in enumerate(sequence):
+                if state.values is None:
+                    continue  # a delete only ends the version before it
+                end = sequence[index + 1][1] if index + 1 < len(sequence) else None
+                rendered.append((key, state, "version", {START_AT: at, END_AT: end}))
+        return self._render(schema, rendered)
+
+    def _render(
+        self,
+        schema: pa.Schema,
+        rendered: list[tuple[tuple[Any, ...], RowState, str, dict[str, Any]]],
+    ) -> pa.Table:
         names = schema.names
         columns: dict[str, list[Any]] = {name: [] for name in names}
         actions: list[str] = []
         missing: list[list[str] | None] = []
         from_keys: list[str | None] = []
         key_index = {column: i for i, column in enumerate(self.key_columns)}
-        for key, state in self.rows.items():
+        for key, state, action, extra in rendered:
             values = state.values
             for name in names:
                 if name in key_index:
                     columns[name].append(key[key_index[name]])
+                elif name in extra or name in (START_AT, END_AT):
+                    columns[name].append(extra.get(name))
                 else:
                     columns[name].append(None if values is None else values.get(name))
-            actions.append("delete" if values is None else "upsert")
+            actions.append(action)
             if values is None or state.given is None:
                 missing.append(None)
             else:
-                missing.append([n for n in names if n not in state.given] or None)
+                skip = (START_AT, END_AT)
+                absent = [n for n in names if n not in state.given and n not in skip]
+                missing.append(absent or None)
             from_keys.append(None if state.from_key is None else json.dumps(list(state.from_key)))
         arrays = [to_arrow(columns[f.name], f.type, self.name, f.name) for f in schema]
         arrays += [
@@ -189,13 +234,14 @@ def _fold_one(
     key: Mapping[str, Any],
     before: Mapping[str, Any] | None,
     after: Mapping[str, Any] | None,
-) -> None:
+) -> list[tuple[Any, ...]]:
+    """Fold one change into ``folded``; return the keys it changed (an old key first)."""
     rows = folded.rows
     k = _key_of(folded, key)
     if op == "d":
         rows.pop(k, None)
         rows[k] = RowState(None)
-        return
+        return [k]
     if after is None:
         raise MirrorChangeError(
             f"table {folded.name}: a change with op={op!r} has no 'after' image for key {dict(key)}"
@@ -203,7 +249,7 @@ def _fold_one(
     if op in ("c", "r"):
         rows.pop(k, None)
         rows[k] = RowState(dict(after))
-        return
+        return [k]
     # An update: merged over the batch's state of the row it came from.
     old = k
     if before is not None and all(c in before for c in folded.key_columns):
@@ -225,10 +271,14 @@ def _fold_one(
         rows[old] = RowState(None)
     rows.pop(k, None)
     rows[k] = state
+    return [old, k] if old != k else [k]
 
 
-def fold_changes(changes: pa.Table) -> dict[str, FoldedTable]:
+def fold_changes(changes: pa.Table, history: bool = False) -> dict[str, FoldedTable]:
     """Fold a batch's change rows (the ``txn-cdc`` schema) per table (driver, per batch).
+
+    With ``history`` (SCD type 2) every state a key goes through is kept too, with its
+    change's ``commit_ts``.
 
     Raises
     ------
@@ -245,10 +295,17 @@ def fold_changes(changes: pa.Table) -> dict[str, FoldedTable]:
     lists = [ordered.column(c).to_pylist() for c in columns]
     if not has_types:
         lists.append([None] * ordered.num_rows)
+    times = ordered.column("commit_ts").to_pylist() if history else [None] * ordered.num_rows
+    lists.append(times)
     folded: dict[str, FoldedTable] = {}
     type_cache: dict[str, dict[str, str]] = {}
-    for table, op, key_text, before_text, after_text, types_text in zip(*lists, strict=True):
+    for table, op, key_text, before_text, after_text, types_text, at in zip(*lists, strict=True):
         if op == "t":
+            if history:
+                raise MirrorChangeError(
+                    f"table {table}: a TRUNCATE cannot be kept as history (scd=2); replay the "
+                    f"table into a new mirror, or mirror it with scd=1"
+                )
             current = folded.get(table)
             if current is not None:
                 current.rows.clear()
@@ -282,12 +339,14 @@ def fold_changes(changes: pa.Table) -> dict[str, FoldedTable]:
             if types is None:
                 types = type_cache[types_text] = dict(_parse(types_text, TYPES_COLUMN, table))
             current.explicit_types.update(types)
-        _fold_one(
+        touched = _fold_one(
             current,
             op,
             key,
             _parse(before_text, "before", table),
             _parse(after_text, "after", table),
         )
+        if history:
+            current.versions += [(k, current.rows[k], at) for k in touched]
         current.changes += 1
     return folded

@@ -28,6 +28,8 @@ class TablePlan:
         Empty the mirror before applying the rows.
     schema_json
         The mirror's Delta schema after batch N.
+    history
+        SCD type 2: the folded rows are row versions, and stored rows are kept.
     """
 
     table: str
@@ -37,6 +39,7 @@ class TablePlan:
     key_columns: tuple[str, ...]
     truncate: bool
     schema_json: str
+    history: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
@@ -48,6 +51,7 @@ class TablePlan:
             "keyColumns": list(self.key_columns),
             "truncate": self.truncate,
             "schema": self.schema_json,
+            "history": self.history,
         }
 
     @classmethod
@@ -61,6 +65,7 @@ class TablePlan:
             tuple(value["keyColumns"]),
             bool(value["truncate"]),
             str(value["schema"]),
+            bool(value.get("history", False)),
         )
 
 

@@ -36,7 +36,7 @@ from spark_ckpt.testing.faults import crash_point
 
 from ..staging import StagedFile, staged_location, staged_name, write_staged_file
 from ..table import BatchCommit, commit_files, load_table
-from .fold import META_COLUMNS, FoldedTable, empty_folded, fold_changes
+from .fold import END_AT, META_COLUMNS, START_AT, FoldedTable, empty_folded, fold_changes
 from .plan import MirrorPlan, TablePlan
 from .rewrite import rewrite_table
 from .types import arrow_type
@@ -51,7 +51,16 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-CHANGE_COLUMNS = ("txn_order", "event_index", "table", "op", "key", "before", "after")
+CHANGE_COLUMNS = (
+    "txn_order",
+    "event_index",
+    "commit_ts",
+    "table",
+    "op",
+    "key",
+    "before",
+    "after",
+)
 """The stream columns mirror mode reads (``column_types`` too, when the stream has it)."""
 
 INDEX_SCHEMA = pa.schema(
@@ -92,7 +101,9 @@ def table_schema(delta: DeltaTable) -> pa.Schema:
     return pa.schema([pa.field(f["name"], arrow_type(_delta_type_name(f["type"]))) for f in fields])
 
 
-def _evolve(existing: pa.Schema | None, folded: FoldedTable, location: Location) -> pa.Schema:
+def _evolve(
+    existing: pa.Schema | None, folded: FoldedTable, location: Location, history: bool
+) -> pa.Schema:
     """The mirror's schema for this batch: the table's, plus the batch's new columns.
 
     Raises
@@ -102,7 +113,10 @@ def _evolve(existing: pa.Schema | None, folded: FoldedTable, location: Location)
     """
     fields = list(existing) if existing is not None else []
     known = {f.name: f for f in fields}
-    for column, type_name in folded.column_types().items():
+    types = folded.column_types()
+    if history:
+        types = {**types, START_AT: "timestamp", END_AT: "timestamp"}
+    for column, type_name in types.items():
         kind = arrow_type(type_name)
         have = known.get(column)
         if have is None:
@@ -135,10 +149,12 @@ def plan_batch(
     query_id: str,
     batch_id: int,
     attempt: str,
+    history: bool = False,
 ) -> MirrorPlan:
     """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
 
-    ``files`` are the change rows the executors staged into ``changelog``.
+    ``files`` are the change rows the executors staged into ``changelog``; ``history`` keeps
+    every row version (SCD type 2).
 
     Raises
     ------
@@ -148,7 +164,7 @@ def plan_batch(
         A change without a key, or a value that does not fit its column.
     """
     changes = _read_changes(changelog, files)
-    folded = fold_changes(changes) if changes is not None and changes.num_rows else {}
+    folded = fold_changes(changes, history) if changes is not None and changes.num_rows else {}
     staging = _staging(root, batch_id, attempt)
     plans = []
     for name in sorted(folded):
@@ -162,8 +178,8 @@ def plan_batch(
             schema_json = Schema.from_arrow(schema).to_json() if len(schema) else "{}"
             plans.append(TablePlan(name, directory, None, 0, table.key_columns, True, schema_json))
             continue
-        schema = _evolve(existing, table, location)
-        rows = table.to_arrow(schema)
+        schema = _evolve(existing, table, location, history)
+        rows = table.history_arrow(schema) if history else table.to_arrow(schema)
         relative = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{directory}.parquet"
         staging.make_dirs()
         write_staged_file(root, relative, rows)
@@ -176,6 +192,7 @@ def plan_batch(
                 table.key_columns,
                 table.truncated,
                 Schema.from_arrow(schema).to_json(),
+                history,
             )
         )
     crash_point("after_mirror_plan", batch_id)
@@ -208,6 +225,7 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
         schema,
         query_id,
         batch_id,
+        plan.history,
     )
     commit = BatchCommit(
         query_id, batch_id, Schema.from_arrow(schema), rewrite.adds, tuple(rewrite.removes)

@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from spark_ckpt.state.storage import Location
 
 from ..staging import StagedFile, staged_location, staged_name, write_staged_file
-from .fold import ACTION, FROM_KEY, META_COLUMNS, MISSING
+from .fold import ACTION, END_AT, FROM_KEY, META_COLUMNS, MISSING, START_AT
 from .types import to_arrow
 
 __all__ = ["TableRewrite", "rewrite_table"]
@@ -148,6 +148,31 @@ def _fill_missing(
     return pa.concat_tables([whole, pa.Table.from_pylist(filled, schema=schema)])
 
 
+def _close_times(folded: pa.Table, key_columns: Sequence[str]) -> dict[tuple[Any, ...], Any]:
+    """SCD type 2: when each changed key's stored current version ends."""
+    closes = folded.filter(pc.equal(folded.column(ACTION), "close"))
+    return dict(
+        zip(_key_tuples(closes, key_columns), closes.column(START_AT).to_pylist(), strict=True)
+    )
+
+
+def _close_current(
+    matched: pa.Table, close_at: dict[tuple[Any, ...], Any], key_columns: Sequence[str]
+) -> tuple[pa.Table, pa.Table]:
+    """SCD type 2: ``matched`` with current versions closed, and those versions as they were."""
+    rows = matched.to_pylist()
+    current = []
+    for row in rows:
+        key = tuple(row[c] for c in key_columns)
+        if row[END_AT] is None and key in close_at:
+            current.append(dict(row))
+            row[END_AT] = close_at[key]
+    return (
+        pa.Table.from_pylist(rows, schema=matched.schema),
+        pa.Table.from_pylist(current, schema=matched.schema),
+    )
+
+
 def rewrite_table(
     table: Location,
     delta: DeltaTable | None,
@@ -157,15 +182,28 @@ def rewrite_table(
     schema: pa.Schema,
     query_id: str,
     batch_id: int,
+    history: bool = False,
 ) -> TableRewrite:
     """Stage the files that apply ``folded`` to the mirror at ``table`` (snapshot ``delta``).
 
-    ``schema`` is the mirror's Arrow schema after the batch. Nothing is committed; on error the
-    files written so far are deleted.
+    ``schema`` is the mirror's Arrow schema after the batch. With ``history`` (SCD type 2)
+    ``folded`` holds row versions (:meth:`.fold.FoldedTable.history_arrow`): stored rows are
+    never removed, a changed key's current version is closed, and the batch's versions are
+    added. Nothing is committed; on error the files written so far are deleted.
     """
     result = TableRewrite()
     try:
-        _rewrite(result, table, delta, folded, key_columns, truncate, schema, query_id, batch_id)
+        _rewrite(
+            result,
+            table,
+            delta,
+            folded,
+            key_columns,
+            truncate,
+            schema,
+            (query_id, batch_id),
+            history,
+        )
     except BaseException:
         result.discard(table)
         raise
@@ -180,9 +218,10 @@ def _rewrite(
     key_columns: Sequence[str],
     truncate: bool,
     schema: pa.Schema,
-    query_id: str,
-    batch_id: int,
+    names: tuple[str, int],
+    history: bool,
 ) -> None:
+    query_id, batch_id = names
     live: list[dict[str, Any]] = []
     if delta is not None:
         live = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
@@ -208,10 +247,19 @@ def _rewrite(
         with location.open_input() as handle:
             rows = _align(pq.read_table(handle), schema)
         matched = rows.filter(mask)
-        old_parts.append(matched)
-        rewritten.append((path, rows.filter(pc.invert(mask)), matched.select(list(key_columns))))
+        kept = rows.filter(pc.invert(mask))
+        if history:
+            closed, current = _close_current(
+                matched, _close_times(folded, key_columns), key_columns
+            )
+            old_parts.append(current)
+            kept = pa.concat_tables([kept, closed])
+        else:
+            old_parts.append(matched)
+        rewritten.append((path, kept, matched.select(list(key_columns))))
     old_rows = pa.concat_tables(old_parts) if old_parts else schema.empty_table()
-    upserts = folded.filter(pc.equal(folded.column(ACTION), "upsert"))
+    action = "version" if history else "upsert"
+    upserts = folded.filter(pc.equal(folded.column(ACTION), action))
     upserts = _fill_missing(upserts, old_rows, key_columns, schema)
     # Each upsert goes back to the file its key was in (files stay clustered by key).
     home: dict[tuple[Any, ...], int] = {}

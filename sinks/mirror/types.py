@@ -231,6 +231,8 @@ def _date(value: Any) -> dt.date:
 
 def _timestamp(zoned: bool) -> Callable[[Any], dt.datetime]:
     def convert(value: Any) -> dt.datetime:
+        if isinstance(value, dt.datetime):  # a commit time (SCD type 2's validity columns)
+            return value
         if isinstance(value, int) and not isinstance(value, bool):
             moment = _EPOCH + dt.timedelta(microseconds=value)  # microseconds since the epoch
             return moment if zoned else moment.replace(tzinfo=None)

@@ -218,3 +218,47 @@ def test_a_changed_column_type_stops_the_query_before_publishing(
     assert message is not None, str(failure.value)[-2000:]
     assert "column 'total'" in message
     assert DeltaTable(str(root / ORDERS)).version() == before
+
+
+def test_scd2_mirrors_keep_every_version_and_the_current_rows_equal_the_source(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    log, root, ckpt = tmp_path / "log", tmp_path / "shop", tmp_path / "ckpt"
+    workload = ShopWorkload(seed=8)
+    records: list[dict[str, Any]] = []
+    for number in range(40):
+        records += workload.debezium_records(workload.step(), f"t{number}", number * 1000)
+    write_log(str(log), records, [len(records) // 3, 2 * len(records) // 3])
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("maxChangesPerTrigger", "20")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("scd", "2")
+        .option("path", str(root))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert control.await_termination(query, 300)
+    tables = spark_ckpt.read_consistent(spark, str(root))
+    for name in (ORDERS, ITEMS):
+        frame = tables[name]
+        assert {"__start_at", "__end_at"} <= set(frame.columns)
+        current = _rows(frame.where("__end_at IS NULL").drop("__start_at", "__end_at"))
+        assert _normalised(current) == _normalised(list(workload.rows[name].values())), name
+    # Every order's total was rewritten at least once: its history has more than one version.
+    versions = tables[ORDERS].groupBy("id").count().where("count > 1").count()
+    assert versions > 0
+    overlapping = (
+        tables[ITEMS]
+        .alias("a")
+        .join(
+            tables[ITEMS].alias("b"),
+            "id",
+        )
+        .where("a.__start_at < b.__start_at AND (a.__end_at IS NULL OR a.__end_at > b.__start_at)")
+    )
+    assert overlapping.count() == 0, "two versions of one item were valid at the same time"

@@ -8,6 +8,7 @@ with a plain dictionary model of the source tables.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import uuid
 from decimal import Decimal
@@ -33,7 +34,16 @@ Change = tuple[str, str, dict[str, Any], dict[str, Any] | None, dict[str, Any] |
 """(table, op, key, before, after)."""
 
 
-def change_rows(changes: list[Change], types: dict[str, str] | None = None) -> pa.Table:
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def at(second: int) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=second)
+
+
+def change_rows(
+    changes: list[Change], types: dict[str, str] | None = None, first_second: int = 0
+) -> pa.Table:
     columns: dict[str, list[Any]] = {f.name: [] for f in ARROW_SCHEMA}
     for index, (table, op, key, before, after) in enumerate(changes):
         values = {
@@ -42,7 +52,7 @@ def change_rows(changes: list[Change], types: dict[str, str] | None = None) -> p
             "txn_order": 1,
             "txn_size": len(changes),
             "event_index": index,
-            "commit_ts": None,
+            "commit_ts": at(first_second + index),  # one change per second
             "table": table,
             "op": op,
             "key": json.dumps(key),
@@ -60,17 +70,21 @@ def change_rows(changes: list[Change], types: dict[str, str] | None = None) -> p
 class Mirror:
     """A mirror root on local disk, fed batch by batch as the sink feeds it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, history: bool = False) -> None:
+        self.history = history
+        self.seconds = 0
         self.root = Location(str(root))
         self.changelog = self.root.child("_changes")
         self.query_id = str(uuid.uuid4())
         self.batch = 0
 
     def apply(self, changes: list[Change], types: dict[str, str] | None = None) -> None:
-        staged = write_staged_file(
-            self.changelog, staged_name(self.query_id, self.batch, 0), change_rows(changes, types)
+        rows = change_rows(changes, types, self.seconds)
+        self.seconds += len(changes)
+        staged = write_staged_file(self.changelog, staged_name(self.query_id, self.batch, 0), rows)
+        plan = plan_batch(
+            self.root, self.changelog, [staged], self.query_id, self.batch, "a", self.history
         )
-        plan = plan_batch(self.root, self.changelog, [staged], self.query_id, self.batch, "a")
         apply_plan(plan, self.root.options, self.query_id, self.batch)
         self.batch += 1
 
@@ -281,11 +295,14 @@ _OPS = st.lists(
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batches=st.lists(_OPS, min_size=1, max_size=4))
+@given(batches=st.lists(_OPS, min_size=1, max_size=4), history=st.booleans())
 def test_any_change_history_leaves_the_mirror_equal_to_the_source(
-    tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[str, int, int, bool]]]
+    tmp_path_factory: pytest.TempPathFactory,
+    batches: list[list[tuple[str, int, int, bool]]],
+    history: bool,
 ) -> None:
-    mirror = Mirror(tmp_path_factory.mktemp("mirror"))
+    """SCD 1: the mirror is the source. SCD 2: its current versions are, and versions chain."""
+    mirror = Mirror(tmp_path_factory.mktemp("mirror"), history)
     source: dict[int, dict[str, Any]] = {}
     counter = 0
     for ops in batches:
@@ -313,6 +330,48 @@ def test_any_change_history_leaves_the_mirror_equal_to_the_source(
                 changes.append(("s.t", "u", {"id": other}, {"id": key}, image))
         if changes:
             mirror.apply(changes)
-    if mirror.batch:
-        mirrored = by_id(mirror.rows("s.t")) if (Path(mirror.root.path) / "s.t").exists() else {}
-        assert mirrored == source
+    if not mirror.batch:
+        return
+    rows = mirror.rows("s.t") if (Path(mirror.root.path) / "s.t").exists() else []
+    if not history:
+        assert by_id(rows) == source
+        return
+    current = [{k: v for k, v in r.items() if not k.startswith("__")} for r in rows]
+    assert by_id([c for c, r in zip(current, rows, strict=True) if r["__end_at"] is None]) == source
+    chains: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        chains.setdefault(row["id"], []).append(row)
+    for versions in chains.values():
+        versions.sort(key=lambda r: r["__start_at"])
+        for earlier, later in itertools.pairwise(versions):
+            assert earlier["__end_at"] is not None
+            assert earlier["__end_at"] <= later["__start_at"]
+        assert sum(v["__end_at"] is None for v in versions) <= 1
+
+
+def test_scd2_keeps_every_version_with_its_validity(tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "root", history=True)
+    mirror.apply(  # seconds 0, 1
+        [
+            ("s.t", "c", {"id": 1}, None, {"id": 1, "v": "a"}),
+            ("s.t", "c", {"id": 2}, None, {"id": 2, "v": "b"}),
+        ]
+    )
+    mirror.apply(  # seconds 2..6
+        [
+            ("s.t", "u", {"id": 1}, None, {"id": 1, "v": "a2"}),
+            ("s.t", "u", {"id": 1}, None, {"id": 1, "v": "a3"}),
+            ("s.t", "d", {"id": 2}, {"id": 2}, None),
+            ("s.t", "c", {"id": 3}, None, {"id": 3, "v": "c"}),
+            ("s.t", "u", {"id": 4}, {"id": 3}, {"id": 4, "v": "c"}),  # a key update
+        ]
+    )
+    rows = {(r["id"], r["v"], r["__start_at"], r["__end_at"]) for r in mirror.rows("s.t")}
+    assert rows == {
+        (1, "a", at(0), at(2)),
+        (1, "a2", at(2), at(3)),
+        (1, "a3", at(3), None),
+        (2, "b", at(1), at(4)),
+        (3, "c", at(5), at(6)),
+        (4, "c", at(6), None),
+    }
