@@ -8,9 +8,10 @@ a publisher that finds the table's recorded version at or past N has nothing to 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,6 +276,8 @@ class BatchCommit:
         The table's partition columns.
     attempt
         Which attempt of the batch staged the files.
+    metadata
+        More ``commitInfo`` entries (a mirror's checkpoint index keeps its versions there).
     """
 
     query_id: str
@@ -284,6 +287,7 @@ class BatchCommit:
     removes: Sequence[str] = ()
     partition_by: Sequence[str] = ()
     attempt: str = ""
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) -> int | None:
@@ -310,6 +314,7 @@ def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) 
             "spark-ckpt.batchId": batch.batch_id,
             "spark-ckpt.rows": sum(f.rows for f in batch.adds),
             "spark-ckpt.attempt": batch.attempt,
+            **batch.metadata,
         },
         app_transactions=[Transaction(batch.query_id, batch.batch_id)],
     )

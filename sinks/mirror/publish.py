@@ -255,7 +255,24 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
     return version
 
 
-def _previous_versions(index: DeltaTable, checkpoint_id: int) -> dict[str, tuple[str, int]]:
+_VERSIONS_KEY = "spark-ckpt.mirrorVersions"
+"""The index commit's ``commitInfo`` entry repeating its rows (table -> [path, version])."""
+
+
+def _previous_versions(
+    index: DeltaTable, query_id: str, checkpoint_id: int
+) -> dict[str, tuple[str, int]]:
+    """Every mirror's version at ``checkpoint_id``, the index's newest checkpoint (driver).
+
+    Read from the newest commit's ``commitInfo`` (one small read, however long the index is);
+    from the index's rows when that commit is not the query's (a later writer, an old format).
+    """
+    for info in index.history(1):
+        if info.get("spark-ckpt.queryId") == query_id and (
+            info.get("spark-ckpt.batchId") == checkpoint_id and _VERSIONS_KEY in info
+        ):
+            listed = json.loads(str(info[_VERSIONS_KEY]))
+            return {name: (str(path), int(version)) for name, (path, version) in listed.items()}
     rows = index.to_pyarrow_dataset().to_table(filter=pc.field("checkpoint_id") == checkpoint_id)
     return {str(r["table"]): (str(r["path"]), int(r["version"])) for r in rows.to_pylist()}
 
@@ -277,7 +294,7 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
     done = None if index is None else index.transaction_version(query_id)
     if done is not None and done >= batch_id:
         return
-    versions = {} if index is None or done is None else _previous_versions(index, done)
+    versions = {} if index is None or done is None else _previous_versions(index, query_id, done)
     for table in plan.tables:
         version = _apply_table(root, table, query_id, batch_id)
         if version is not None:
@@ -303,7 +320,14 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
         if rows.num_rows
         else []
     )
-    commit = BatchCommit(query_id, batch_id, Schema.from_arrow(INDEX_SCHEMA), staged)
+    listed = json.dumps({name: list(entry) for name, entry in sorted(versions.items())})
+    commit = BatchCommit(
+        query_id,
+        batch_id,
+        Schema.from_arrow(INDEX_SCHEMA),
+        staged,
+        metadata={_VERSIONS_KEY: listed},
+    )
     try:
         commit_files(index_location, index, commit)
     except CommitFailedError as e:

@@ -375,3 +375,21 @@ def test_scd2_keeps_every_version_with_its_validity(tmp_path: Path) -> None:
         (3, "c", at(5), at(6)),
         (4, "c", at(6), None),
     }
+
+
+def test_the_index_names_every_mirror_at_every_checkpoint(tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "root")
+    mirror.apply([("s.a", "c", {"id": 1}, None, {"id": 1})])
+    mirror.apply([("s.b", "c", {"id": 1}, None, {"id": 1})])
+    mirror.apply([("s.a", "c", {"id": 2}, None, {"id": 2})])
+    index = mirror.table("_checkpoints")
+    rows = index.to_pyarrow_table().to_pylist()
+    at_2 = {r["table"]: r["version"] for r in rows if r["checkpoint_id"] == 2}
+    assert at_2 == {"s.a": 1, "s.b": 0}  # s.b untouched by batch 2, still named
+    assert {r["checkpoint_id"] for r in rows} == {0, 1, 2}
+    # The newest commit repeats its rows, so the next publish reads one commit, not the index.
+    newest = index.history(1)[0]
+    assert json.loads(newest["spark-ckpt.mirrorVersions"]) == {
+        "s.a": ["s.a", 1],
+        "s.b": ["s.b", 0],
+    }
