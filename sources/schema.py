@@ -92,10 +92,13 @@ class RowBuffer:
     ----------
     batch_rows
         Rows per record batch.
+    column_types
+        Rows carry a last value, the ``column_types`` text (or None).
     """
 
-    def __init__(self, batch_rows: int = 8192) -> None:
+    def __init__(self, batch_rows: int = 8192, column_types: bool = False) -> None:
         self._batch_rows = batch_rows
+        self._typed = column_types
         # Rows as given, transposed once per flush (zip in C): a Python loop over the columns of
         # every row cost more than decoding the row.
         self._rows: list[Sequence[object]] = []
@@ -115,10 +118,11 @@ class RowBuffer:
     def flush(self) -> pa.RecordBatch:
         """Return the buffered rows as one record batch and empty the buffer."""
         # strict: a row of the wrong width fails here instead of shifting every later column.
-        columns = list(zip(*self._rows, strict=True)) or [() for _ in COLUMNS]
-        arrays = [
-            pa.array(values, type=arrow)
-            for values, (_, _, arrow) in zip(columns, COLUMNS, strict=True)
-        ]
+        width = len(COLUMNS) + self._typed
+        columns = list(zip(*self._rows, strict=True)) or [() for _ in range(width)]
+        kinds = [arrow for _, _, arrow in COLUMNS] + [pa.string()] * self._typed
+        arrays = [pa.array(values, type=kind) for values, kind in zip(columns, kinds, strict=True)]
         self._rows = []
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(
+            arrays, schema=_TYPED_SCHEMA if self._typed else ARROW_SCHEMA
+        )

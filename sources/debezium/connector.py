@@ -67,6 +67,7 @@ from .log_files import (
     read_lines,
 )
 from .transactions import Transaction, TransactionAssembler
+from .types import image_types
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
 
@@ -414,14 +415,21 @@ class DebeziumJsonConnector(ChangeConnector):
         Split a batch into partitions of about this many changes, at transaction boundaries.
     file_order
         How file names order the log (option ``fileOrder``).
+    column_types
+        Add the ``column_types`` column, from Kafka Connect envelopes (option ``columnTypes``).
     """
 
     name = "debezium-json"
 
     def __init__(
-        self, log: Location, changes_per_partition: int = 50_000, file_order: FileOrder = "name"
+        self,
+        log: Location,
+        changes_per_partition: int = 50_000,
+        file_order: FileOrder = "name",
+        column_types: bool = False,
     ) -> None:
         self.log = log
+        self.column_types = column_types
         self.directory = log.url  # for messages
         self.changes_per_partition = changes_per_partition
         self.file_order: FileOrder = file_order
@@ -598,10 +606,13 @@ class DebeziumJsonConnector(ChangeConnector):
             LogOffset.from_json(partition.end),
             partition.source,
             partition.files,
+            self.column_types,
         )
 
 
-def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Iterator[list[object]]:
+def _rows(
+    txn: Transaction, skip: int, take: int, fallback_source: str, column_types: bool = False
+) -> Iterator[list[object]]:
     ts_us = txn.commit_ts_ms * 1000 if txn.commit_ts_ms is not None else None
     events: Sequence[ChangeEvent] = txn.events
     for index in range(skip, take):
@@ -609,7 +620,11 @@ def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Itera
         obj = event.event
         source = obj.get("source")
         name = source.get("name") if isinstance(source, dict) else None
-        yield [
+        before, after = obj.get("before"), obj.get("after")
+        described = image_types(event.schema) if column_types else None
+        if described is not None:
+            before, after = described.normalize(before), described.normalize(after)
+        row: list[object] = [
             name if isinstance(name, str) else fallback_source,
             txn.txn_id,
             txn.order,
@@ -619,9 +634,12 @@ def _rows(txn: Transaction, skip: int, take: int, fallback_source: str) -> Itera
             event.table,
             event.op,
             json_text(obj.get("key")),
-            json_text(obj.get("before")),
-            json_text(obj.get("after")),
+            json_text(before),
+            json_text(after),
         ]
+        if column_types:
+            row.append(None if described is None else described.types_json)
+        yield row
 
 
 def read_range(
@@ -630,11 +648,13 @@ def read_range(
     end: LogOffset,
     source: str = "debezium-json",
     files: Sequence[LogFile] | None = None,
+    column_types: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
     Runs on executors (once per partition) and in tests. ``files`` is the listing the range was
-    planned from (None: list the directory now).
+    planned from (None: list the directory now). ``column_types`` adds the ``column_types``
+    column, from the lines' Kafka Connect envelopes (:mod:`.types`).
 
     Raises
     ------
@@ -649,7 +669,7 @@ def read_range(
     if only:
         for line in read_lines(directory, listing, start.resume, start.scan, order):
             released += assembler.feed(line, only)
-    buffer = RowBuffer()
+    buffer = RowBuffer(column_types=column_types)
     last = (end.emitted, end.partial)
 
     def emit(group: list[Transaction]) -> Iterator[pa.RecordBatch]:
@@ -658,7 +678,7 @@ def read_range(
                 return
             skip = start.partial if txn.order == start.emitted else 0
             take = end.partial if txn.order == end.emitted else txn.size
-            for row in _rows(txn, skip, take, source):
+            for row in _rows(txn, skip, take, source, column_types):
                 buffer.append(row)
                 if buffer.full:
                     yield buffer.flush()

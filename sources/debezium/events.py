@@ -47,6 +47,8 @@ class ChangeEvent(NamedTuple):
         The source's commit time of the change (``source.ts_ms``, else ``ts_ms``), if given.
     event
         The whole event object (``before``, ``after``, ``key`` are taken from it when read).
+    schema
+        The Kafka Connect schema of a line written in the JSON envelope, else None.
     """
 
     txn_id: str | None
@@ -55,6 +57,7 @@ class ChangeEvent(NamedTuple):
     op: str
     ts_ms: int | None
     event: dict[str, Any]
+    schema: dict[str, Any] | None = None
 
 
 class TransactionMarker(NamedTuple):
@@ -145,7 +148,9 @@ def parse_line(line: LogLine) -> ChangeEvent | TransactionMarker:
         obj = json.loads(line.data)
     except ValueError as e:
         raise _malformed(line, f"not valid JSON ({e})") from e
+    schema = None
     if isinstance(obj, dict) and "payload" in obj and "schema" in obj:
+        schema = obj["schema"] if isinstance(obj["schema"], dict) else None
         obj = obj["payload"]
     if not isinstance(obj, dict):
         raise _malformed(line, f"a JSON {type(obj).__name__} is not an event object")
@@ -183,4 +188,4 @@ def parse_line(line: LogLine) -> ChangeEvent | TransactionMarker:
     ts = _int_or_none(source.get("ts_ms")) if isinstance(source, dict) else None
     if ts is None:
         ts = _int_or_none(obj.get("ts_ms"))
-    return ChangeEvent(txn_id, total_order, table, op, ts, obj)
+    return ChangeEvent(txn_id, total_order, table, op, ts, obj, schema)

@@ -52,6 +52,8 @@ class DebeziumOptions(ConnectorOptions):
         from .connector import DebeziumJsonConnector
 
         log = Location(self.path, common.storage)
-        connector = DebeziumJsonConnector(log, common.changes_per_partition, self.file_order)
+        connector = DebeziumJsonConnector(
+            log, common.changes_per_partition, self.file_order, common.column_types
+        )
         connector.check()
         return connector
