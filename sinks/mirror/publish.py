@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 
-from spark_ckpt.errors import MirrorSchemaError, PublishError
+from spark_ckpt.errors import MirrorSchemaError, PublishError, StorageError
 from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE, STAGING_DIR, table_directory
 from spark_ckpt.state.storage import Location, StorageOptions
 from spark_ckpt.testing.faults import crash_point
@@ -213,8 +213,16 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
         schema = table_schema(delta)
         folded = empty_folded(schema)
     else:
-        with root.child(*plan.folded.split("/")).open_input() as handle:
-            folded = pq.read_table(handle)
+        try:
+            with root.child(*plan.folded.split("/")).open_input() as handle:
+                folded = pq.read_table(handle)
+        except StorageError:
+            # Gone: a concurrent publisher finished N (it deletes N's staging last).
+            again = load_table(location)
+            done = None if again is None else again.transaction_version(query_id)
+            if again is None or done is None or done < batch_id:
+                raise
+            return again.version()
         schema = pa.schema([f for f in folded.schema if f.name not in META_COLUMNS])
     rewrite = rewrite_table(
         location,

@@ -393,3 +393,28 @@ def test_the_index_names_every_mirror_at_every_checkpoint(tmp_path: Path) -> Non
         "s.a": ["s.a", 1],
         "s.b": ["s.b", 0],
     }
+
+
+def test_a_publisher_that_finds_the_folded_changes_gone_accepts_a_table_holding_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It saw batch 1 unpublished; a racing publisher then finished 1 and deleted its staging."""
+    from spark_ckpt.sinks.mirror import publish
+
+    mirror = Mirror(tmp_path / "root")
+    mirror.apply([("s.t", "c", {"id": 1}, None, {"id": 1, "v": "a"})])
+    rows = change_rows([("s.t", "u", {"id": 1}, None, {"id": 1, "v": "b"})])
+    staged = write_staged_file(mirror.changelog, staged_name(mirror.query_id, 1, 0), rows)
+    plan = plan_batch(mirror.root, mirror.changelog, [staged], mirror.query_id, 1, "a")
+    apply_plan(plan, mirror.root.options, mirror.query_id, 1)
+    publish.discard_staging(mirror.root, 1)
+    stale = [DeltaTable(f"{mirror.root.path}/s.t", version=0)]  # what it read before the race
+    real = publish.load_table
+    monkeypatch.setattr(
+        publish, "load_table", lambda location: stale.pop() if stale else real(location)
+    )
+    version = mirror.table("s.t").version()
+    assert publish._apply_table(mirror.root, plan.tables[0], mirror.query_id, 1) == version
+    assert not stale, "the stale snapshot was not the one the publisher started from"
+    assert mirror.table("s.t").version() == version
+    assert mirror.rows("s.t") == [{"id": 1, "v": "b"}]
