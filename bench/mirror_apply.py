@@ -213,7 +213,7 @@ def measure(
                 else:
                     run_merge(spark, path, work, cap)
 
-            run(log, 1000)  # the load, untimed (batches of 1000 rows: bounded files)
+            run(log, 10_000)  # the load, untimed (files of at most 10k rows)
             _copy_files(work / "changes", log, 1)
             began = time.monotonic()
             run(log, batch)
