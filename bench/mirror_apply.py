@@ -11,6 +11,8 @@ read the same Debezium log through ``txn-cdc`` with the same batch cap:
   ``spark.databricks.delta.write.txnAppId`` / ``txnVersion``.
 
 The load runs first, untimed; then the change batches run, timed, to the last batch published.
+``--hot-keys N`` sends 90% of the updates to the newest N keys (OLTP rows change while they are
+recent); by default keys are uniformly random, so every batch touches every file of the table.
 Both run at ``--rows`` and at ten times as many, alternating, ``--pairs`` times; the verdict is
 the median per-pair ratio of changes per second (mirror over merge), and each pipeline's
 seconds per batch at both sizes (a batch's cost should not grow with the table). Prints one
@@ -75,7 +77,13 @@ def _transaction(txn: str, changes: list[tuple[str, Any, Any]]) -> list[dict[str
 
 
 def make_logs(
-    load_dir: Path, change_dir: Path, rows: int, batches: int, batch: int, seed: int
+    load_dir: Path,
+    change_dir: Path,
+    rows: int,
+    batches: int,
+    batch: int,
+    seed: int,
+    hot_keys: int = 0,
 ) -> None:
     """The load log (``rows`` inserts) and the change log (``batches`` x ``batch`` changes)."""
     rng = random.Random(seed)
@@ -107,7 +115,10 @@ def make_logs(
                 key = rng.choice(list(state))
                 changes.append(("d", state.pop(key), None))
             else:
-                key = rng.randrange(next_key)
+                if hot_keys and rng.random() < 0.9:
+                    key = next_key - 1 - rng.randrange(min(hot_keys, next_key))  # recent rows
+                else:
+                    key = rng.randrange(next_key)
                 if key in state:
                     old = dict(state[key])
                     state[key] = {**old, "amount": f"{rng.randint(1, 99999) / 100:.2f}"}
@@ -195,13 +206,19 @@ def _copy_files(source: Path, log: Path, first: int) -> None:
 
 
 def measure(
-    spark: Any, control: spark_ckpt.Control, rows: int, batch: int, batches: int, seed: int
+    spark: Any,
+    control: spark_ckpt.Control,
+    rows: int,
+    batch: int,
+    batches: int,
+    seed: int,
+    hot_keys: int = 0,
 ) -> dict[str, float]:
     """Seconds for the change phase of each pipeline, at one table size."""
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        make_logs(work / "load", work / "changes", rows, batches, batch, seed)
+        make_logs(work / "load", work / "changes", rows, batches, batch, seed, hot_keys)
         for name in ("mirror", "merge"):
             log = work / f"log-{name}"
             log.mkdir()
@@ -231,6 +248,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000, help="changes per batch")
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument(
+        "--hot-keys",
+        type=int,
+        default=0,
+        help="send 90%% of updates to the newest N keys (recent rows, as OLTP updates them); "
+        "0: uniformly random keys, every file of the table touched by every batch",
+    )
     args = parser.parse_args()
     spark = spark_ckpt.local_session("bench-mirror-apply")
     control = spark_ckpt.install(spark)
@@ -239,7 +263,9 @@ def main() -> None:
     samples: dict[str, dict[int, list[float]]] = {"mirror": {}, "merge": {}}
     for pair in range(args.pairs):
         for rows in (args.rows, args.rows * 10):
-            seconds = measure(spark, control, rows, args.batch, args.batches, seed=pair)
+            seconds = measure(
+                spark, control, rows, args.batch, args.batches, seed=pair, hot_keys=args.hot_keys
+            )
             for name, value in seconds.items():
                 samples[name].setdefault(rows, []).append(value / args.batches)
             if rows == args.rows * 10:
@@ -255,6 +281,7 @@ def main() -> None:
         "batch_changes": args.batch,
         "batches": args.batches,
         "pairs": args.pairs,
+        "hot_keys": args.hot_keys,
         "ratio_over_merge": round(statistics.median(ratios), 2),
         "mirror_changes_per_s": round(
             changes
