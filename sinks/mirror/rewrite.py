@@ -133,14 +133,11 @@ def _fill_missing(
     }
     filled = []
     for row in upserts.filter(partial).to_pylist():
-        source_key = tuple(json.loads(row[FROM_KEY])) if row[FROM_KEY] else None
-        own = tuple(row[c] for c in key_columns)
-        old = stored.get(own) if source_key is None else None
-        if source_key is not None:
-            typed = _from_keys(
-                pa.table({FROM_KEY: [row[FROM_KEY]]}), schema, key_columns
-            ).to_pylist()[0]
-            old = stored.get(tuple(typed[c] for c in key_columns))
+        source = row
+        if row[FROM_KEY]:  # a primary-key update: the old key's stored row has the values
+            typed = _from_keys(pa.table({FROM_KEY: [row[FROM_KEY]]}), schema, key_columns)
+            source = typed.to_pylist()[0]
+        old = stored.get(tuple(source[c] for c in key_columns))
         for column in row[MISSING]:
             row[column] = None if old is None else old.get(column)
         filled.append({f.name: row[f.name] for f in schema})
@@ -235,6 +232,7 @@ def _rewrite(
     first = sorted(v for v in lookup.column(key_columns[0]).to_pylist() if v is not None)
     old_parts: list[pa.Table] = []
     rewritten: list[tuple[str, pa.Table, pa.Table]] = []  # path, kept rows, its changed keys
+    close_at = _close_times(folded, key_columns) if history else {}
     for entry in _candidates(live, key_columns[0], first) if lookup.num_rows else []:
         path = str(entry["path"])
         location = staged_location(table, path)
@@ -249,9 +247,7 @@ def _rewrite(
         matched = rows.filter(mask)
         kept = rows.filter(pc.invert(mask))
         if history:
-            closed, current = _close_current(
-                matched, _close_times(folded, key_columns), key_columns
-            )
+            closed, current = _close_current(matched, close_at, key_columns)
             old_parts.append(current)
             kept = pa.concat_tables([kept, closed])
         else:
