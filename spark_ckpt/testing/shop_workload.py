@@ -74,6 +74,14 @@ class ShopWorkload:
     def _amount(self) -> Decimal:
         return Decimal(self._rng.randint(1, 99999)) / 100
 
+    def _new_item(self, order_id: int) -> dict[str, Any]:
+        return {
+            "id": self._new_id(ITEMS),
+            "order_id": order_id,
+            "amount": _money(self._amount()),
+            "sku": f"sku-{self._rng.randint(1, 500)}",
+        }
+
     def _items_of(self, order_id: int) -> list[dict[str, Any]]:
         return [i for i in self.rows[ITEMS].values() if i["order_id"] == order_id]
 
@@ -113,29 +121,11 @@ class ShopWorkload:
                 changes,
             )
             for _ in range(rng.randint(1, 4)):
-                self._put(
-                    ITEMS,
-                    {
-                        "id": self._new_id(ITEMS),
-                        "order_id": order_id,
-                        "amount": _money(self._amount()),
-                        "sku": f"sku-{rng.randint(1, 500)}",
-                    },
-                    changes,
-                )
+                self._put(ITEMS, self._new_item(order_id), changes)
             self._set_total(order_id, changes)
         elif kind < 0.45 or not items:
             order_id = rng.choice(orders)
-            self._put(
-                ITEMS,
-                {
-                    "id": self._new_id(ITEMS),
-                    "order_id": order_id,
-                    "amount": _money(self._amount()),
-                    "sku": f"sku-{rng.randint(1, 500)}",
-                },
-                changes,
-            )
+            self._put(ITEMS, self._new_item(order_id), changes)
             self._set_total(order_id, changes)
         elif kind < 0.7:
             item = self.rows[ITEMS][rng.choice(items)]

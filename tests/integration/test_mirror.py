@@ -81,6 +81,25 @@ def _mirror_query(spark: SparkSession, log: Path, root: Path, ckpt: Path) -> Str
     )
 
 
+def _bounded_mirror_query(
+    spark: SparkSession, log: Path, root: Path, ckpt: Path, cap: int = 10_000, scd: int = 1
+) -> StreamingQuery:
+    """An availableNow mirror-mode query over the log (batches of about ``cap`` changes)."""
+    return (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("maxChangesPerTrigger", str(cap))
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("scd", str(scd))
+        .option("path", str(root))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
 def _rows(frame: Any) -> list[dict[str, Any]]:
     return [row.asDict() for row in frame.collect()]
 
@@ -181,17 +200,7 @@ def test_a_changed_column_type_stops_the_query_before_publishing(
     for number in range(3):
         records += workload.debezium_records(workload.step(), f"t{number}", 1_700_000_000_000)
     write_log(str(log), records, [])
-    query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "debezium-json")
-        .load(str(log))
-        .writeStream.format("delta-2pc")
-        .option("mode", "mirror")
-        .option("path", str(root))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = _bounded_mirror_query(spark, log, root, ckpt)
     query.awaitTermination(120)
     # The listener publishes the last batch when the query ends.
     wait_until(lambda: (root / ORDERS / "_delta_log").exists(), 30, "the mirror was not published")
@@ -201,17 +210,7 @@ def test_a_changed_column_type_stops_the_query_before_publishing(
     bad = {**order, "total": 12.5}
     event = workload.debezium_records([ShopChange(ORDERS, "u", order, bad)], "bad", 1)
     write_log(str(log), event, [], first_file=1)
-    query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "debezium-json")
-        .load(str(log))
-        .writeStream.format("delta-2pc")
-        .option("mode", "mirror")
-        .option("path", str(root))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = _bounded_mirror_query(spark, log, root, ckpt)
     with pytest.raises(StreamingQueryException) as failure:
         query.awaitTermination(120)
     message = message_in_trace(str(failure.value), MirrorSchemaError)
@@ -229,19 +228,7 @@ def test_scd2_mirrors_keep_every_version_and_the_current_rows_equal_the_source(
     for number in range(40):
         records += workload.debezium_records(workload.step(), f"t{number}", number * 1000)
     write_log(str(log), records, [len(records) // 3, 2 * len(records) // 3])
-    query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "debezium-json")
-        .option("maxChangesPerTrigger", "20")
-        .load(str(log))
-        .writeStream.format("delta-2pc")
-        .option("mode", "mirror")
-        .option("scd", "2")
-        .option("path", str(root))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = _bounded_mirror_query(spark, log, root, ckpt, cap=20, scd=2)
     assert control.await_termination(query, 300)
     tables = spark_ckpt.read_consistent(spark, str(root))
     for name in (ORDERS, ITEMS):
