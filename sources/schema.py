@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from spark_ckpt.errors import UsageError
+from spark_ckpt.state.mirrors import TYPES_COLUMN
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -42,10 +43,6 @@ SPARK_DDL = ", ".join(f"`{name}` {sql}" for name, sql, _ in COLUMNS)
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
 """The schema of the Arrow record batches ``read()`` yields."""
 
-TYPES_COLUMN = "column_types"
-"""With ``columnTypes=true``, a last column: the image's column types as JSON text
-(``{"id": "bigint", "total": "decimal(12,2)"}``, Spark SQL type names), or null where the
-connector does not know them. Mirror mode types its tables from it."""
 
 _TYPED_SCHEMA = ARROW_SCHEMA.append(pa.field(TYPES_COLUMN, pa.string()))
 

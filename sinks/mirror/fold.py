@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_ckpt.errors import MirrorChangeError
+from spark_ckpt.state.mirrors import TYPES_COLUMN
 
 from .types import infer_type, to_arrow, widen
 
@@ -56,9 +57,6 @@ START_AT = "__start_at"
 """SCD type 2: when the row version became current (its change's commit time)."""
 END_AT = "__end_at"
 """SCD type 2: when the row version stopped being current (null: it still is)."""
-
-TYPES_COLUMN = "column_types"
-"""The optional stream column with each image's column types (JSON: column -> Spark SQL type)."""
 
 
 @dataclass

@@ -30,7 +30,12 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import MirrorSchemaError, PublishError, StorageError
-from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE, STAGING_DIR, table_directory
+from spark_ckpt.state.mirrors import (
+    CHECKPOINTS_TABLE,
+    STAGING_DIR,
+    TYPES_COLUMN,
+    table_directory,
+)
 from spark_ckpt.state.storage import Location, StorageOptions
 from spark_ckpt.testing.faults import crash_point
 
@@ -136,7 +141,7 @@ def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table 
     for staged in files:
         with staged_location(changelog, staged.path).open_input() as handle:
             schema = pq.read_schema(handle)
-            wanted = [c for c in (*CHANGE_COLUMNS, "column_types") if c in schema.names]
+            wanted = [c for c in (*CHANGE_COLUMNS, TYPES_COLUMN) if c in schema.names]
             handle.seek(0)
             parts.append(pq.read_table(handle, columns=wanted))
     return pa.concat_tables(parts, promote_options="default") if parts else None

@@ -32,12 +32,17 @@ __all__ = [
     "CHECKPOINTS_TABLE",
     "INDEX_COLUMNS",
     "STAGING_DIR",
+    "TYPES_COLUMN",
     "table_directory",
 ]
 
 CHANGES_TABLE = "_changes"
 CHECKPOINTS_TABLE = "_checkpoints"
 STAGING_DIR = "_spark_ckpt"
+TYPES_COLUMN = "column_types"
+"""The change stream's optional last column (``txn-cdc`` ``columnTypes=true``): each image's
+column types as JSON text, Spark SQL type names (``{"id": "bigint"}``), which mirrors are typed
+from. Shared by the source, which writes it, and the sink, which reads it."""
 INDEX_COLUMNS = ("checkpoint_id", "table", "path", "version", "query_id", "published_at")
 """The checkpoint index's columns, in order."""
 
