@@ -16,7 +16,13 @@ _MISSING = ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "is not a Delta table
 
 
 def _table_url(root: str, relative: str) -> str:
-    return Location(root).child(*relative.split("/")).url
+    """``relative`` under ``root``, in the scheme the caller gave (Spark reads ``s3a://``).
+
+    The storage layer's canonical URL is delta-rs's ``s3://``, which Spark has no file system for.
+    """
+    if Location(root).is_local:
+        return Location(root).child(*relative.split("/")).url
+    return f"{root.rstrip('/')}/{relative}"
 
 
 def read_consistent(

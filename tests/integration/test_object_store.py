@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from s3_server import SECRET_KEY, S3Server
 from streams import expected_notes, generated, table_notes
@@ -21,6 +21,8 @@ from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.storage import Location, StorageOptions
+from spark_ckpt.testing.debezium_log import write_log
+from spark_ckpt.testing.shop_workload import ITEMS, ORDERS, ShopWorkload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -124,3 +126,33 @@ def test_a_supervised_query_restores_from_its_checkpoint_on_s3(
     ckpt = SparkCheckpoint(checkpoint, StorageOptions.of(s3_server.options()))
     starts = [e for e in HistoryLog(ckpt).events() if isinstance(e, StartEvent)]
     assert [s.restored for s in starts] == [None, ckpt.latest_committed()]
+
+
+def test_mirror_mode_on_s3_reads_consistently_through_s3a(
+    spark: SparkSession, control: spark_ckpt.Control, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Mirrors, index and checkpoint on S3; read_consistent through Spark's s3a, exact."""
+    workload = ShopWorkload(seed=4)
+    records: list[dict[str, Any]] = []
+    for number in range(25):
+        records += workload.debezium_records(workload.step(), f"s3-{number}", number)
+    write_log(str(tmp_path / "log"), records, [len(records) // 2])
+    root = f"s3a://{s3_bucket}/{uuid.uuid4().hex[:8]}"
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("maxChangesPerTrigger", "20")
+        .load(str(tmp_path / "log"))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", f"{root}/shop")
+        .option("checkpointLocation", f"{root}/ckpt")
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert control.await_termination(query, 300), "the availableNow query did not finish"
+    tables = spark_ckpt.read_consistent(spark, f"{root}/shop")
+    for name in (ORDERS, ITEMS):
+        mirrored = {tuple(sorted(r.asDict().items())) for r in tables[name].collect()}
+        expected = {tuple(sorted(r.items())) for r in workload.rows[name].values()}
+        assert mirrored == expected, name
