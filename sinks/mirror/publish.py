@@ -140,10 +140,10 @@ def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table 
     parts = []
     for staged in files:
         with staged_location(changelog, staged.path).open_input() as handle:
-            schema = pq.read_schema(handle)
-            wanted = [c for c in (*CHANGE_COLUMNS, TYPES_COLUMN) if c in schema.names]
-            handle.seek(0)
-            parts.append(pq.read_table(handle, columns=wanted))
+            parquet = pq.ParquetFile(handle)  # the footer is read once, for names and rows
+            names = parquet.schema_arrow.names
+            wanted = [c for c in (*CHANGE_COLUMNS, TYPES_COLUMN) if c in names]
+            parts.append(parquet.read(columns=wanted))
     return pa.concat_tables(parts, promote_options="default") if parts else None
 
 
