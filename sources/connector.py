@@ -40,11 +40,16 @@ class Plan:
         such as "transaction T waits for its END"). None when nothing is held back.
     held_changes
         How many change events are held back.
+    idle_end
+        With no unit available: an end offset that moves the source's position past what it
+        read and found nothing in (a heartbeat), for an empty batch. Committing it lets the
+        external system release what it keeps for the query (a PostgreSQL slot's WAL).
     """
 
     unit_sizes: list[int]
     held_back: SnapshotAvailability | None
     held_changes: int
+    idle_end: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,3 +134,12 @@ class ChangeConnector(abc.ABC):
 
     def stop(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release resources (driver, once when the query stops)."""
+
+    def status(self) -> dict[str, Any] | None:
+        """The connector's health and progress for progress events (driver, per trigger).
+
+        JSON-ready, camelCase; shown as ``status`` in ``sources[i].latestOffset`` of every
+        progress event and kept in the history with each completed checkpoint. None: nothing
+        to report.
+        """
+        return None

@@ -275,6 +275,14 @@ class TxnCdcStreamReader(
             # transaction still incomplete at the fixed end stays for the next run.
             self._drain = DrainReport(self._drain.fixed_at, reached=True)
         refusal = decision.refusal or plan.held_back
+        if refusal is None and plan.idle_end is not None:
+            # Nothing to deliver, but the position moves (a heartbeat): an empty batch.
+            self.declines.idle()
+            self._planned = (_key(start), _key(plan.idle_end), [])
+            self._last_checkpoint = checkpoint_id
+            self._report()
+            self._police(checkpoint_id)
+            return plan.idle_end
         if refusal is None:
             self.declines.idle()
         else:
@@ -305,6 +313,7 @@ class TxnCdcStreamReader(
             "hardDeclines": self.declines.hard_declines,
             "decline": current.to_json() if current is not None else None,
             "identity": self.options.identity or self.policy_identity,
+            "status": self.connector.status(),
         }
 
     def prepareForTriggerAvailableNow(self) -> None:

@@ -28,7 +28,7 @@ from importlib.metadata import entry_points
 from typing import Any, TextIO
 
 from spark_ckpt.errors import SparkCkptError, UsageError
-from spark_ckpt.model.events import FailureEvent, StartEvent
+from spark_ckpt.model.events import CompletedEvent, FailureEvent, HistoryEvent, StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import CheckpointRecord, HistoryLog
 from spark_ckpt.state.savepoints import (
@@ -211,6 +211,7 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
         "lastStart": _start_json(starts[-1]) if starts else None,
         "failures": len(failures),
         "lastFailure": _failure_json(failures[-1]) if failures else None,
+        "sources": _source_statuses(events),
         "sinks": {},
     }
     for entry in sorted(entry_points(group=STATUS_GROUP), key=lambda e: e.name):
@@ -223,6 +224,18 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
     for key, value in _status_lines(state):
         out.write(f"{key:<14}{value}\n")
     return 0
+
+
+def _source_statuses(events: Sequence[HistoryEvent]) -> list[dict[str, Any]]:
+    """What each source last reported about itself, with the checkpoint that recorded it."""
+    for event in reversed(events):
+        if isinstance(event, CompletedEvent):
+            return [
+                {"checkpoint": event.checkpoint, "at": event.at, **s["status"]}
+                for s in event.sources
+                if isinstance(s.get("status"), dict)
+            ]
+    return []
 
 
 def _start_json(event: StartEvent) -> dict[str, Any]:
@@ -250,6 +263,8 @@ def _status_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
     if failure is not None:
         failed += f"; the last: {failure['reason']}{_at(failure['at'])}"
     lines.append(("failures", failed))
+    for source in state["sources"]:
+        lines.append(("source", _source_line(source)))
     for name, report in state["sinks"].items():
         published = report.get("published")
         text = f"{report.get('table')}: " + (
@@ -260,6 +275,33 @@ def _status_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
         text += "; staged: " + (", ".join(map(str, report.get("staged", []))) or "none")
         lines.append((name, text))
     return lines
+
+
+def _source_line(status: dict[str, Any]) -> str:
+    """One source's health as recorded with a completed checkpoint, in words."""
+    parts = [f"{status.get('connector', 'source')} slot {status.get('slot')}"]
+    if status.get("lagBytes") is not None:
+        behind = f"{_bytes(status['lagBytes'])} behind"
+        if status.get("lagSeconds") is not None:
+            behind += f" ({_seconds(float(status['lagSeconds']))})"
+        parts.append(behind)
+    if status.get("retainedBytes") is not None:
+        parts.append(f"retains {_bytes(status['retainedBytes'])} of WAL")
+    if status.get("walStatus"):
+        parts.append(f"wal_status {status['walStatus']}")
+    snapshot = status.get("snapshot")
+    if isinstance(snapshot, dict):
+        parts.append(f"snapshot: {snapshot.get('summary')}")
+    return ", ".join(parts) + f" (at batch {status['checkpoint']}{_at(status.get('at'))})"
+
+
+def _bytes(count: object) -> str:
+    value = float(count) if isinstance(count, int | float) else 0.0
+    units = iter(("B", "kB", "MB", "GB"))
+    unit = next(units)
+    while value >= 1024 and unit != "GB":
+        value, unit = value / 1024, next(units)
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def _history(args: argparse.Namespace, out: TextIO) -> int:

@@ -10,6 +10,7 @@ Pure Python, no Spark, no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -35,6 +36,17 @@ def _float(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return None
+
+
+def _source_status(source: Mapping[str, Any]) -> Any:
+    """The ``status`` a txn-cdc source reports in its ``latestOffset`` (JSON text), or None."""
+    latest = source.get("latestOffset")
+    if isinstance(latest, str):
+        try:
+            latest = json.loads(latest)
+        except ValueError:
+            return None
+    return latest.get("status") if isinstance(latest, Mapping) else None
 
 
 def _str(value: object) -> str:
@@ -92,6 +104,8 @@ class CompletedEvent(_Event):
                 "startOffset": s.get("startOffset"),
                 "endOffset": s.get("endOffset"),
                 "numInputRows": s.get("numInputRows"),
+                # Kept only when the source reports one (a txn-cdc connector's health).
+                **({"status": status} if (status := _source_status(s)) is not None else {}),
             }
             for s in progress.get("sources", [])
         )

@@ -153,3 +153,19 @@ def test_unknown_or_malformed_events_are_skipped_when_read() -> None:
     """A newer writer's event kind, or one without its checkpoint, reads as nothing."""
     assert event_from_json({"event": "rescaled", "at": 1.0, "checkpoint": 3}) is None
     assert event_from_json({"event": "published", "at": 1.0}) is None
+
+
+def test_a_completed_event_keeps_the_sources_status_when_one_is_reported() -> None:
+    """A txn-cdc source's ``status`` (in its latestOffset) is kept; other sources add nothing."""
+    status = {"connector": "postgres", "slot": "s", "lagBytes": 120, "lagSeconds": 0.5}
+    event = progress(3, 0, 1, 2)
+    sources = event["sources"]
+    assert isinstance(sources, list)
+    sources[0]["latestOffset"] = json.dumps({"connector": "postgres", "status": status})
+    sources.append({"description": "rate", "latestOffset": "not json"})
+    completed = CompletedEvent.of_progress(event)
+    assert completed.sources[0]["status"] == status
+    assert "status" not in completed.sources[1]
+    read_back = event_from_json({"at": 1.0, **completed.to_json()})
+    assert isinstance(read_back, CompletedEvent)
+    assert read_back.sources[0]["status"] == status
