@@ -33,6 +33,7 @@ __all__ = [
     "RestoreError",
     "SavepointError",
     "SavepointRestoreError",
+    "SlotInvalidatedError",
     "SourceConnectionError",
     "SourcePathError",
     "SparkCkptError",
@@ -334,6 +335,16 @@ class SourceConnectionError(SparkCkptError, OSError):
 
 class ReplicationSlotError(SparkCkptError, RuntimeError):
     """A PostgreSQL replication slot cannot be read (missing, another plugin or database, busy)."""
+
+
+class SlotInvalidatedError(ReplicationSlotError):
+    """The server invalidated a replication slot: the WAL it needed was removed.
+
+    PostgreSQL does this to a slot that falls more than ``max_slot_wal_keep_size`` behind
+    (``wal_status = 'lost'`` in ``pg_replication_slots``). The changes after the slot's position are
+    gone, so nothing after the gap is published; the only way forward is a new snapshot (the
+    message says how).
+    """
 
 
 class TableCaptureError(SparkCkptError, ValueError):

@@ -26,11 +26,13 @@ import itertools
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import psycopg
 import pyarrow as pa
 import pyarrow.ipc
 
@@ -50,9 +52,9 @@ from ..gate import Cut
 from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
 from ..schema import change_batch, with_types
-from .connect import redact_dsn
+from .connect import redact_dsn, scrub
 from .lsn import format_lsn, parse_lsn
-from .slot import Slot
+from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
 from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
 from .tables import TableInfo, describe_tables
 from .types import types_json
@@ -187,8 +189,10 @@ class PostgresConnector(ChangeConnector):
         changes_per_partition: int = 50_000,
         snapshot_dir: Location | None = None,
         column_types: bool = False,
+        heartbeat_interval: float = 60.0,
     ) -> None:
         self.dsn = dsn
+        self.heartbeat_interval = heartbeat_interval
         self.column_types = column_types
         self.slot_name = slot
         self.table_names = tables
@@ -206,6 +210,10 @@ class PostgresConnector(ChangeConnector):
         self._target: int | None = None  # Trigger.availableNow: stop at this LSN
         self._planning: PgOffset | None = None  # the start offset of the last plan()
         self._snapshot_unit = False  # the last plan() offered the snapshot as its one unit
+        self._health: SlotHealth | None = None  # the slot as of the last plan()
+        self._lag_seconds: float | None = None
+        self._moved_at = time.monotonic()  # when the last batch moved the position
+        self._heartbeat_broken = False  # the server refused a heartbeat: not tried again
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
@@ -346,15 +354,51 @@ class PostgresConnector(ChangeConnector):
                 return plan
             # The tables were empty: no snapshot batch; stream from the slot's consistent point.
         lsn = self._start_lsn(offset)
+        self._health = self.slot.health()  # every trigger: a lost slot fails the query here
         self._cache = [t for t in self._cache if t.end_lsn > lsn]
         cached = sum(len(t.changes) for t in self._cache)
+        heartbeat = self._heartbeat_due()
+        if heartbeat:
+            self._emit_heartbeat()
         # Peek again unless the cache holds a full batch, or a bounded run (availableNow) already
         # read everything up to its target.
         done = self._target is not None and self._cache_complete_to is not None
         if not done and (max_changes is None or cached < max_changes):
             self._peek(lsn, max_changes)
-        units = [len(t.changes) for t in self._cache if t.changes]
-        return Plan(units, None, 0)
+        pending = [t for t in self._cache if t.changes]
+        now_us = time.time() * 1_000_000
+        oldest = pending[0].commit_ts_us if pending else None
+        self._lag_seconds = 0.0 if oldest is None else max(0.0, (now_us - oldest) / 1_000_000)
+        units = [len(t.changes) for t in pending]
+        idle_end = None
+        quiet_until = max((t.end_lsn for t in self._cache), default=lsn)
+        if heartbeat and not units and quiet_until > lsn:
+            # Only empty transactions and heartbeats since the offset: move past them.
+            idle_end = PgOffset(offset.checkpoint + 1, offset.emitted, "stream", quiet_until)
+            self._moved_at = time.monotonic()
+        return Plan(units, None, 0, idle_end.to_json() if idle_end is not None else None)
+
+    def _heartbeat_due(self) -> bool:
+        """True when the position has not moved for ``heartbeat_interval`` (stream phase)."""
+        if self._target is not None or self._heartbeat_broken:
+            return False  # a bounded run or a drain ends at its target: no empty batches
+        if any(t.changes for t in self._cache):
+            return False  # a batch will move the position anyway
+        return time.monotonic() - self._moved_at >= self.heartbeat_interval
+
+    def _emit_heartbeat(self) -> None:
+        """Write a heartbeat message so that a quiet database's slot can still be confirmed."""
+        try:
+            self.slot.emit_heartbeat()
+        except psycopg.Error as e:
+            self._heartbeat_broken = True
+            _log.warning(
+                "postgres slot %s: cannot write heartbeats (%s); while the captured database "
+                "is quiet the slot keeps WAL until its next change. Grant EXECUTE on "
+                "pg_logical_emit_message, or set heartbeatInterval=unlimited to silence this",
+                self.slot_name,
+                scrub(str(e).strip(), self.dsn),
+            )
 
     def _peek(self, lsn: int, max_changes: int | None) -> None:
         rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
@@ -417,6 +461,7 @@ class PostgresConnector(ChangeConnector):
             end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None)
             return PlannedBatch(end.to_json(), self._snapshot_partitions(start))
         units = [t for t in self._cache if t.changes][: cut.unit + 1]
+        self._moved_at = time.monotonic()
         end = PgOffset(checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn)
         return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
 
@@ -448,6 +493,21 @@ class PostgresConnector(ChangeConnector):
         self.slot.advance(offset.lsn)
         if self.spill.exists():
             self.spill.clear()
+
+    def status(self) -> dict[str, Any]:
+        """The slot's lag and the snapshot's progress, as of the last plan (driver, per trigger)."""
+        health = self._health
+        task = self._task
+        return {
+            "connector": self.name,
+            "slot": self.slot_name,
+            "phase": "snapshot"
+            if self._planning is not None and self._planning.phase == "snapshot"
+            else "stream",
+            **(health.to_json() if health is not None else dict.fromkeys(SLOT_HEALTH_KEYS)),
+            "lagSeconds": self._lag_seconds,
+            "snapshot": None if task is None else task.progress().to_json(),
+        }
 
     def stop(self) -> None:
         """Close the connection (driver, once)."""

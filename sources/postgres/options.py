@@ -38,21 +38,34 @@ class PostgresOptions(ConnectorOptions):
     snapshot_dir
         Where the snapshot spills rows: a local directory or an object-store URI that the
         executors can read (None: under the driver's temp directory, for local mode).
+    heartbeat_interval
+        Seconds without a batch after which the slot is confirmed past what it decoded with
+        nothing for the query (an empty batch, after a heartbeat message in the WAL); infinite
+        turns heartbeats off.
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = ("dsn", "slot", "tables", "snapshot", "snapshotDir")
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "dsn",
+        "slot",
+        "tables",
+        "snapshot",
+        "snapshotDir",
+        "heartbeatInterval",
+    )
 
     dsn: str
     slot: str
     tables: tuple[str, ...]
     snapshot: SnapshotMode = "initial"
     snapshot_dir: str | None = None
+    heartbeat_interval: float = 60.0
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the DSN (it may hold a password).
         return (
             f"PostgresOptions(dsn=<set>, slot={self.slot!r}, tables={self.tables!r}, "
-            f"snapshot={self.snapshot!r}, snapshot_dir={self.snapshot_dir!r})"
+            f"snapshot={self.snapshot!r}, snapshot_dir={self.snapshot_dir!r}, "
+            f"heartbeat_interval={self.heartbeat_interval!r})"
         )
 
     @classmethod
@@ -91,6 +104,7 @@ class PostgresOptions(ConnectorOptions):
             tables=options.names("tables", "schema.table names"),
             snapshot=options.choice("snapshot", ("initial", "never"), "initial"),
             snapshot_dir=directory,
+            heartbeat_interval=options.duration("heartbeatInterval", 60.0, allow_unlimited=True),
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
@@ -105,6 +119,7 @@ class PostgresOptions(ConnectorOptions):
             common.changes_per_partition,
             Location(self.snapshot_dir, common.storage) if self.snapshot_dir else None,
             column_types=common.column_types,
+            heartbeat_interval=self.heartbeat_interval,
         )
         connector.check()
         return connector

@@ -15,16 +15,27 @@ from typing import Any, cast
 
 import psycopg
 
-from spark_ckpt.errors import ReplicationSlotError
+from spark_ckpt.errors import ReplicationSlotError, SlotInvalidatedError
 
 from .connect import connect, scrub
 from .lsn import format_lsn, parse_lsn
 from .wal2json import PLUGIN_OPTIONS
 
-__all__ = ["PLUGIN", "ExportedSnapshot", "Slot", "SlotInfo"]
+__all__ = [
+    "HEARTBEAT_PREFIX",
+    "PLUGIN",
+    "SLOT_HEALTH_KEYS",
+    "ExportedSnapshot",
+    "Slot",
+    "SlotHealth",
+    "SlotInfo",
+]
 
 PLUGIN = "wal2json"
 """The output plugin slots are created with (``postgresql-15-wal2json`` on Debian)."""
+
+HEARTBEAT_PREFIX = "spark-ckpt-heartbeat"
+"""The prefix of the logical decoding messages a heartbeat writes (content: the slot's name)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,41 @@ class SlotInfo:
     database: str
     confirmed_flush: int
     active: bool
+    wal_status: str | None = None
+    """``reserved``, ``extended``, ``unreserved`` or ``lost`` (invalidated: its WAL is gone)."""
+
+
+SLOT_HEALTH_KEYS = ("lagBytes", "retainedBytes", "walStatus", "safeWalSize")
+"""The keys of :meth:`SlotHealth.to_json`."""
+
+
+@dataclass(frozen=True)
+class SlotHealth:
+    """How far a slot is behind the server, from ``pg_replication_slots`` (driver, per trigger).
+
+    Attributes
+    ----------
+    lag_bytes
+        WAL written since the slot's confirmed position (``pg_current_wal_lsn() -
+        confirmed_flush_lsn``): what the query has not confirmed yet.
+    retained_bytes
+        WAL the server keeps for the slot (from its ``restart_lsn``): the disk it pins.
+    wal_status
+        ``reserved`` / ``extended`` / ``unreserved`` / ``lost``.
+    safe_wal_size
+        Bytes that can still be written before the slot is in danger of invalidation (None
+        when ``max_slot_wal_keep_size`` is unlimited).
+    """
+
+    lag_bytes: int
+    retained_bytes: int | None
+    wal_status: str | None
+    safe_wal_size: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """camelCase, as in Spark's progress events."""
+        values = (self.lag_bytes, self.retained_bytes, self.wal_status, self.safe_wal_size)
+        return dict(zip(SLOT_HEALTH_KEYS, values, strict=True))
 
 
 @dataclass
@@ -84,7 +130,7 @@ class Slot:
         row = (
             self.connection()
             .execute(
-                "SELECT plugin, database, confirmed_flush_lsn::text, active "
+                "SELECT plugin, database, confirmed_flush_lsn::text, active, wal_status "
                 "FROM pg_replication_slots WHERE slot_name = %s AND slot_type = 'logical'",
                 (self.name,),
             )
@@ -92,11 +138,52 @@ class Slot:
         )
         if row is None:
             return None
-        plugin, database, confirmed, active = row
-        return SlotInfo(self.name, str(plugin), str(database), parse_lsn(confirmed), bool(active))
+        plugin, database, confirmed, active, wal_status = row
+        # An invalidated slot has lost its position along with its WAL: -1 marks "none".
+        position = -1 if confirmed is None else parse_lsn(confirmed)
+        return SlotInfo(self.name, str(plugin), str(database), position, bool(active), wal_status)
+
+    def health(self) -> SlotHealth | None:
+        """How far behind the slot is (None when it does not exist); one query.
+
+        Raises
+        ------
+        SlotInvalidatedError
+            When the server has invalidated the slot.
+        """
+        row = (
+            self.connection()
+            .execute(
+                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, "
+                "(pg_current_wal_lsn() - restart_lsn)::bigint, wal_status, safe_wal_size "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (self.name,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        lag, retained, wal_status, safe = row
+        if wal_status == "lost":
+            raise self.invalidated()
+        return SlotHealth(int(lag or 0), retained, wal_status, safe)
+
+    def invalidated(self) -> SlotInvalidatedError:
+        """The error for this slot being invalidated by the server."""
+        return SlotInvalidatedError(
+            f"replication slot {self.name!r} was invalidated by the server (wal_status=lost): it "
+            f"fell more than max_slot_wal_keep_size behind, and the WAL it still needed was "
+            f"removed, so the changes after its position are gone. Nothing after the gap is "
+            f"published. To recover, drop the slot (SELECT pg_drop_replication_slot("
+            f"'{self.name}')) and start over with a new checkpointLocation and "
+            f"snapshot=initial; raise max_slot_wal_keep_size (or keep the query running) so it "
+            f"does not happen again"
+        )
 
     def check(self, info: SlotInfo) -> None:
-        """Refuse a slot this connector cannot read (another plugin or database)."""
+        """Refuse a slot this connector cannot read (invalidated, another plugin or database)."""
+        if info.wal_status == "lost":
+            raise self.invalidated()
         database = self.connection().execute("SELECT current_database()").fetchone()
         if info.plugin != PLUGIN:
             raise ReplicationSlotError(
@@ -167,6 +254,22 @@ class Slot:
         except psycopg.Error as e:
             raise self._error("cannot advance", e) from None
 
+    def emit_heartbeat(self) -> int:
+        """Write a logical decoding message into the WAL now; return its LSN.
+
+        Non-transactional, so it is decoded at its position even when nothing else of this
+        database is: the next peek sees it and the slot can be confirmed up to it.
+        """
+        row = (
+            self.connection()
+            .execute(
+                "SELECT pg_logical_emit_message(false, %s, %s)::text", (HEARTBEAT_PREFIX, self.name)
+            )
+            .fetchone()
+        )
+        assert row is not None
+        return parse_lsn(row[0])
+
     def peek(
         self, upto_lsn: int | None, upto_changes: int | None, tables: Sequence[str]
     ) -> list[tuple[str, int | None, str]]:
@@ -191,6 +294,8 @@ class Slot:
 
     def _error(self, action: str, error: psycopg.Error) -> ReplicationSlotError:
         detail = scrub(str(error).strip(), self.dsn)
+        if "invalidated" in detail:
+            return self.invalidated()
         hint = ""
         if "does not exist" in detail:
             hint = (

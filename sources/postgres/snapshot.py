@@ -18,6 +18,7 @@ slot (nothing of the failed attempt was ever visible: the 2PC sink saw no ``comm
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from spark_ckpt.testing.faults import crash_point
 from ..schema import json_text
 from .connect import connect
 from .slot import Slot
+from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
 
 __all__ = ["SPILL_SCHEMA", "SnapshotManifest", "SnapshotSpill", "SnapshotTask"]
@@ -43,6 +45,9 @@ SPILL_SCHEMA = pa.schema([("table", pa.string()), ("key", pa.string()), ("after"
 
 _FETCH = 5_000  # rows per round trip of the server-side cursor
 _FILE_ROWS = 50_000  # rows per spill file (a file is read by one task at most)
+_LOG_EVERY = 10.0  # seconds between progress lines in the log
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -153,14 +158,26 @@ class SnapshotTask(threading.Thread):
         self.tables = tables
         self.spill = spill
         self.rows_read = 0
+        self.rows_estimated: int | None = None
+        self.tables_done = 0
         self.current_table: str | None = None
         self.error: BaseException | None = None
         self.manifest: SnapshotManifest | None = None
+        self._logged_at = time.monotonic()
+
+    def progress(self) -> SnapshotProgress:
+        """How far the snapshot has got (any thread; the values are read without a lock)."""
+        return SnapshotProgress(
+            len(self.tables),
+            self.tables_done,
+            self.rows_read,
+            self.rows_estimated,
+            self.current_table,
+        )
 
     def describe(self) -> str:
         """Progress in words, for soft declines."""
-        where = f" (reading {self.current_table})" if self.current_table else ""
-        return f"snapshot in progress: {self.rows_read} rows read{where}"
+        return f"snapshot in progress: {self.progress().summary}"
 
     def run(self) -> None:
         """Create the slot with its snapshot and spill every table (its own thread)."""
@@ -187,12 +204,15 @@ class SnapshotTask(threading.Thread):
                 sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported.snapshot_name))
             )
             exported.release()  # the importing transaction keeps the snapshot alive now
+            self.rows_estimated = _estimated_rows(conn, self.tables)
             for index, table in enumerate(self.tables):
                 self.current_table = table.name
                 self._spill_table(conn, table, manifest)
+                self.tables_done = index + 1
                 crash_point("during_snapshot", index)
             conn.rollback()
         self.current_table = None
+        _log.info("postgres snapshot of slot %s: %s", self.slot_name, self.progress().summary)
         manifest.complete = True
         self.spill.write_manifest(manifest)
         return manifest
@@ -227,4 +247,27 @@ class SnapshotTask(threading.Thread):
                 self.rows_read += 1
                 if len(buffer) >= _FILE_ROWS:
                     flush()
+                    self._log_progress()
         flush()
+
+    def _log_progress(self) -> None:
+        # A line every _LOG_EVERY seconds for whoever watches the log of a long snapshot.
+        now = time.monotonic()
+        if now - self._logged_at >= _LOG_EVERY:
+            self._logged_at = now
+            _log.info("postgres snapshot of slot %s: %s", self.slot_name, self.progress().summary)
+
+
+def _estimated_rows(conn: Any, tables: list[TableInfo]) -> int | None:
+    """The server's row estimate for ``tables`` (None when one was never analyzed)."""
+    total = 0
+    for table in tables:
+        row = conn.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(format('%%I.%%I', "
+            "%s::text, %s::text))",
+            (table.schema, table.table),
+        ).fetchone()
+        if row is None or row[0] is None or row[0] < 0:
+            return None
+        total += int(row[0])
+    return total or None

@@ -200,7 +200,8 @@ def decode_transactions(
     (``PgTransaction.changes``) for :func:`decode_change` on the executors, so the driver's
     cost per change is a prefix test. Which tables are captured is wal2json's ``add-tables``
     filter. A trailing transaction without its ``C`` row (the peek stopped inside it) is not
-    yielded.
+    yielded. A logical decoding message outside any transaction (a heartbeat) is yielded as an
+    empty transaction at its LSN: a position the slot may be confirmed up to.
 
     Parameters
     ----------
@@ -241,4 +242,9 @@ def decode_transactions(
                     f"Delete the rows instead, or restart capture with a new slot and "
                     f"snapshot=initial"
                 )
-        # "M" (logical decoding messages) carry no row changes.
+        elif action == "M" and current is None:
+            # A message outside any transaction (a heartbeat): decoding got this far with
+            # nothing for the captured tables in between, so it is a position to confirm.
+            position = parse_lsn(lsn)
+            yield PgTransaction(0, position, position, None)
+        # Messages inside a transaction carry no row changes.

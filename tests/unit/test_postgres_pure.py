@@ -19,6 +19,7 @@ from spark_ckpt.sources.postgres.connect import redact_dsn, scrub
 from spark_ckpt.sources.postgres.connector import PgOffset
 from spark_ckpt.sources.postgres.lsn import format_lsn, parse_lsn
 from spark_ckpt.sources.postgres.options import PostgresOptions
+from spark_ckpt.sources.postgres.snapshot_progress import SnapshotProgress
 from spark_ckpt.sources.postgres.tables import parse_text_value
 from spark_ckpt.sources.postgres.wal2json import (
     NumberText,
@@ -141,6 +142,38 @@ def test_a_transaction_cut_off_by_the_peek_is_not_yielded() -> None:
     assert [t.xid for t in decode_transactions(ROWS[:5])] == [725]
 
 
+def test_a_message_outside_transactions_is_a_position_to_confirm() -> None:
+    """A heartbeat decoded between transactions: an empty transaction at its LSN."""
+    message = (
+        "0/1526250",
+        None,
+        '{"action":"M","transactional":false,"prefix":"spark-ckpt-heartbeat","content":"s"}',
+    )
+    txns = list(decode_transactions([*ROWS[:3], message, *ROWS[3:]]))
+    assert [t.xid for t in txns] == [725, 0, 726, 727]
+    assert (txns[1].end_lsn, txns[1].changes) == (parse_lsn("0/1526250"), [])
+    # Inside a transaction a (transactional) message is no position of its own.
+    inside = list(decode_transactions([*ROWS[:2], message, *ROWS[2:3]]))
+    assert [t.xid for t in inside] == [725]
+
+
+def test_snapshot_progress_in_words_and_json() -> None:
+    running = SnapshotProgress(3, 1, 1_204_000, 3_000_000, "public.items")
+    assert running.summary == (
+        "table 2 of 3 (public.items), 1,204,000 of about 3,000,000 rows (40%)"
+    )
+    done = SnapshotProgress(2, 2, 7, None, None)
+    assert done.summary == "2 table(s) done, 7 rows"
+    assert done.to_json() == {
+        "tables": 2,
+        "tablesDone": 2,
+        "rowsRead": 7,
+        "rowsEstimated": None,
+        "currentTable": None,
+        "summary": "2 table(s) done, 7 rows",
+    }
+
+
 def test_truncate_of_a_captured_table_is_refused_with_where_and_how() -> None:
     rows = [
         ROWS[0],
@@ -217,6 +250,13 @@ def test_postgres_options_parse_and_never_show_the_dsn() -> None:
     never = SourceOptions.parse(postgres_options(snapshot="never")).connector_options
     assert isinstance(never, PostgresOptions)
     assert never.snapshot == "never"
+    assert own.heartbeat_interval == 60.0
+    beating = SourceOptions.parse(postgres_options(heartbeatInterval="5s")).connector_options
+    assert isinstance(beating, PostgresOptions)
+    assert beating.heartbeat_interval == 5.0
+    off = SourceOptions.parse(postgres_options(heartbeatInterval="unlimited")).connector_options
+    assert isinstance(off, PostgresOptions)
+    assert off.heartbeat_interval == float("inf")
 
 
 @pytest.mark.parametrize(
@@ -228,6 +268,8 @@ def test_postgres_options_parse_and_never_show_the_dsn() -> None:
         ({"tables": "a.b,a.b"}, InvalidOptionError, "distinct"),
         ({"path": "/x"}, InvalidOptionError, "reads the option 'dsn'"),
         ({"tables": " "}, ConfigError, "needs the options 'tables'"),
+        ({"heartbeatInterval": "0s"}, InvalidOptionError, "heartbeatInterval"),
+        ({"heartbeatInterval": "soon"}, InvalidOptionError, "heartbeatInterval"),
     ],
 )
 def test_bad_postgres_options_say_what_and_how(
