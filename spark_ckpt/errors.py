@@ -359,4 +359,7 @@ class ChangeDecodeError(SparkCkptError, ValueError):
 
 
 class UnsupportedChangeError(SparkCkptError, ValueError):
-    """A captured table saw a change the row-level output schema cannot carry (a TRUNCATE)."""
+    """A captured table saw a change the row-level output schema cannot carry.
+
+    No connector raises it today: a TRUNCATE is carried as a change with ``op='t'``.
+    """

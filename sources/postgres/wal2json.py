@@ -2,7 +2,8 @@
 
 ``pg_logical_slot_peek_changes(slot, upto_lsn, upto_nchanges, 'format-version', '2', ...)`` yields
 one row per action: ``B`` (begin), ``I`` / ``U`` / ``D`` (insert, update, delete with ``schema``,
-``table``, ``columns`` and, for updates and deletes, ``identity``), ``T`` (truncate), ``M``
+``table``, ``columns`` and, for updates and deletes, ``identity``), ``T`` (truncate: carried as a
+change with ``op='t'``), ``M``
 (logical message) and ``C`` (commit, with ``lsn`` and ``nextlsn``). Decoding delivers committed
 transactions whole and in commit order, so grouping is a matter of reading ``B .. C``.
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from spark_ckpt.errors import ChangeDecodeError, UnsupportedChangeError
+from spark_ckpt.errors import ChangeDecodeError
 
 from .lsn import parse_lsn
 
@@ -32,7 +33,6 @@ __all__ = [
     "NumberText",
     "PgChange",
     "PgTransaction",
-    "UnsupportedChangeError",
     "decode_change",
     "decode_transactions",
     "normalize_value",
@@ -90,15 +90,20 @@ class PgTransaction:
     commit_ts_us
         Commit time in microseconds since the epoch.
     changes
-        Row changes of the captured tables as wal2json's JSON text, in the transaction's order
-        (:func:`decode_change` parses one); empty when the transaction touched other tables only.
+        Row changes of the captured tables in the transaction's order, as the plugin sent them:
+        wal2json's JSON text (:func:`decode_change` parses one) or pgoutput's messages (bytes);
+        empty when the transaction touched other tables only.
+    relations
+        pgoutput only: per change, the index of its relation in the stream's
+        :class:`~.pgoutput.RelationCatalog`.
     """
 
     xid: int
     commit_lsn: int
     end_lsn: int
     commit_ts_us: int | None
-    changes: list[str] = field(default_factory=list)
+    changes: list[Any] = field(default_factory=list)
+    relations: list[int] = field(default_factory=list)
 
 
 def timestamp_micros(text: str | None) -> int | None:
@@ -150,6 +155,8 @@ def _columns(items: Iterable[dict[str, Any]] | None) -> dict[str, Any] | None:
 
 def _change(action: str, body: dict[str, Any]) -> PgChange:
     table = f"{body['schema']}.{body['table']}"
+    if action == "T":
+        return PgChange("t", table, None, None, None)
     after = _columns(body.get("columns")) if action != "D" else None
     before = _columns(body.get("identity")) if action != "I" else None
     pk_names = [item["name"] for item in body.get("pk") or []]
@@ -180,7 +187,7 @@ def _integer(text: str) -> int | NumberText:
 
 
 def decode_change(data: str) -> PgChange:
-    """One ``I`` / ``U`` / ``D`` row's data -> the change with normalised values (executor)."""
+    """One ``I`` / ``U`` / ``D`` / ``T`` row's data -> the change, values normalised (executor)."""
     try:
         body = json.loads(
             data, parse_float=NumberText, parse_int=_integer, parse_constant=_constant
@@ -208,12 +215,8 @@ def decode_transactions(
     rows
         Rows of ``pg_logical_slot_peek_changes`` decoded with :data:`PLUGIN_OPTIONS`.
     tables
-        The captured ``schema.table`` names (a TRUNCATE of one is an error); None: all.
-
-    Raises
-    ------
-    UnsupportedChangeError
-        When a captured table was truncated (a TRUNCATE has no row-level changes to emit).
+        The captured ``schema.table`` names (a TRUNCATE of one is kept as its change, op
+        ``t``); None: all.
     """
     current: PgTransaction | None = None
     for lsn, _xid, data in rows:
@@ -233,15 +236,11 @@ def decode_transactions(
             yield current
             current = None
         elif action == "T":
+            # One row per truncated table: carried as a change (op 't') of the captured ones.
             body = json.loads(data)
             table = f"{body.get('schema')}.{body.get('table')}"
-            if tables is None or table in tables:
-                raise UnsupportedChangeError(
-                    f"transaction {body.get('xid')} truncated the captured table {table} at LSN "
-                    f"{lsn}: TRUNCATE has no row-level changes the txn-cdc schema can carry. "
-                    f"Delete the rows instead, or restart capture with a new slot and "
-                    f"snapshot=initial"
-                )
+            if current is not None and (tables is None or table in tables):
+                current.changes.append(data)
         elif action == "M" and current is None:
             # A message outside any transaction (a heartbeat): decoding got this far with
             # nothing for the captured tables in between, so it is a position to confirm.

@@ -138,7 +138,9 @@ def _keys(image: pa.Array, pk: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 
 def decode_changes(texts: pa.Array) -> ChangeColumns:
-    """Decode wal2json ``I`` / ``U`` / ``D`` rows (a string array) into output columns (executor).
+    """Decode wal2json ``I`` / ``U`` / ``D`` / ``T`` rows (a string array) into output columns.
+
+    Runs on executors, per chunk; truncates (rare) take the Python path.
 
     Equivalent to calling :func:`.wal2json.decode_change` on every row and
     rendering ``key`` / ``before`` / ``after`` with
@@ -146,7 +148,7 @@ def decode_changes(texts: pa.Array) -> ChangeColumns:
 
     Raises
     ------
-    spark_ckpt.errors.UnsupportedChangeError, spark_ckpt.errors.ChangeDecodeError
+    spark_ckpt.errors.ChangeDecodeError
         As :func:`.wal2json.decode_change`, for a row the fast path declines
         and the Python path cannot read.
     """

@@ -12,7 +12,6 @@ from spark_ckpt.errors import (
     ConfigError,
     InvalidOptionError,
     LogRewrittenError,
-    UnsupportedChangeError,
 )
 from spark_ckpt.sources.options import SourceOptions
 from spark_ckpt.sources.postgres.connect import redact_dsn, scrub
@@ -174,14 +173,21 @@ def test_snapshot_progress_in_words_and_json() -> None:
     }
 
 
-def test_truncate_of_a_captured_table_is_refused_with_where_and_how() -> None:
-    rows = [
-        ROWS[0],
-        ("0/1", 725, '{"action":"T","xid":725,"schema":"public","table":"t"}'),
-    ]
-    assert list(decode_transactions(rows, frozenset({"public.other"}))) == []
-    with pytest.raises(UnsupportedChangeError, match=r"truncated the captured table public\.t"):
-        list(decode_transactions(rows, frozenset({"public.t"})))
+def test_truncate_of_a_captured_table_is_carried_as_a_change() -> None:
+    truncate = '{"action":"T","xid":725,"schema":"public","table":"t"}'
+    rows = [ROWS[0], ("0/1", 725, truncate), ROWS[2]]
+    (other,) = decode_transactions(rows, frozenset({"public.other"}))
+    assert other.changes == []
+    (txn,) = decode_transactions(rows, frozenset({"public.t"}))
+    assert txn.changes == [truncate]
+    change = decode_change(truncate)
+    assert (change.op, change.table, change.key, change.before, change.after) == (
+        "t",
+        "public.t",
+        None,
+        None,
+        None,
+    )
 
 
 @pytest.mark.parametrize(
