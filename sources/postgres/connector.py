@@ -54,12 +54,17 @@ from ..partitions import split_after
 from ..schema import change_batch, with_types
 from .connect import redact_dsn, scrub
 from .lsn import format_lsn, parse_lsn
+from .pgoutput import Relation, RelationCatalog
+from .pgoutput import decode_transactions as decode_pgoutput
+from .pgoutput import render_change as render_pgoutput
+from .plugins import PLUGIN
+from .publication import ensure_publication
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
 from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
 from .tables import TableInfo, describe_tables
 from .types import types_json
 from .wal2json import PgTransaction, decode_transactions
-from .wal2json_arrow import decode_changes, decode_column_types
+from .wal2json_arrow import ChangeColumns, decode_changes, decode_column_types
 
 __all__ = ["PostgresConnector"]
 
@@ -116,32 +121,48 @@ TxnMeta = tuple[int, int, int | None, int]
 
 @dataclass(frozen=True)
 class PgStreamPartition:
-    """Whole transactions as peeked: their metadata, and their changes' wal2json text.
+    """Whole transactions as peeked: their metadata, and their changes as the plugin sent them.
 
-    The driver only found the boundaries; executors decode the changes (in parallel). The text
-    travels as one LZ4-compressed Arrow IPC stream (a string column, the changes in order): JSON
-    this repetitive shrinks about 15 times, and executors decode it without a Python string per
-    change.
+    The driver only found the boundaries; executors decode the changes (in parallel). The
+    changes travel as one LZ4-compressed Arrow IPC stream (wal2json's text as a string column,
+    or pgoutput's messages as a binary column plus each one's relation): output this repetitive
+    shrinks about 15 times, and executors decode it without a Python object per change.
     """
 
     source: str
     txns: tuple[TxnMeta, ...]
     changes: bytes
+    relations: tuple[Relation, ...] = ()
+    """pgoutput: the relations the changes' indexes refer to (empty for wal2json)."""
 
     @classmethod
-    def of(cls, source: str, txns: list[TxnMeta], changes: list[str]) -> PgStreamPartition:
+    def of(
+        cls,
+        source: str,
+        txns: list[TxnMeta],
+        changes: list[Any],
+        relation_of: list[int] | None = None,
+        relations: tuple[Relation, ...] = (),
+    ) -> PgStreamPartition:
         """Pack ``txns`` and their ``changes``, in order (driver, per partition)."""
-        batch = pa.record_batch([pa.array(changes, pa.string())], names=["data"])
+        if relation_of is None:
+            batch = pa.record_batch([pa.array(changes, pa.string())], names=["data"])
+        else:
+            batch = pa.record_batch(
+                [pa.array(changes, pa.binary()), pa.array(relation_of, pa.int32())],
+                names=["data", "relation"],
+            )
         sink = pa.BufferOutputStream()
         options = pa.ipc.IpcWriteOptions(compression="lz4")
         with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
             writer.write_batch(batch)
-        return cls(source, tuple(txns), bytes(sink.getvalue()))
+        return cls(source, tuple(txns), bytes(sink.getvalue()), relations)
 
-    def texts(self) -> pa.Array:
-        """The changes as one string array (executor, per task)."""
-        table = pa.ipc.open_stream(self.changes).read_all()
-        return table.column(0).combine_chunks()
+    def columns(self) -> tuple[pa.Array, pa.Array | None]:
+        """The changes, and (pgoutput) their relation indexes (executor, per task)."""
+        table = pa.ipc.open_stream(self.changes).read_all().combine_chunks()
+        relation = table.column("relation").chunk(0) if "relation" in table.column_names else None
+        return table.column("data").chunk(0), relation
 
 
 @dataclass(frozen=True)
@@ -176,6 +197,13 @@ class PostgresConnector(ChangeConnector):
         Where the snapshot spills its rows (None: a directory under the system temp dir).
     column_types
         Add the ``column_types`` column (each image's column types, :mod:`.types`).
+    heartbeat_interval
+        Seconds without a batch before a heartbeat moves a quiet slot (infinite: never).
+    plugin
+        The slot's output plugin: ``wal2json`` or ``pgoutput``.
+    publication
+        pgoutput: the publication to stream (created when missing; default
+        ``spark_ckpt_<slot>``).
     """
 
     name = "postgres"
@@ -190,9 +218,13 @@ class PostgresConnector(ChangeConnector):
         snapshot_dir: Location | None = None,
         column_types: bool = False,
         heartbeat_interval: float = 60.0,
+        plugin: str = PLUGIN,
+        publication: str | None = None,
     ) -> None:
         self.dsn = dsn
         self.heartbeat_interval = heartbeat_interval
+        self.plugin = plugin
+        self.publication = publication or f"spark_ckpt_{slot}"
         self.column_types = column_types
         self.slot_name = slot
         self.table_names = tables
@@ -214,12 +246,15 @@ class PostgresConnector(ChangeConnector):
         self._lag_seconds: float | None = None
         self._moved_at = time.monotonic()  # when the last batch moved the position
         self._heartbeat_broken = False  # the server refused a heartbeat: not tried again
+        self._relations = RelationCatalog(self._type_name, self._primary_key)  # pgoutput
+        self._type_names: dict[tuple[int, int], str] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        for transient in ("_slot", "_task", "_cache"):  # executors need none
-            state[transient] = None if transient in ("_slot", "_task") else type(state[transient])()
+        for transient in ("_slot", "_task", "_relations"):  # executors need none
+            state[transient] = None
+        state["_cache"] = []
         return state
 
     # -- driver: setup -------------------------------------------------------------------------
@@ -228,8 +263,23 @@ class PostgresConnector(ChangeConnector):
     def slot(self) -> Slot:
         """The slot (driver)."""
         if self._slot is None:
-            self._slot = Slot(self.dsn, self.slot_name)
+            self._slot = Slot(self.dsn, self.slot_name, self.plugin, self.publication)
         return self._slot
+
+    def _type_name(self, oid: int, typmod: int) -> str:
+        """``format_type`` of a pgoutput column type (driver; one query per new pair)."""
+        name = self._type_names.get((oid, typmod))
+        if name is None:
+            row = (
+                self.slot.connection()
+                .execute("SELECT format_type(%s::oid, %s::int)", (oid, typmod))
+                .fetchone()
+            )
+            name = self._type_names[(oid, typmod)] = str(row[0]) if row else "unknown"
+        return name
+
+    def _primary_key(self, table: str) -> tuple[str, ...]:
+        return next((t.key for t in self._tables if t.name == table), ())
 
     def check(self) -> None:
         """Fail early (driver, once per run): connection, wal_level, tables, an existing slot."""
@@ -242,6 +292,9 @@ class PostgresConnector(ChangeConnector):
                 f"in postgresql.conf (and a restart)"
             )
         self._tables = describe_tables(conn, self.table_names)
+        if self.plugin == "pgoutput":
+            # Before any slot is created: pgoutput reads the publication as of each change.
+            ensure_publication(conn, self.dsn, self.publication, self._tables)
         info = self.slot.info()
         if info is not None:
             self.slot.check(info)
@@ -410,7 +463,7 @@ class PostgresConnector(ChangeConnector):
 
     def _read(
         self, upto_lsn: int | None, upto_rows: int | None
-    ) -> tuple[list[tuple[str, int | None, str]], list[PgTransaction]]:
+    ) -> tuple[list[tuple[str, int | None, Any]], list[PgTransaction]]:
         """Peek the slot and group the rows into transactions (driver)."""
         # Hundreds of thousands of rows and transactions, none of them cyclic: a cyclic GC pass
         # every few hundred allocations would only re-scan them (about a third of the grouping).
@@ -418,7 +471,12 @@ class PostgresConnector(ChangeConnector):
         gc.disable()
         try:
             rows = self.slot.peek(upto_lsn, upto_rows, self.table_names)
-            return rows, list(decode_transactions(rows, frozenset(self.table_names)))
+            tables = frozenset(self.table_names)
+            if self.plugin == "pgoutput":
+                # Every peek is a new decoding session: relations are described again in it.
+                self._relations.current.clear()
+                return rows, list(decode_pgoutput(rows, self._relations, tables))
+            return rows, list(decode_transactions(rows, tables))
         finally:
             if enabled:
                 gc.enable()
@@ -431,7 +489,9 @@ class PostgresConnector(ChangeConnector):
             if (rerun and self.slot.info() is not None) or self._claimable_for_snapshot():
                 self.slot.drop()
             self.slot.close()
-            task = self._task = SnapshotTask(self.dsn, self.slot_name, self._tables, self.spill)
+            task = self._task = SnapshotTask(
+                self.dsn, self.slot_name, self._tables, self.spill, self.plugin
+            )
             task.start()
         if self._target is not None:
             # Trigger.availableNow ends at the first trigger that offers nothing, so a bounded
@@ -552,7 +612,13 @@ class PostgresConnector(ChangeConnector):
                 for order, t in enumerate(run, start=emitted + lo)
             ]
             changes = [change for t in run for change in t.changes]
-            partitions.append(PgStreamPartition.of(self.source, meta, changes))
+            if self.plugin == "pgoutput":
+                relation_of = [index for t in run for index in t.relations]
+                versions = tuple(self._relations.versions)
+                partition = PgStreamPartition.of(self.source, meta, changes, relation_of, versions)
+            else:
+                partition = PgStreamPartition.of(self.source, meta, changes)
+            partitions.append(partition)
         return partitions
 
     def _snapshot_partitions(self, first: PgOffset) -> list[object]:
@@ -653,7 +719,7 @@ def _stream_rows(
     Decoded :data:`_CHUNK_CHANGES` changes at a time, whatever the transactions' sizes, so one
     huge transaction does not hold all its text several times over in memory.
     """
-    texts = partition.texts()
+    texts, relation_of = partition.columns()
     txns = partition.txns
     sizes = np.fromiter((t[3] for t in txns), dtype=np.int64, count=len(txns))
     total = int(sizes.sum())
@@ -670,7 +736,13 @@ def _stream_rows(
     for first in range(0, total, _CHUNK_CHANGES):
         count = min(_CHUNK_CHANGES, total - first)
         chunk = texts.slice(first, count)
-        changes = decode_changes(chunk)
+        if relation_of is None:
+            changes = decode_changes(chunk)
+            types = decode_column_types(chunk) if column_types else None
+        else:
+            indexes = relation_of.slice(first, count)
+            changes = _render_pgoutput(chunk, indexes, partition.relations)
+            types = _pgoutput_types(indexes, partition.relations) if column_types else None
         of = pa.array(owner[first : first + count])
         batch = change_batch(
             source=source.take(np.zeros(count, dtype=np.int32)),
@@ -685,7 +757,28 @@ def _stream_rows(
             before=changes.before,
             after=changes.after,
         )
-        yield with_types(batch, decode_column_types(chunk)) if column_types else batch
+        yield batch if types is None else with_types(batch, types)
+
+
+def _render_pgoutput(
+    messages: pa.Array, indexes: pa.Array, relations: tuple[Relation, ...]
+) -> ChangeColumns:
+    """Pgoutput change messages -> the output's text columns (executor, per chunk)."""
+    rendered = [
+        render_pgoutput(data, relations[index])
+        for data, index in zip(
+            messages.to_pylist(), indexes.to_numpy(zero_copy_only=False).tolist(), strict=True
+        )
+    ]
+    columns = list(zip(*rendered, strict=True)) if rendered else [()] * 5
+    table, op, key, before, after = (pa.array(list(c), pa.string()) for c in columns)
+    return ChangeColumns(table, op, key, before, after, fallback_rows=len(rendered))
+
+
+def _pgoutput_types(indexes: pa.Array, relations: tuple[Relation, ...]) -> pa.Array:
+    """``column_types`` per change: its relation's columns (executor, per chunk)."""
+    texts = pa.array([types_json(relation.columns) for relation in relations], pa.string())
+    return texts.take(indexes)
 
 
 def _open_spill(spilled_file: Location) -> pa.NativeFile:

@@ -11,6 +11,7 @@ from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.storage import Location
 
 from ..options import ConnectorOptions
+from .plugins import PLUGIN, PLUGINS
 
 if TYPE_CHECKING:
     from ..connector import ChangeConnector
@@ -42,6 +43,12 @@ class PostgresOptions(ConnectorOptions):
         Seconds without a batch after which the slot is confirmed past what it decoded with
         nothing for the query (an empty batch, after a heartbeat message in the WAL); infinite
         turns heartbeats off.
+    plugin
+        The logical decoding output plugin: ``wal2json`` (an extension) or ``pgoutput``
+        (built into PostgreSQL, streams a publication).
+    publication
+        pgoutput: the publication (created for the tables when missing; None:
+        ``spark_ckpt_<slot>``).
     """
 
     NAMES: ClassVar[tuple[str, ...]] = (
@@ -51,6 +58,8 @@ class PostgresOptions(ConnectorOptions):
         "snapshot",
         "snapshotDir",
         "heartbeatInterval",
+        "plugin",
+        "publication",
     )
 
     dsn: str
@@ -59,13 +68,16 @@ class PostgresOptions(ConnectorOptions):
     snapshot: SnapshotMode = "initial"
     snapshot_dir: str | None = None
     heartbeat_interval: float = 60.0
+    plugin: str = PLUGIN
+    publication: str | None = None
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the DSN (it may hold a password).
         return (
             f"PostgresOptions(dsn=<set>, slot={self.slot!r}, tables={self.tables!r}, "
             f"snapshot={self.snapshot!r}, snapshot_dir={self.snapshot_dir!r}, "
-            f"heartbeat_interval={self.heartbeat_interval!r})"
+            f"heartbeat_interval={self.heartbeat_interval!r}, plugin={self.plugin!r}, "
+            f"publication={self.publication!r})"
         )
 
     @classmethod
@@ -93,6 +105,18 @@ class PostgresOptions(ConnectorOptions):
             raise InvalidOptionError(
                 "slot", slot, "a replication slot name: 1 to 63 lower-case letters, digits or _"
             )
+        plugin = options.choice("plugin", PLUGINS, PLUGIN)
+        publication = options.text("publication")
+        if publication is not None and plugin != "pgoutput":
+            raise InvalidOptionError(
+                "publication", publication, "no value: only plugin=pgoutput streams a publication"
+            )
+        if publication is not None and not re.fullmatch(r"[a-z0-9_]{1,63}", publication):
+            raise InvalidOptionError(
+                "publication",
+                publication,
+                "a publication name: 1 to 63 lower-case letters, digits or _",
+            )
         directory = options.text("snapshotDir")
         if directory is not None:
             Location(directory)  # refuses a scheme no store supports, naming it
@@ -105,6 +129,8 @@ class PostgresOptions(ConnectorOptions):
             snapshot=options.choice("snapshot", ("initial", "never"), "initial"),
             snapshot_dir=directory,
             heartbeat_interval=options.duration("heartbeatInterval", 60.0, allow_unlimited=True),
+            plugin=plugin,
+            publication=publication,
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
@@ -120,6 +146,8 @@ class PostgresOptions(ConnectorOptions):
             Location(self.snapshot_dir, common.storage) if self.snapshot_dir else None,
             column_types=common.column_types,
             heartbeat_interval=self.heartbeat_interval,
+            plugin=self.plugin,
+            publication=self.publication,
         )
         connector.check()
         return connector

@@ -19,20 +19,18 @@ from spark_ckpt.errors import ReplicationSlotError, SlotInvalidatedError
 
 from .connect import connect, scrub
 from .lsn import format_lsn, parse_lsn
+from .pgoutput import PLUGIN_OPTIONS as PGOUTPUT_OPTIONS
+from .plugins import PLUGIN, PLUGINS
 from .wal2json import PLUGIN_OPTIONS
 
 __all__ = [
     "HEARTBEAT_PREFIX",
-    "PLUGIN",
     "SLOT_HEALTH_KEYS",
     "ExportedSnapshot",
     "Slot",
     "SlotHealth",
     "SlotInfo",
 ]
-
-PLUGIN = "wal2json"
-"""The output plugin slots are created with (``postgresql-15-wal2json`` on Debian)."""
 
 HEARTBEAT_PREFIX = "spark-ckpt-heartbeat"
 """The prefix of the logical decoding messages a heartbeat writes (content: the slot's name)."""
@@ -106,11 +104,19 @@ class Slot:
         Connection string (may hold a password; never printed).
     name
         The slot's name.
+    plugin
+        Its output plugin, one of :data:`PLUGINS`.
+    publication
+        pgoutput only: the publication it streams.
     """
 
-    def __init__(self, dsn: str, name: str) -> None:
+    def __init__(
+        self, dsn: str, name: str, plugin: str = PLUGIN, publication: str | None = None
+    ) -> None:
         self.dsn = dsn
         self.name = name
+        self.plugin = plugin
+        self.publication = publication
         self._conn: psycopg.Connection[Any] | None = None
 
     def connection(self) -> psycopg.Connection[Any]:
@@ -185,11 +191,12 @@ class Slot:
         if info.wal_status == "lost":
             raise self.invalidated()
         database = self.connection().execute("SELECT current_database()").fetchone()
-        if info.plugin != PLUGIN:
+        if info.plugin != self.plugin:
             raise ReplicationSlotError(
-                f"replication slot {self.name!r} uses the output plugin {info.plugin!r}; the "
-                f"postgres connector reads {PLUGIN!r} slots. Choose another option 'slot' (it is "
-                f"created when missing) or drop this one"
+                f"replication slot {self.name!r} uses the output plugin {info.plugin!r}, but the "
+                f"option 'plugin' is {self.plugin!r}. Set plugin={info.plugin} if it is one of "
+                f"{', '.join(PLUGINS)}, choose another option 'slot' (it is created when "
+                f"missing), or drop this one"
             )
         if database is not None and info.database != database[0]:
             raise ReplicationSlotError(
@@ -201,7 +208,7 @@ class Slot:
         """Create the slot now (no snapshot); return its state."""
         try:
             self.connection().execute(
-                "SELECT pg_create_logical_replication_slot(%s, %s)", (self.name, PLUGIN)
+                "SELECT pg_create_logical_replication_slot(%s, %s)", (self.name, self.plugin)
             )
         except psycopg.Error as e:
             raise self._error("cannot create", e) from None
@@ -212,7 +219,7 @@ class Slot:
     def create_with_snapshot(self) -> ExportedSnapshot:
         """Create the slot and export a snapshot of the database at its consistent point."""
         holder = connect(self.dsn, autocommit=True, replication="database")
-        command = f"CREATE_REPLICATION_SLOT {_identifier(self.name)} LOGICAL {PLUGIN} " + (
+        command = f"CREATE_REPLICATION_SLOT {_identifier(self.name)} LOGICAL {self.plugin} " + (
             "(SNAPSHOT 'export')"
         )
         # Replication connections take the simple query protocol only: libpq's PQexec.
@@ -272,23 +279,34 @@ class Slot:
 
     def peek(
         self, upto_lsn: int | None, upto_changes: int | None, tables: Sequence[str]
-    ) -> list[tuple[str, int | None, str]]:
+    ) -> list[tuple[str, int | None, Any]]:
         """Decode without consuming: ``(lsn, xid, data)`` rows from the confirmed position on.
+
+        ``data`` is wal2json's text, or a pgoutput message (bytes).
 
         ``upto_lsn`` keeps only transactions that commit before it; ``upto_changes`` stops after
         the transaction holding that many rows. Either may be None (no bound).
         """
-        options = [*PLUGIN_OPTIONS, "add-tables", ",".join(_wal2json_table(t) for t in tables)]
+        if self.plugin == "pgoutput":
+            assert self.publication is not None
+            options = [*PGOUTPUT_OPTIONS, "publication_names", _identifier(self.publication)]
+            function = "pg_logical_slot_peek_binary_changes"
+        else:
+            options = [*PLUGIN_OPTIONS, "add-tables", ",".join(_wal2json_table(t) for t in tables)]
+            function = "pg_logical_slot_peek_changes"
         placeholders = ", ".join(["%s"] * len(options))
         query = (
-            f"SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_changes("
+            f"SELECT lsn::text, xid::text::bigint, data FROM {function}("
             f"%s, %s::pg_lsn, %s, {placeholders})"
         )
         upto = None if upto_lsn is None else format_lsn(upto_lsn)
         try:
-            cursor = self.connection().execute(query, (self.name, upto, upto_changes, *options))
-            # The columns are text, bigint, text: psycopg hands out (str, int, str) tuples as is.
-            return cast(list[tuple[str, int | None, str]], cursor.fetchall())
+            # Binary results: pgoutput's bytea arrives as bytes without hex decoding.
+            cursor = self.connection().execute(
+                query, (self.name, upto, upto_changes, *options), binary=self.plugin == "pgoutput"
+            )
+            # The columns are text, bigint, text (bytea): psycopg hands out tuples as they are.
+            return cast(list[tuple[str, int | None, Any]], cursor.fetchall())
         except psycopg.Error as e:
             raise self._error("cannot read changes from", e) from None
 

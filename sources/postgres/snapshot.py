@@ -34,6 +34,7 @@ from spark_ckpt.testing.faults import crash_point
 
 from ..schema import json_text
 from .connect import connect
+from .plugins import PLUGIN
 from .slot import Slot
 from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
@@ -147,16 +148,24 @@ class SnapshotTask(threading.Thread):
         The captured tables.
     spill
         Where the rows go.
+    plugin
+        The slot's output plugin.
     """
 
     def __init__(
-        self, dsn: str, slot_name: str, tables: list[TableInfo], spill: SnapshotSpill
+        self,
+        dsn: str,
+        slot_name: str,
+        tables: list[TableInfo],
+        spill: SnapshotSpill,
+        plugin: str = PLUGIN,
     ) -> None:
         super().__init__(name=f"txn-cdc-snapshot-{slot_name}", daemon=True)
         self.dsn = dsn
         self.slot_name = slot_name
         self.tables = tables
         self.spill = spill
+        self.plugin = plugin
         self.rows_read = 0
         self.rows_estimated: int | None = None
         self.tables_done = 0
@@ -189,7 +198,7 @@ class SnapshotTask(threading.Thread):
     def _take(self) -> SnapshotManifest:
         self.spill.clear()
         self.spill.directory.make_dirs()
-        slot = Slot(self.dsn, self.slot_name)
+        slot = Slot(self.dsn, self.slot_name, self.plugin)
         exported = slot.create_with_snapshot()
         slot.close()
         taken_at = int(time.time() * 1_000_000)
