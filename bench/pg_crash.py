@@ -24,7 +24,7 @@ import pg_workload
 CAP = 40
 
 
-def drive(dsn: str, table: str, checkpoint: str, spill: str) -> None:
+def drive(dsn: str, table: str, checkpoint: str, spill: str, plugin: str) -> None:
     """The driver: a supervised availableNow query to the end (a fault may kill it first)."""
     import spark_ckpt
 
@@ -35,6 +35,7 @@ def drive(dsn: str, table: str, checkpoint: str, spill: str) -> None:
         return (
             spark.readStream.format("txn-cdc")
             .option("connector", "postgres")
+            .option("plugin", plugin)
             .option("dsn", dsn)
             .option("slot", "crash_cdc")
             .option("tables", ",".join(pg_workload.TABLES))
@@ -52,7 +53,7 @@ def drive(dsn: str, table: str, checkpoint: str, spill: str) -> None:
     spark.stop()
 
 
-def run_scenario(spark: Any, dsn: str, workdir: Path) -> tuple[Any, int]:
+def run_scenario(spark: Any, dsn: str, workdir: Path, plugin: str = "wal2json") -> tuple[Any, int]:
     """Run the kills and the clean runs; return (verdict, kills).
 
     The workload is phased so that every kill point is reached whatever the machine's speed:
@@ -67,7 +68,7 @@ def run_scenario(spark: Any, dsn: str, workdir: Path) -> tuple[Any, int]:
         return pg_workload.Workload(dsn, transactions=transactions, seed=seed, pause=pause).start()
 
     def driver(fault: str | None) -> None:
-        args = [__file__, "drive", dsn, str(table), str(checkpoint), str(spill)]
+        args = [__file__, "drive", dsn, str(table), str(checkpoint), str(spill), plugin]
         status = crash_harness.run_killable(args, fault)
         if fault and status != -signal.SIGKILL:
             raise RuntimeError(f"the fault {fault} never fired")
@@ -90,7 +91,7 @@ def run_scenario(spark: Any, dsn: str, workdir: Path) -> tuple[Any, int]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "drive":
+    if len(sys.argv) == 7 and sys.argv[1] == "drive":
         drive(*sys.argv[2:])
     else:
-        raise SystemExit("usage: pg_crash.py drive DSN TABLE CHECKPOINT SPILL")
+        raise SystemExit("usage: pg_crash.py drive DSN TABLE CHECKPOINT SPILL PLUGIN")

@@ -88,6 +88,12 @@ def pg_server() -> Iterator[PgCluster]:
     shutil.rmtree(cluster.workdir, ignore_errors=True)
 
 
+@pytest.fixture(params=["wal2json", "pgoutput"])
+def pg_plugin(request: pytest.FixtureRequest) -> str:
+    """The output plugin: a postgres test that takes it runs once with each."""
+    return str(request.param)
+
+
 @pytest.fixture
 def pg_dsn(pg_server: PgCluster) -> Iterator[str]:
     """A fresh database for one test (its slots are dropped afterwards); yields its DSN."""

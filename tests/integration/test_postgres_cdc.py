@@ -56,7 +56,7 @@ def txlog_rows(spark: SparkSession, table: Path) -> int:
 
 
 def test_snapshot_then_concurrent_stream_lands_exactly_once(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """Snapshot + a concurrent multi-table workload: every xid whole, once; tables reproduced."""
     pg_workload.create_schema(pg_dsn)
@@ -64,7 +64,14 @@ def test_snapshot_then_concurrent_stream_lands_exactly_once(
     early = pg_workload.Workload(pg_dsn, transactions=60, seed=1).start()
     table = tmp_path / "table"
     supervised = control.supervise(
-        cdc_build(spark, pg_dsn, table, "cdc_exact", snapshotDir=str(tmp_path / "spill")),
+        cdc_build(
+            spark,
+            pg_dsn,
+            table,
+            "cdc_exact",
+            snapshotDir=str(tmp_path / "spill"),
+            plugin=pg_plugin,
+        ),
         checkpoint_location=str(tmp_path / "ckpt"),
         name="pg-exact",
     )
@@ -90,7 +97,7 @@ def test_snapshot_then_concurrent_stream_lands_exactly_once(
 
 
 def test_values_keep_full_precision(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """numeric, timestamptz, odd text and NULLs come through exactly, snapshot and stream alike."""
     import json
@@ -114,7 +121,13 @@ def test_values_keep_full_precision(
     table = tmp_path / "table"
 
     build = cdc_build(
-        spark, pg_dsn, table, "cdc_values", ["public.v"], snapshotDir=str(tmp_path / "spill")
+        spark,
+        pg_dsn,
+        table,
+        "cdc_values",
+        ["public.v"],
+        snapshotDir=str(tmp_path / "spill"),
+        plugin=pg_plugin,
     )
     supervised = control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="vals")
     try:
@@ -149,13 +162,14 @@ def test_values_keep_full_precision(
 
 
 def test_table_without_primary_key_is_refused(
-    spark: SparkSession, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE nokey (a int, b text)")
     query = (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
+        .option("plugin", pg_plugin)
         .option("dsn", pg_dsn)
         .option("slot", "cdc_nokey")
         .option("tables", "public.nokey")
@@ -171,7 +185,11 @@ def test_table_without_primary_key_is_refused(
 
 
 def test_a_dsn_that_does_not_connect_never_shows_the_password(
-    spark: SparkSession, pg_dsn: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    spark: SparkSession,
+    pg_dsn: str,
+    pg_plugin: str,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     from pg_cluster import PASSWORD
 
@@ -179,6 +197,7 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
     query = (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
+        .option("plugin", pg_plugin)
         .option("dsn", bad)
         .option("slot", "cdc_bad")
         .option("tables", "public.x")
@@ -199,11 +218,14 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
     assert PASSWORD not in out + err
 
 
-def plain_query(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, tables: str) -> Any:
+def plain_query(
+    spark: SparkSession, dsn: str, tmp_path: Path, slot: str, tables: str, plugin: str
+) -> Any:
     """An unsupervised availableNow postgres -> delta-2pc query on tmp_path's checkpoint."""
     return (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
+        .option("plugin", plugin)
         .option("dsn", dsn)
         .option("slot", slot)
         .option("tables", tables)
@@ -229,81 +251,140 @@ def sql(dsn: str, *statements: str) -> None:
 
 
 def captured_once(
-    spark: SparkSession, control: spark_ckpt.Control, dsn: str, tmp_path: Path, slot: str
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    dsn: str,
+    tmp_path: Path,
+    slot: str,
+    plugin: str,
 ) -> None:
     """Table public.k with one row, captured by a first availableNow run to the end."""
     sql(dsn, "CREATE TABLE k (id int PRIMARY KEY)", "INSERT INTO k VALUES (1)")
-    run_to_end(control, plain_query(spark, dsn, tmp_path, slot, "public.k"))
+    run_to_end(control, plain_query(spark, dsn, tmp_path, slot, "public.k", plugin))
 
 
-def restart_failure(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, error: str) -> str:
+def restart_failure(
+    spark: SparkSession, dsn: str, tmp_path: Path, slot: str, error: str, plugin: str
+) -> str:
     """Start the query on public.k again; it must fail with ``error``: return the message."""
-    query = plain_query(spark, dsn, tmp_path, slot, "public.k")
+    query = plain_query(spark, dsn, tmp_path, slot, "public.k", plugin)
     with pytest.raises(Exception, match=error) as info:
         query.awaitTermination(120)
     return str(info.value)
 
 
 def test_slot_moved_past_the_checkpoint_fails_the_restart_clearly(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """Someone confirmed the slot beyond the checkpoint: refuse instead of skipping changes."""
-    captured_once(spark, control, pg_dsn, tmp_path, "cdc_moved")
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_moved", pg_plugin)
     sql(
         pg_dsn,
         "INSERT INTO k VALUES (2)",
         "SELECT pg_replication_slot_advance('cdc_moved', pg_current_wal_lsn())",
     )
-    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_moved", "RestoreError")
+    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_moved", "RestoreError", pg_plugin)
     assert "replication slot 'cdc_moved' is confirmed up to" in message
     assert "the changes in between can no longer be read" in message
 
 
 def test_dropped_slot_fails_the_restart_clearly(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
-    captured_once(spark, control, pg_dsn, tmp_path, "cdc_dropped")
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_dropped", pg_plugin)
     sql(pg_dsn, "SELECT pg_drop_replication_slot('cdc_dropped')")
-    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_dropped", "RestoreError")
+    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_dropped", "RestoreError", pg_plugin)
     assert "does not exist" in message
 
 
 def test_snapshot_initial_refuses_a_slot_it_did_not_create(
-    spark: SparkSession, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     sql(
         pg_dsn,
         "CREATE TABLE k (id int PRIMARY KEY)",
-        "SELECT pg_create_logical_replication_slot('cdc_foreign', 'wal2json')",
+        f"SELECT pg_create_logical_replication_slot('cdc_foreign', '{pg_plugin}')",
     )
-    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_foreign", "ReplicationSlotError")
+    message = restart_failure(
+        spark, pg_dsn, tmp_path, "cdc_foreign", "ReplicationSlotError", pg_plugin
+    )
     assert "snapshot=never" in message
 
 
-def test_truncate_fails_the_query_and_publishes_nothing_of_it(
+def test_truncate_is_carried_whole_with_its_transaction(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    pg_dsn: str,
+    pg_plugin: str,
+    tmp_path: Path,
+) -> None:
+    """TRUNCATE arrives as a change (op 't') in its transaction's place, never dropped."""
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_truncate", pg_plugin)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("INSERT INTO k VALUES (2)")
+            conn.execute("TRUNCATE k")
+            conn.execute("INSERT INTO k VALUES (3)")
+        conn.execute("INSERT INTO k VALUES (4)")
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_truncate", "public.k", pg_plugin))
+    frame = spark.read.format("delta").load(str(tmp_path / "table"))
+    rows = frame.orderBy("txn_order", "event_index").collect()
+    assert [(r.op, r.key) for r in rows] == [
+        ("r", '{"id":1}'),
+        ("c", '{"id":2}'),
+        ("t", None),
+        ("c", '{"id":3}'),
+        ("c", '{"id":4}'),
+    ]
+    truncate = rows[2]
+    assert (truncate.table, truncate.before, truncate.after) == ("public.k", None, None)
+    assert len({r.txn_id for r in rows[1:4]}) == 1
+    assert [(r.txn_size, r.event_index) for r in rows[1:4]] == [(3, 0), (3, 1), (3, 2)]
+
+
+def test_nan_and_infinities_survive_with_pgoutput(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
 ) -> None:
-    captured_once(spark, control, pg_dsn, tmp_path, "cdc_truncate")
-    sql(pg_dsn, "INSERT INTO k VALUES (2)", "TRUNCATE k")
-    message = restart_failure(spark, pg_dsn, tmp_path, "cdc_truncate", "UnsupportedChangeError")
-    assert "TRUNCATE" in message
+    """Float and numeric NaN / +-Infinity stream as PostgreSQL spells them, as the snapshot does.
+
+    (wal2json prints them as null, so this holds for pgoutput only; the README says so.)
+    """
+    import json
+
+    sql(
+        pg_dsn,
+        "CREATE TABLE k (id int PRIMARY KEY, f float8, r real, n numeric)",
+        "INSERT INTO k VALUES (1, 'NaN', 'Infinity', 'NaN')",
+    )
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_nan", "public.k", "pgoutput"))
+    sql(
+        pg_dsn,
+        "INSERT INTO k VALUES (2, '-Infinity', 'NaN', 'Infinity'), (3, 1.5, -0.0, '-Infinity')",
+    )
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_nan", "public.k", "pgoutput"))
+    rows = spark.read.format("delta").load(str(tmp_path / "table")).orderBy("txn_order").collect()
+    assert [(r.op, json.loads(r.after)) for r in rows] == [
+        ("r", {"id": 1, "f": "NaN", "r": "Infinity", "n": "NaN"}),
+        ("c", {"id": 2, "f": "-Infinity", "r": "NaN", "n": "Infinity"}),
+        ("c", {"id": 3, "f": 1.5, "r": -0.0, "n": "-Infinity"}),
+    ]
 
 
 def test_changes_of_tables_not_captured_are_left_out_of_whole_transactions(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """A transaction touching a captured and an uncaptured table delivers the captured part whole.
 
     Its txn_size and event_index count the captured changes only, so the unit stays complete.
     """
-    captured_once(spark, control, pg_dsn, tmp_path, "cdc_partial")
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_partial", pg_plugin)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE other (id int PRIMARY KEY)")
         with conn.transaction():
             conn.execute("INSERT INTO k VALUES (2)")
             conn.execute("INSERT INTO other VALUES (1)")
             conn.execute("INSERT INTO k VALUES (3)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_partial", "public.k"))
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_partial", "public.k", pg_plugin))
     rows = (
         spark.read.format("delta")
         .load(str(tmp_path / "table"))
@@ -318,12 +399,12 @@ def test_changes_of_tables_not_captured_are_left_out_of_whole_transactions(
 
 
 def test_added_column_is_carried_through(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """Schema changes travel in the JSON images: rows after ALTER TABLE carry the new column."""
     import json
 
-    captured_once(spark, control, pg_dsn, tmp_path, "cdc_alter")
+    captured_once(spark, control, pg_dsn, tmp_path, "cdc_alter", pg_plugin)
     sql(
         pg_dsn,
         "INSERT INTO k VALUES (2)",
@@ -332,7 +413,7 @@ def test_added_column_is_carried_through(
         "ALTER TABLE k DROP COLUMN note",
         "INSERT INTO k VALUES (4)",
     )
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_alter", "public.k"))
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_alter", "public.k", pg_plugin))
     rows = spark.read.format("delta").load(str(tmp_path / "table")).orderBy("txn_order").collect()
     assert [json.loads(r.after) for r in rows] == [
         {"id": 1},
@@ -344,7 +425,7 @@ def test_added_column_is_carried_through(
 
 
 def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """snapshot=initial on empty tables: no snapshot batch; later changes stream as usual."""
     import json
@@ -357,7 +438,13 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
     table = tmp_path / "table"
 
     build = cdc_build(
-        spark, pg_dsn, table, "cdc_empty", ["public.k"], snapshotDir=str(tmp_path / "spill")
+        spark,
+        pg_dsn,
+        table,
+        "cdc_empty",
+        ["public.k"],
+        snapshotDir=str(tmp_path / "spill"),
+        plugin=pg_plugin,
     )
     spill = SnapshotSpill(Location(str(tmp_path / "spill")))
     supervised = control.supervise(build, checkpoint_location=str(tmp_path / "ckpt"), name="empty")
@@ -385,17 +472,17 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
 
 
 def test_a_restart_before_any_batch_takes_the_snapshot_again(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
     """Stopped in the snapshot phase (empty tables): the restart's snapshot sees the new rows."""
     import json
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE k (id int PRIMARY KEY)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_again", "public.k"))
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_again", "public.k", pg_plugin))
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO k VALUES (1), (2)")
-    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_again", "public.k"))
+    run_to_end(control, plain_query(spark, pg_dsn, tmp_path, "cdc_again", "public.k", pg_plugin))
     rows = spark.read.format("delta").load(str(tmp_path / "table")).orderBy("event_index").collect()
     assert [(r.op, json.loads(r.after)["id"]) for r in rows] == [("r", 1), ("r", 2)]
 

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def stream_query(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, **options: str) -> Any:
+def stream_query(
+    spark: SparkSession, dsn: str, tmp_path: Path, slot: str, plugin: str, **options: str
+) -> Any:
     """A plain postgres -> delta-2pc query on public.k with a short processing-time trigger."""
     reader = (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
+        .option("plugin", plugin)
         .option("dsn", dsn)
         .option("slot", slot)
         .option("tables", "public.k")
@@ -87,6 +90,7 @@ def test_progress_events_carry_the_slot_lag_and_the_snapshots_progress(
     spark: SparkSession,
     control: spark_ckpt.Control,
     pg_dsn: str,
+    pg_plugin: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -101,7 +105,7 @@ def test_progress_events_carry_the_slot_lag_and_the_snapshots_progress(
         "INSERT INTO k SELECT generate_series(1, 700)",
         "ANALYZE k",
     )
-    query = stream_query(spark, pg_dsn, tmp_path, "cdc_health")
+    query = stream_query(spark, pg_dsn, tmp_path, "cdc_health", pg_plugin)
     statuses = StatusLog(query)
     try:
         wait_until(
@@ -159,6 +163,7 @@ def test_a_heartbeat_confirms_the_slot_of_a_quiet_database_on_a_busy_server(
     control: spark_ckpt.Control,
     pg_server: PgCluster,
     pg_dsn: str,
+    pg_plugin: str,
     tmp_path: Path,
 ) -> None:
     """Writes elsewhere on the server must not pin WAL behind a slot whose tables are quiet.
@@ -169,7 +174,7 @@ def test_a_heartbeat_confirms_the_slot_of_a_quiet_database_on_a_busy_server(
     """
     sql(pg_dsn, "CREATE TABLE k (id int PRIMARY KEY)", "INSERT INTO k VALUES (1)")
     slot = "cdc_heartbeat"
-    query = stream_query(spark, pg_dsn, tmp_path, slot, heartbeatInterval="1s")
+    query = stream_query(spark, pg_dsn, tmp_path, slot, pg_plugin, heartbeatInterval="1s")
     table = tmp_path / "table"
     try:
         wait_until(lambda: (table / "_delta_log").exists(), 120, "no snapshot batch published")
@@ -191,7 +196,7 @@ def test_a_heartbeat_confirms_the_slot_of_a_quiet_database_on_a_busy_server(
     assert spark.read.format("delta").load(str(table)).count() == 1
     # The heartbeat batches are ordinary checkpoints: a restart resumes after them.
     sql(pg_dsn, "INSERT INTO k VALUES (2)")
-    run = plain_query(spark, pg_dsn, tmp_path, slot, "public.k")
+    run = plain_query(spark, pg_dsn, tmp_path, slot, "public.k", pg_plugin)
     assert control.await_termination(run, 180), "the availableNow run did not finish"
     ids = sorted(
         json.loads(r.after)["id"] for r in spark.read.format("delta").load(str(table)).collect()
@@ -200,13 +205,17 @@ def test_a_heartbeat_confirms_the_slot_of_a_quiet_database_on_a_busy_server(
 
 
 def test_an_invalidated_slot_fails_the_restart_with_a_typed_error(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    pg_dsn: str,
+    pg_plugin: str,
+    tmp_path: Path,
 ) -> None:
     """max_slot_wal_keep_size removed the WAL a stopped query needed: say so, publish nothing."""
     from delta.tables import DeltaTable
 
     slot = "cdc_lost"
-    captured_once(spark, control, pg_dsn, tmp_path, slot)
+    captured_once(spark, control, pg_dsn, tmp_path, slot, pg_plugin)
     table = str(tmp_path / "table")
     version = DeltaTable.forPath(spark, table).history(1).collect()[0]["version"]
     sql(pg_dsn, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()")
@@ -228,7 +237,7 @@ def test_an_invalidated_slot_fails_the_restart_with_a_typed_error(
         wait_until(invalidated, 60, f"the server did not invalidate slot {slot}")
     finally:
         sql(pg_dsn, "ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
-    message = restart_failure(spark, pg_dsn, tmp_path, slot, "SlotInvalidatedError")
+    message = restart_failure(spark, pg_dsn, tmp_path, slot, "SlotInvalidatedError", pg_plugin)
     assert "wal_status=lost" in message
     assert "max_slot_wal_keep_size" in message
     assert "snapshot=initial" in message
