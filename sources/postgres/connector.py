@@ -52,7 +52,8 @@ from ..gate import Cut
 from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
 from ..schema import change_batch, with_types
-from .connect import redact_dsn, scrub
+from .change_store import ChangeStore, Chunk, Span
+from .connect import connect, redact_dsn, scrub
 from .lsn import format_lsn, parse_lsn
 from .pgoutput import Relation, RelationCatalog
 from .pgoutput import decode_transactions as decode_pgoutput
@@ -115,54 +116,26 @@ class PgOffset:
         )
 
 
-TxnMeta = tuple[int, int, int | None, int]
-"""``(xid, txn_order, commit_ts_us, number of changes)`` of one transaction in a partition."""
+Piece = tuple[int, int, int | None, int, int, int]
+"""``(xid, txn_order, commit_ts_us, transaction size, first event index, changes)``: a
+transaction, or the part of a large one, in a partition."""
 
 
 @dataclass(frozen=True)
 class PgStreamPartition:
-    """Whole transactions as peeked: their metadata, and their changes as the plugin sent them.
+    """Transactions (or parts of large ones) as peeked, and the chunks holding their changes.
 
-    The driver only found the boundaries; executors decode the changes (in parallel). The
-    changes travel as one LZ4-compressed Arrow IPC stream (wal2json's text as a string column,
-    or pgoutput's messages as a binary column plus each one's relation): output this repetitive
-    shrinks about 15 times, and executors decode it without a Python object per change.
+    The driver only found the boundaries; executors decode the changes (in parallel), one chunk
+    at a time (:mod:`.change_store`). A transaction larger than ``changes_per_partition`` is
+    split across partitions of its batch, each part saying where it starts (its first event
+    index), so no task holds more than a partition's worth of it.
     """
 
     source: str
-    txns: tuple[TxnMeta, ...]
-    changes: bytes
+    pieces: tuple[Piece, ...]
+    spans: tuple[Span, ...]
     relations: tuple[Relation, ...] = ()
     """pgoutput: the relations the changes' indexes refer to (empty for wal2json)."""
-
-    @classmethod
-    def of(
-        cls,
-        source: str,
-        txns: list[TxnMeta],
-        changes: list[Any],
-        relation_of: list[int] | None = None,
-        relations: tuple[Relation, ...] = (),
-    ) -> PgStreamPartition:
-        """Pack ``txns`` and their ``changes``, in order (driver, per partition)."""
-        if relation_of is None:
-            batch = pa.record_batch([pa.array(changes, pa.string())], names=["data"])
-        else:
-            batch = pa.record_batch(
-                [pa.array(changes, pa.binary()), pa.array(relation_of, pa.int32())],
-                names=["data", "relation"],
-            )
-        sink = pa.BufferOutputStream()
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
-        with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
-            writer.write_batch(batch)
-        return cls(source, tuple(txns), bytes(sink.getvalue()), relations)
-
-    def columns(self) -> tuple[pa.Array, pa.Array | None]:
-        """The changes, and (pgoutput) their relation indexes (executor, per task)."""
-        table = pa.ipc.open_stream(self.changes).read_all().combine_chunks()
-        relation = table.column("relation").chunk(0) if "relation" in table.column_names else None
-        return table.column("data").chunk(0), relation
 
 
 @dataclass(frozen=True)
@@ -204,6 +177,9 @@ class PostgresConnector(ChangeConnector):
     publication
         pgoutput: the publication to stream (created when missing; default
         ``spark_ckpt_<slot>``).
+    buffer_size
+        Compressed bytes of peeked changes kept in the driver's memory; beyond, they spill to
+        the spill location (:mod:`.change_store`).
     """
 
     name = "postgres"
@@ -220,8 +196,10 @@ class PostgresConnector(ChangeConnector):
         heartbeat_interval: float = 60.0,
         plugin: str = PLUGIN,
         publication: str | None = None,
+        buffer_size: int = 256 * 1024 * 1024,
     ) -> None:
         self.dsn = dsn
+        self.buffer_size = buffer_size
         self.heartbeat_interval = heartbeat_interval
         self.plugin = plugin
         self.publication = publication or f"spark_ckpt_{slot}"
@@ -238,6 +216,9 @@ class PostgresConnector(ChangeConnector):
         self._tables: list[TableInfo] = []
         self._task: SnapshotTask | None = None
         self._cache: list[PgTransaction] = []  # decoded transactions after the last start
+        self._store: ChangeStore | None = None  # the changes of the cached transactions
+        self._retired: list[ChangeStore] = []  # earlier peeks' changes: gone at the next commit
+        self._stream_spill_cleared = False  # this process has cleared an earlier run's spill
         self._cache_complete_to: int | None = None  # the server had nothing more up to here
         self._target: int | None = None  # Trigger.availableNow: stop at this LSN
         self._planning: PgOffset | None = None  # the start offset of the last plan()
@@ -248,13 +229,14 @@ class PostgresConnector(ChangeConnector):
         self._heartbeat_broken = False  # the server refused a heartbeat: not tried again
         self._relations = RelationCatalog(self._type_name, self._primary_key)  # pgoutput
         self._type_names: dict[tuple[int, int], str] = {}
+        self._catalog_conn: psycopg.Connection[Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        for transient in ("_slot", "_task", "_relations"):  # executors need none
-            state[transient] = None
-        state["_cache"] = []
+        for transient in ("_slot", "_task", "_relations", "_store", "_catalog_conn"):
+            state[transient] = None  # executors need none
+        state["_cache"], state["_retired"] = [], []
         return state
 
     # -- driver: setup -------------------------------------------------------------------------
@@ -270,11 +252,12 @@ class PostgresConnector(ChangeConnector):
         """``format_type`` of a pgoutput column type (driver; one query per new pair)."""
         name = self._type_names.get((oid, typmod))
         if name is None:
-            row = (
-                self.slot.connection()
-                .execute("SELECT format_type(%s::oid, %s::int)", (oid, typmod))
-                .fetchone()
-            )
+            # Asked while the slot's connection streams a peek: a connection of its own.
+            if self._catalog_conn is None or self._catalog_conn.closed:
+                self._catalog_conn = connect(self.dsn)
+            row = self._catalog_conn.execute(
+                "SELECT format_type(%s::oid, %s::int)", (oid, typmod)
+            ).fetchone()
             name = self._type_names[(oid, typmod)] = str(row[0]) if row else "unknown"
         return name
 
@@ -409,7 +392,7 @@ class PostgresConnector(ChangeConnector):
         lsn = self._start_lsn(offset)
         self._health = self.slot.health()  # every trigger: a lost slot fails the query here
         self._cache = [t for t in self._cache if t.end_lsn > lsn]
-        cached = sum(len(t.changes) for t in self._cache)
+        cached = sum(t.size for t in self._cache)
         heartbeat = self._heartbeat_due()
         if heartbeat:
             self._emit_heartbeat()
@@ -418,11 +401,11 @@ class PostgresConnector(ChangeConnector):
         done = self._target is not None and self._cache_complete_to is not None
         if not done and (max_changes is None or cached < max_changes):
             self._peek(lsn, max_changes)
-        pending = [t for t in self._cache if t.changes]
+        pending = [t for t in self._cache if t.size]
         now_us = time.time() * 1_000_000
         oldest = pending[0].commit_ts_us if pending else None
         self._lag_seconds = 0.0 if oldest is None else max(0.0, (now_us - oldest) / 1_000_000)
-        units = [len(t.changes) for t in pending]
+        units = [t.size for t in pending]
         idle_end = None
         quiet_until = max((t.end_lsn for t in self._cache), default=lsn)
         if heartbeat and not units and quiet_until > lsn:
@@ -435,7 +418,7 @@ class PostgresConnector(ChangeConnector):
         """True when the position has not moved for ``heartbeat_interval`` (stream phase)."""
         if self._target is not None or self._heartbeat_broken:
             return False  # a bounded run or a drain ends at its target: no empty batches
-        if any(t.changes for t in self._cache):
+        if any(t.size for t in self._cache):
             return False  # a batch will move the position anyway
         return time.monotonic() - self._moved_at >= self.heartbeat_interval
 
@@ -455,31 +438,67 @@ class PostgresConnector(ChangeConnector):
 
     def _peek(self, lsn: int, max_changes: int | None) -> None:
         rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
-        rows, txns = self._read(self._target, rows_wanted)
+        rows, txns, store = self._read(self._target, rows_wanted, lsn)
+        if self._store is not None:
+            self._retired.append(self._store)  # a planned batch may still read it
+        self._store = store
         self._cache = [t for t in txns if t.end_lsn > lsn]
         # A short peek read everything the server had (up to the availableNow target).
-        exhausted = rows_wanted is None or len(rows) < rows_wanted
+        exhausted = rows_wanted is None or rows < rows_wanted
         self._cache_complete_to = lsn if exhausted else None
 
     def _read(
-        self, upto_lsn: int | None, upto_rows: int | None
-    ) -> tuple[list[tuple[str, int | None, Any]], list[PgTransaction]]:
-        """Peek the slot and group the rows into transactions (driver)."""
+        self, upto_lsn: int | None, upto_rows: int | None, start_lsn: int
+    ) -> tuple[int, list[PgTransaction], ChangeStore]:
+        """Stream a peek of the slot into transactions; return (rows read, them, their changes).
+
+        Runs on the driver. Changes go to a new :class:`ChangeStore` as they arrive, so memory
+        is bounded by ``buffer_size`` whatever the transactions' sizes; those of transactions
+        that committed before ``start_lsn`` (delivered, not yet confirmed) are not kept.
+        """
+        if not self._stream_spill_cleared:
+            # Chunks an earlier run spilled (a killed driver never discarded them). Not in
+            # check(): Spark also builds readers in other processes, which read nothing.
+            self.spill.stream_directory().delete_tree()
+            self._stream_spill_cleared = True
+        store = ChangeStore(
+            self.plugin == "pgoutput", self.spill.stream_directory(), self.buffer_size
+        )
+        counted = 0
+
+        def rows() -> Iterator[tuple[str, int | None, Any]]:
+            nonlocal counted
+            for row in self.slot.stream(upto_lsn, upto_rows, self.table_names):
+                counted += 1
+                yield row
+
         # Hundreds of thousands of rows and transactions, none of them cyclic: a cyclic GC pass
         # every few hundred allocations would only re-scan them (about a third of the grouping).
         enabled = gc.isenabled()
         gc.disable()
         try:
-            rows = self.slot.peek(upto_lsn, upto_rows, self.table_names)
             tables = frozenset(self.table_names)
             if self.plugin == "pgoutput":
                 # Every peek is a new decoding session: relations are described again in it.
                 self._relations.current.clear()
-                return rows, list(decode_pgoutput(rows, self._relations, tables))
-            return rows, list(decode_transactions(rows, tables))
+                txns = list(decode_pgoutput(rows(), self._relations, tables, store, start_lsn))
+            else:
+                txns = list(decode_transactions(rows(), tables, store, start_lsn))
         finally:
             if enabled:
                 gc.enable()
+        store.seal()
+        if store.spilled_chunks:
+            _log.info(
+                "postgres slot %s: %d of %d chunks of peeked changes spilled to %s "
+                "(streamBufferSize %d bytes)",
+                self.slot_name,
+                store.spilled_chunks,
+                len(store.chunks),
+                store.spill_directory.url,
+                self.buffer_size,
+            )
+        return counted, txns, store
 
     def _plan_snapshot(self, rerun: bool = False) -> Plan:
         task = self._task
@@ -520,7 +539,7 @@ class PostgresConnector(ChangeConnector):
         if self._snapshot_unit:  # the whole snapshot is the one unit
             end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None)
             return PlannedBatch(end.to_json(), self._snapshot_partitions(start))
-        units = [t for t in self._cache if t.changes][: cut.unit + 1]
+        units = [t for t in self._cache if t.size][: cut.unit + 1]
         self._moved_at = time.monotonic()
         end = PgOffset(checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn)
         return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
@@ -551,6 +570,10 @@ class PostgresConnector(ChangeConnector):
             self.spill.clear_files()
             return
         self.slot.advance(offset.lsn)
+        # Batches up to this one are done: earlier peeks' changes are read by none of them.
+        for store in self._retired:
+            store.discard()
+        self._retired.clear()
         if self.spill.exists():
             self.spill.clear()
 
@@ -570,9 +593,14 @@ class PostgresConnector(ChangeConnector):
         }
 
     def stop(self) -> None:
-        """Close the connection (driver, once)."""
+        """Close the connections and delete spilled changes (driver, once)."""
+        for store in [*self._retired, *([self._store] if self._store else [])]:
+            store.discard()
+        self._retired, self._store, self._cache = [], None, []
         if self._slot is not None:
             self._slot.close()
+        if self._catalog_conn is not None:
+            self._catalog_conn.close()
 
     # -- driver: partitions ----------------------------------------------------------------------
 
@@ -588,8 +616,9 @@ class PostgresConnector(ChangeConnector):
         # After a restart Spark re-plans the logged batch: peek exactly the logged range again.
         assert last.lsn is not None
         lsn = self._start_lsn(first)
-        _, peeked = self._read(last.lsn, None)
-        txns = [t for t in peeked if t.changes and lsn < t.end_lsn <= last.lsn]
+        _, peeked, store = self._read(last.lsn, None, lsn)
+        self._retired.append(store)  # read by the re-run batch only
+        txns = [t for t in peeked if t.size and lsn < t.end_lsn <= last.lsn]
         if len(txns) != last.emitted - first.emitted:
             raise RestoreError(
                 f"re-reading the logged batch {format_lsn(lsn)}..{format_lsn(last.lsn)} from "
@@ -601,24 +630,24 @@ class PostgresConnector(ChangeConnector):
 
     def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
         # At transaction boundaries, in runs of about changes_per_partition changes, and at
-        # least two runs when there is enough work for both executor cores.
-        sizes = [len(t.changes) for t in txns]
-        bounds = [0, *(i + 1 for i in split_after(sizes, self.changes_per_partition, spread=2))]
+        # least two runs when there is enough work for both executor cores; a transaction
+        # larger than a partition is split into parts (each knows its first event index).
+        sizes = [t.size for t in txns]
+        limit = self.changes_per_partition
+        bounds = [0, *(i + 1 for i in split_after(sizes, limit, spread=2))]
+        relations = tuple(self._relations.versions) if self.plugin == "pgoutput" else ()
         partitions: list[object] = []
         for lo, hi in itertools.pairwise([*bounds, len(txns)]):
-            run = txns[lo:hi]
-            meta = [
-                (t.xid, order, t.commit_ts_us, len(t.changes))
-                for order, t in enumerate(run, start=emitted + lo)
-            ]
-            changes = [change for t in run for change in t.changes]
-            if self.plugin == "pgoutput":
-                relation_of = [index for t in run for index in t.relations]
-                versions = tuple(self._relations.versions)
-                partition = PgStreamPartition.of(self.source, meta, changes, relation_of, versions)
-            else:
-                partition = PgStreamPartition.of(self.source, meta, changes)
-            partitions.append(partition)
+            pieces: list[tuple[PgTransaction, Piece]] = []
+            for order, t in enumerate(txns[lo:hi], start=emitted + lo):
+                for start in range(0, t.size, limit):
+                    count = min(limit, t.size - start)
+                    pieces.append((t, (t.xid, order, t.commit_ts_us, t.size, start, count)))
+            for part in _fill(pieces, limit):
+                spans = _spans(part)
+                partitions.append(
+                    PgStreamPartition(self.source, tuple(p for _, p in part), spans, relations)
+                )
         return partitions
 
     def _snapshot_partitions(self, first: PgOffset) -> list[object]:
@@ -708,40 +737,74 @@ class PostgresConnector(ChangeConnector):
                     offset += n
 
 
-_CHUNK_CHANGES = 16_384  # changes decoded (and yielded) together: bounded executor memory
+def _fill(
+    pieces: list[tuple[PgTransaction, Piece]], limit: int
+) -> Iterator[list[tuple[PgTransaction, Piece]]]:
+    """Group consecutive pieces into partitions of at most ``limit`` changes (whole pieces)."""
+    part: list[tuple[PgTransaction, Piece]] = []
+    changes = 0
+    for item in pieces:
+        count = item[1][5]
+        if part and changes + count > limit:
+            yield part
+            part, changes = [], 0
+        part.append(item)
+        changes += count
+    if part:
+        yield part
+
+
+def _spans(part: list[tuple[PgTransaction, Piece]]) -> tuple[Span, ...]:
+    """The chunk parts holding a partition's pieces, consecutive positions merged (driver)."""
+    ranges: list[tuple[ChangeStore, int, int]] = []
+    for txn, piece in part:
+        assert txn.store is not None
+        first, count = txn.first + piece[4], piece[5]
+        if ranges and ranges[-1][0] is txn.store and ranges[-1][1] + ranges[-1][2] == first:
+            store, start, length = ranges[-1]
+            ranges[-1] = (store, start, length + count)
+        else:
+            ranges.append((txn.store, first, count))
+    return tuple(span for store, first, count in ranges for span in store.spans(first, count))
 
 
 def _stream_rows(
     partition: PgStreamPartition, column_types: bool = False
 ) -> Iterator[pa.RecordBatch]:
-    """A partition's transactions as record batches, decoded column-wise (executor, per task).
+    """A partition's changes as record batches, decoded column-wise (executor, per task).
 
-    Decoded :data:`_CHUNK_CHANGES` changes at a time, whatever the transactions' sizes, so one
-    huge transaction does not hold all its text several times over in memory.
+    Decoded one chunk span at a time (at most :data:`.change_store.CHUNK_CHANGES` changes),
+    whatever the transactions' sizes, so memory stays bounded.
     """
-    texts, relation_of = partition.columns()
-    txns = partition.txns
-    sizes = np.fromiter((t[3] for t in txns), dtype=np.int64, count=len(txns))
+    pieces = partition.pieces
+    sizes = np.fromiter((p[5] for p in pieces), dtype=np.int64, count=len(pieces))
+    firsts = np.fromiter((p[4] for p in pieces), dtype=np.int64, count=len(pieces))
     total = int(sizes.sum())
-    if total != len(texts):
-        raise ChangeDecodeError(f"a partition holds {len(texts)} changes, its transactions {total}")
-    # Per-change values of its transaction; event_index restarts at 0 in each transaction.
-    owner = np.repeat(np.arange(len(txns)), sizes)
-    event_index = (np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
-    txn_ids = pa.array([str(t[0]) for t in txns], pa.string())
-    orders = pa.array([t[1] for t in txns], pa.int64())
-    commit_ts = pa.array([t[2] for t in txns], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    txn_sizes = pa.array(sizes.astype(np.int32))
+    stored = sum(n for _, _, n in partition.spans)
+    if total != stored:
+        raise ChangeDecodeError(f"a partition holds {stored} changes, its transactions {total}")
+    # Per-change values of its piece; event_index counts from the piece's first event.
+    owner = np.repeat(np.arange(len(pieces)), sizes)
+    within = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    event_index = (within + np.repeat(firsts, sizes)).astype(np.int32)
+    txn_ids = pa.array([str(p[0]) for p in pieces], pa.string())
+    orders = pa.array([p[1] for p in pieces], pa.int64())
+    commit_ts = pa.array([p[2] for p in pieces], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    txn_sizes = pa.array([p[3] for p in pieces], pa.int32())
     source = pa.array([partition.source], pa.string())
-    for first in range(0, total, _CHUNK_CHANGES):
-        count = min(_CHUNK_CHANGES, total - first)
-        chunk = texts.slice(first, count)
+    first = 0
+    read: tuple[Chunk, tuple[pa.Array, pa.Array | None]] | None = None
+    for chunk, offset, count in partition.spans:
+        if read is None or read[0] is not chunk:
+            read = (chunk, chunk.read())  # a chunk several spans share is read once in a row
+        texts, relation_of = read[1]
+        piece = texts.slice(offset, count)
         if relation_of is None:
-            changes = decode_changes(chunk)
-            types = decode_column_types(chunk) if column_types else None
+            changes = decode_changes(piece)
+            types = decode_column_types(piece) if column_types else None
         else:
-            indexes = relation_of.slice(first, count)
-            changes = _render_pgoutput(chunk, indexes, partition.relations)
+            indexes = relation_of.slice(offset, count)
+            changes = _render_pgoutput(piece, indexes, partition.relations)
             types = _pgoutput_types(indexes, partition.relations) if column_types else None
         of = pa.array(owner[first : first + count])
         batch = change_batch(
@@ -758,6 +821,7 @@ def _stream_rows(
             after=changes.after,
         )
         yield batch if types is None else with_types(batch, types)
+        first += count
 
 
 def _render_pgoutput(

@@ -49,6 +49,9 @@ class PostgresOptions(ConnectorOptions):
     publication
         pgoutput: the publication (created for the tables when missing; None:
         ``spark_ckpt_<slot>``).
+    stream_buffer_size
+        Compressed bytes of peeked changes the driver keeps in memory; beyond, they spill to
+        the spill location (``snapshotDir``).
     """
 
     NAMES: ClassVar[tuple[str, ...]] = (
@@ -60,6 +63,7 @@ class PostgresOptions(ConnectorOptions):
         "heartbeatInterval",
         "plugin",
         "publication",
+        "streamBufferSize",
     )
 
     dsn: str
@@ -70,6 +74,7 @@ class PostgresOptions(ConnectorOptions):
     heartbeat_interval: float = 60.0
     plugin: str = PLUGIN
     publication: str | None = None
+    stream_buffer_size: int = 256 * 1024 * 1024
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the DSN (it may hold a password).
@@ -77,7 +82,7 @@ class PostgresOptions(ConnectorOptions):
             f"PostgresOptions(dsn=<set>, slot={self.slot!r}, tables={self.tables!r}, "
             f"snapshot={self.snapshot!r}, snapshot_dir={self.snapshot_dir!r}, "
             f"heartbeat_interval={self.heartbeat_interval!r}, plugin={self.plugin!r}, "
-            f"publication={self.publication!r})"
+            f"publication={self.publication!r}, stream_buffer_size={self.stream_buffer_size!r})"
         )
 
     @classmethod
@@ -131,6 +136,7 @@ class PostgresOptions(ConnectorOptions):
             heartbeat_interval=options.duration("heartbeatInterval", 60.0, allow_unlimited=True),
             plugin=plugin,
             publication=publication,
+            stream_buffer_size=options.size("streamBufferSize", 256 * 1024 * 1024),
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
@@ -148,6 +154,7 @@ class PostgresOptions(ConnectorOptions):
             heartbeat_interval=self.heartbeat_interval,
             plugin=self.plugin,
             publication=self.publication,
+            buffer_size=self.stream_buffer_size,
         )
         connector.check()
         return connector

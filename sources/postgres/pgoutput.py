@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import ChangeDecodeError
 
@@ -27,6 +28,9 @@ from ..schema import json_text
 from .lsn import parse_lsn
 from .tables import parse_text_value
 from .wal2json import PgTransaction
+
+if TYPE_CHECKING:
+    from .change_store import ChangeStore
 
 __all__ = [
     "PLUGIN_OPTIONS",
@@ -193,6 +197,8 @@ def decode_transactions(
     rows: Iterable[tuple[str, int | None, bytes]],
     catalog: RelationCatalog,
     tables: frozenset[str],
+    store: ChangeStore | None = None,
+    start_lsn: int = 0,
 ) -> Iterator[PgTransaction]:
     """Group peeked ``(lsn, xid, data)`` pgoutput rows into committed transactions (driver).
 
@@ -200,7 +206,9 @@ def decode_transactions(
     relation in ``catalog.versions`` in :attr:`PgTransaction.relations`; a truncate becomes one
     change per captured table it truncated (:func:`truncate_change`). As in the wal2json path, a
     trailing transaction without its commit is not yielded, and a message outside any transaction
-    (a heartbeat) is yielded as an empty transaction at its LSN.
+    (a heartbeat) is yielded as an empty transaction at its LSN. With a ``store`` the changes
+    go there instead of into the transactions' lists; the changes of transactions that
+    committed before ``start_lsn`` (delivered already) are counted but not kept.
     """
     current: PgTransaction | None = None
     for lsn, _xid, data in rows:
@@ -213,10 +221,10 @@ def decode_transactions(
                 catalog.of(_U32.unpack_from(data, 1)[0], lsn)  # raises
                 continue
             if catalog.versions[index].table in tables:
-                current.changes.append(data)
-                current.relations.append(index)
+                current.add(data, index)
         elif kind == 0x42:  # B: final LSN, commit time, xid
-            current = PgTransaction(_U32.unpack_from(data, 17)[0], 0, 0, None)
+            current = PgTransaction(_U32.unpack_from(data, 17)[0], 0, 0, None, store=store)
+            current.delivered = _U64.unpack_from(data, 1)[0] < start_lsn  # final (commit) LSN
         elif kind == 0x43:  # C: flags, commit LSN, end LSN, commit time
             if current is None:
                 continue
@@ -239,8 +247,7 @@ def decode_transactions(
                     catalog.of(relid, lsn)  # raises
                     continue
                 if catalog.versions[index].table in tables:
-                    current.changes.append(truncate_change(relid))
-                    current.relations.append(index)
+                    current.add(truncate_change(relid), index)
         elif kind == 0x4D and current is None:  # M outside a transaction: a position
             position = parse_lsn(lsn)
             yield PgTransaction(0, position, position, None)

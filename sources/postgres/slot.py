@@ -9,7 +9,7 @@ the snapshot phase a view of the tables exactly at the slot's consistent point.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -31,6 +31,8 @@ __all__ = [
     "SlotHealth",
     "SlotInfo",
 ]
+
+_FETCH_ROWS = 2_000  # rows per round trip while streaming a peek
 
 HEARTBEAT_PREFIX = "spark-ckpt-heartbeat"
 """The prefix of the logical decoding messages a heartbeat writes (content: the slot's name)."""
@@ -280,8 +282,16 @@ class Slot:
     def peek(
         self, upto_lsn: int | None, upto_changes: int | None, tables: Sequence[str]
     ) -> list[tuple[str, int | None, Any]]:
+        """:meth:`stream` into a list."""
+        return list(self.stream(upto_lsn, upto_changes, tables))
+
+    def stream(
+        self, upto_lsn: int | None, upto_changes: int | None, tables: Sequence[str]
+    ) -> Iterator[tuple[str, int | None, Any]]:
         """Decode without consuming: ``(lsn, xid, data)`` rows from the confirmed position on.
 
+        Rows arrive in batches of :data:`_FETCH_ROWS` as the server sends them, so memory does
+        not grow with the peek's size; the connection is busy until the iterator is exhausted.
         ``data`` is wal2json's text, or a pgoutput message (bytes).
 
         ``upto_lsn`` keeps only transactions that commit before it; ``upto_changes`` stops after
@@ -300,13 +310,13 @@ class Slot:
             f"%s, %s::pg_lsn, %s, {placeholders})"
         )
         upto = None if upto_lsn is None else format_lsn(upto_lsn)
+        params = (self.name, upto, upto_changes, *options)
         try:
-            # Binary results: pgoutput's bytea arrives as bytes without hex decoding.
-            cursor = self.connection().execute(
-                query, (self.name, upto, upto_changes, *options), binary=self.plugin == "pgoutput"
-            )
-            # The columns are text, bigint, text (bytea): psycopg hands out tuples as they are.
-            return cast(list[tuple[str, int | None, Any]], cursor.fetchall())
+            # Binary results: pgoutput's bytea arrives as bytes without hex decoding. The
+            # columns are text, bigint, text (bytea): psycopg hands out tuples as they are.
+            cursor = self.connection().cursor()
+            rows = cursor.stream(query, params, binary=self.plugin == "pgoutput", size=_FETCH_ROWS)
+            yield from cast(Iterator[tuple[str, int | None, Any]], rows)
         except psycopg.Error as e:
             raise self._error("cannot read changes from", e) from None
 

@@ -95,6 +95,8 @@ class SnapshotManifest:
 class SnapshotSpill:
     """A directory (or object-store prefix) of spill files plus ``manifest.json``.
 
+    Its ``stream/`` directory belongs to the stream phase (:meth:`stream_directory`).
+
     Parameters
     ----------
     directory
@@ -115,12 +117,17 @@ class SnapshotSpill:
         self.directory.child("manifest.json").write_bytes(manifest.to_bytes())
 
     def exists(self) -> bool:
-        """True while anything is spilled."""
+        """True while anything of the snapshot is spilled."""
         return bool(self.directory.list())
 
     def clear(self) -> None:
-        """Remove every spill file and the manifest."""
-        self.directory.delete_tree()
+        """Remove every spill file and the manifest (the stream's spill below stays)."""
+        for entry in self.directory.list():
+            self.directory.child(entry.name).delete()
+
+    def stream_directory(self) -> Location:
+        """Where the stream spills changes beyond its memory limit (:mod:`.change_store`)."""
+        return self.directory.child("stream")
 
     def clear_files(self) -> None:
         """Remove the spill files but keep the manifest (it proves the slot's start later)."""

@@ -22,11 +22,14 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import ChangeDecodeError
 
 from .lsn import parse_lsn
+
+if TYPE_CHECKING:
+    from .change_store import ChangeStore
 
 __all__ = [
     "PLUGIN_OPTIONS",
@@ -93,9 +96,16 @@ class PgTransaction:
         Row changes of the captured tables in the transaction's order, as the plugin sent them:
         wal2json's JSON text (:func:`decode_change` parses one) or pgoutput's messages (bytes);
         empty when the transaction touched other tables only.
+        With a ``store`` they go there instead, and this stays empty.
     relations
         pgoutput only: per change, the index of its relation in the stream's
         :class:`~.pgoutput.RelationCatalog`.
+    size
+        Number of changes.
+    first
+        With a ``store``: the position of the first change in it.
+    store
+        Where the changes go (:class:`~.change_store.ChangeStore`); None: :attr:`changes`.
     """
 
     xid: int
@@ -104,6 +114,25 @@ class PgTransaction:
     commit_ts_us: int | None
     changes: list[Any] = field(default_factory=list)
     relations: list[int] = field(default_factory=list)
+    size: int = 0
+    first: int = 0
+    store: ChangeStore | None = field(default=None, compare=False, repr=False)
+    delivered: bool = field(default=False, compare=False, repr=False)
+    """Committed before the peek's start: its changes are counted, not kept."""
+
+    def add(self, data: Any, relation: int | None = None) -> None:
+        """Count a change and keep it (driver, per change): in the store, or :attr:`changes`."""
+        self.size += 1
+        if self.delivered:
+            return
+        if self.store is not None:
+            position = self.store.append(data, relation)
+            if self.size == 1:
+                self.first = position
+        else:
+            self.changes.append(data)
+            if relation is not None:
+                self.relations.append(relation)
 
 
 def timestamp_micros(text: str | None) -> int | None:
@@ -199,7 +228,10 @@ def decode_change(data: str) -> PgChange:
 
 
 def decode_transactions(
-    rows: Iterable[tuple[str, int | None, str]], tables: frozenset[str] | None = None
+    rows: Iterable[tuple[str, int | None, str]],
+    tables: frozenset[str] | None = None,
+    store: ChangeStore | None = None,
+    start_lsn: int = 0,
 ) -> Iterator[PgTransaction]:
     """Group peeked ``(lsn, xid, data)`` rows into committed transactions (driver).
 
@@ -217,6 +249,12 @@ def decode_transactions(
     tables
         The captured ``schema.table`` names (a TRUNCATE of one is kept as its change, op
         ``t``); None: all.
+    store
+        Where the transactions' changes go (None: their own lists).
+    start_lsn
+        Transactions that committed before it were delivered already (the slot's confirmed
+        position lags the query's offset): they are yielded with their size but their changes
+        are not kept.
     """
     current: PgTransaction | None = None
     for lsn, _xid, data in rows:
@@ -224,9 +262,11 @@ def decode_transactions(
         action = data[11:12] if data.startswith('{"action":"') else ""
         if action in _OPS:
             if current is not None:  # else the peek began inside it: re-read whole later
-                current.changes.append(data)
+                current.add(data)
         elif action == "B":
-            current = PgTransaction(int(_field(data, "xid")), 0, 0, None)
+            current = PgTransaction(int(_field(data, "xid")), 0, 0, None, store=store)
+            # B rows carry the commit's LSN (wal2json decodes a transaction at its commit).
+            current.delivered = parse_lsn(_field(data, "lsn")) < start_lsn
         elif action == "C":
             if current is None:
                 continue
@@ -240,7 +280,7 @@ def decode_transactions(
             body = json.loads(data)
             table = f"{body.get('schema')}.{body.get('table')}"
             if current is not None and (tables is None or table in tables):
-                current.changes.append(data)
+                current.add(data)
         elif action == "M" and current is None:
             # A message outside any transaction (a heartbeat): decoding got this far with
             # nothing for the captured tables in between, so it is a position to confirm.

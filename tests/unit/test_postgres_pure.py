@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -135,6 +136,18 @@ def test_rows_group_into_committed_transactions() -> None:
     assert (update.op, update.before, update.after["amount"]) == ("u", {"id": 1}, "0.0000000001")
     assert (delete.op, delete.key, delete.before, delete.after) == ("d", {"id": 2}, {"id": 2}, None)
     assert txns[0].commit_ts_us == timestamp_micros("2026-11-22 01:31:09.621437+00")
+
+
+def test_transactions_committed_before_the_start_are_counted_not_kept() -> None:
+    """The slot lags the offset by a batch: what a peek re-reads before its start is dropped."""
+    txns = list(
+        decode_transactions(ROWS, frozenset({"public.t"}), start_lsn=parse_lsn("0/1526208"))
+    )
+    assert [(t.xid, t.size, len(t.changes)) for t in txns] == [
+        (725, 1, 0),
+        (726, 2, 2),
+        (727, 1, 1),
+    ]
 
 
 def test_a_transaction_cut_off_by_the_peek_is_not_yielded() -> None:
@@ -297,37 +310,60 @@ def test_passwords_are_redacted_and_scrubbed() -> None:
     assert "unterminated" not in str(info.value)
 
 
-def test_stream_partitions_decode_in_bounded_chunks_across_transactions(
-    monkeypatch: pytest.MonkeyPatch,
+def _insert(i: int) -> str:
+    return (
+        f'{{"action":"I","xid":9,"schema":"public","table":"t","columns":'
+        f'[{{"name":"id","type":"integer","value":{i}}}],"pk":[{{"name":"id","type":"integer"}}]}}'
+    )
+
+
+def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Chunks cut through transactions (memory stays bounded); every row keeps its txn fields."""
+    """Bounded memory on both sides: chunks of 3 changes, 2 kept in memory, partitions of 4.
+
+    The 7-change transaction becomes two parts in two partitions (the others keep to
+    transaction boundaries); each row keeps its transaction's fields and its event index counts
+    through the whole transaction.
+    """
+    from spark_ckpt.sources.postgres import change_store
     from spark_ckpt.sources.postgres import connector as postgres
+    from spark_ckpt.sources.postgres.wal2json import PgTransaction
+    from spark_ckpt.state.storage import Location
 
-    def insert(i: int) -> str:
-        return (
-            f'{{"action":"I","xid":9,"schema":"public","table":"t","columns":'
-            f'[{{"name":"id","type":"integer","value":{i}}}],"pk":[{{"name":"id","type":"integer"}}]}}'
-        )
-
-    monkeypatch.setattr(postgres, "_CHUNK_CHANGES", 3)
-    txns = [(700, 10, 1_000_000, 5), (701, 11, None, 1), (702, 12, 2_000_000, 2)]
-    partition = postgres.PgStreamPartition.of("postgres:s", txns, [insert(i) for i in range(8)])
-    batches = list(postgres._stream_rows(partition))
-    assert [b.num_rows for b in batches] == [3, 3, 2]
-    rows = [r for b in batches for r in b.to_pylist()]
+    monkeypatch.setattr(change_store, "CHUNK_CHANGES", 3)
+    store = change_store.ChangeStore(False, Location(str(tmp_path / "stream")), 1)
+    txns = []
+    for xid, size, ts in ((700, 7, 1_000_000), (701, 1, None), (702, 2, 2_000_000)):
+        txn = PgTransaction(xid, 0, xid, ts, store=store)
+        for _ in range(size):
+            txn.add(_insert(store.size))
+        txns.append(txn)
+    store.seal()
+    assert [c.count for c in store.chunks] == [3, 3, 3, 1]
+    assert all(c.data is None for c in store.chunks)  # over the 1-byte limit: all spilled
+    assert len(list((tmp_path / "stream").iterdir())) == 4
+    connector = postgres.PostgresConnector(
+        "postgresql://u@h/d", "s", ["public.t"], "never", changes_per_partition=4
+    )
+    partitions = connector._stream_partitions(txns, emitted=10)
+    assert [[p[:2] + p[4:] for p in part.pieces] for part in partitions] == [  # type: ignore[attr-defined]
+        [(700, 10, 0, 4)],
+        [(700, 10, 4, 3)],
+        [(701, 11, 0, 1), (702, 12, 0, 2)],
+    ]
+    rows = [r for part in partitions for b in postgres._stream_rows(part) for r in b.to_pylist()]  # type: ignore[arg-type]
     assert [(r["txn_id"], r["txn_order"], r["txn_size"], r["event_index"]) for r in rows] == [
-        ("700", 10, 5, 0),
-        ("700", 10, 5, 1),
-        ("700", 10, 5, 2),
-        ("700", 10, 5, 3),
-        ("700", 10, 5, 4),
+        *(("700", 10, 7, i) for i in range(7)),
         ("701", 11, 1, 0),
         ("702", 12, 2, 0),
         ("702", 12, 2, 1),
     ]
-    assert [r["key"] for r in rows] == [f'{{"id":{i}}}' for i in range(8)]
-    assert rows[5]["commit_ts"] is None
-    assert rows[7]["commit_ts"].timestamp() == 2.0
-    broken = postgres.PgStreamPartition("postgres:s", ((1, 1, None, 9),), partition.changes)
-    with pytest.raises(ValueError, match="holds 8 changes, its transactions 9"):
+    assert [r["key"] for r in rows] == [f'{{"id":{i}}}' for i in range(10)]
+    assert rows[7]["commit_ts"] is None
+    assert rows[9]["commit_ts"].timestamp() == 2.0
+    broken = postgres.PgStreamPartition("postgres:s", ((1, 1, None, 9, 0, 9),), partitions[0].spans)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="holds 4 changes, its transactions 9"):
         list(postgres._stream_rows(broken))
+    store.discard()
+    assert list((tmp_path / "stream").iterdir()) == []
