@@ -27,32 +27,6 @@ __all__ = ["ChangeConnector", "Plan", "PlannedBatch"]
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What is available after a start offset.
-
-    Attributes
-    ----------
-    unit_sizes
-        Sizes of the complete units (transactions, snapshot chunks) after the start offset, in
-        stream order; the first may be the remainder of a unit already partly delivered.
-    held_back
-        When changes have been read that belong to no complete unit yet: why (a soft refusal
-        such as "transaction T waits for its END"). None when nothing is held back.
-    held_changes
-        How many change events are held back.
-    idle_end
-        With no unit available: an end offset that moves the source's position past what it
-        read and found nothing in (a heartbeat), for an empty batch. Committing it lets the
-        external system release what it keeps for the query (a PostgreSQL slot's WAL).
-    """
-
-    unit_sizes: list[int]
-    held_back: SnapshotAvailability | None
-    held_changes: int
-    idle_end: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class PlannedBatch:
     """A batch as planned at a cut: where it ends and how executors read it.
 
@@ -66,6 +40,33 @@ class PlannedBatch:
 
     end: dict[str, Any]
     partitions: list[object]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is available after a start offset.
+
+    Attributes
+    ----------
+    unit_sizes
+        Sizes of the complete units (transactions, snapshot chunks) after the start offset, in
+        stream order; the first may be the remainder of a unit already partly delivered.
+    held_back
+        When changes have been read that belong to no complete unit yet: why (a soft refusal
+        such as "transaction T waits for its END"). None when nothing is held back.
+    held_changes
+        How many change events are held back.
+    idle
+        With no unit available: a batch that delivers no rows but moves the source's position
+        past what it read and found nothing in (a heartbeat: committing it lets the external
+        system release what it keeps for the query, a PostgreSQL slot's WAL), or runs work
+        whose rows a later batch delivers (partitions that read snapshot chunks).
+    """
+
+    unit_sizes: list[int]
+    held_back: SnapshotAvailability | None
+    held_changes: int
+    idle: PlannedBatch | None = None
 
 
 class ChangeConnector(abc.ABC):

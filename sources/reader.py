@@ -275,14 +275,14 @@ class TxnCdcStreamReader(
             # transaction still incomplete at the fixed end stays for the next run.
             self._drain = DrainReport(self._drain.fixed_at, reached=True)
         refusal = decision.refusal or plan.held_back
-        if refusal is None and plan.idle_end is not None:
-            # Nothing to deliver, but the position moves (a heartbeat): an empty batch.
+        if refusal is None and plan.idle is not None:
+            # Nothing to deliver, but the position moves or work runs: a batch without rows.
             self.declines.idle()
-            self._planned = (_key(start), _key(plan.idle_end), [])
+            self._planned = (_key(start), _key(plan.idle.end), plan.idle.partitions)
             self._last_checkpoint = checkpoint_id
             self._report()
             self._police(checkpoint_id)
-            return plan.idle_end
+            return plan.idle.end
         if refusal is None:
             self.declines.idle()
         else:
