@@ -39,7 +39,7 @@ from .slot import Slot
 from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
 
-__all__ = ["SPILL_SCHEMA", "SnapshotManifest", "SnapshotSpill", "SnapshotTask"]
+__all__ = ["SPILL_SCHEMA", "SnapshotManifest", "SnapshotSpill", "SnapshotTask", "estimated_rows"]
 
 SPILL_SCHEMA = pa.schema([("table", pa.string()), ("key", pa.string()), ("after", pa.string())])
 """What a spill file holds per row; the rest of the output row is the same for every row."""
@@ -220,7 +220,7 @@ class SnapshotTask(threading.Thread):
                 sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported.snapshot_name))
             )
             exported.release()  # the importing transaction keeps the snapshot alive now
-            self.rows_estimated = _estimated_rows(conn, self.tables)
+            self.rows_estimated = estimated_rows(conn, self.tables)
             for index, table in enumerate(self.tables):
                 self.current_table = table.name
                 self._spill_table(conn, table, manifest)
@@ -234,7 +234,7 @@ class SnapshotTask(threading.Thread):
         return manifest
 
     def _spill_table(self, conn: Any, table: TableInfo, manifest: SnapshotManifest) -> None:
-        key_names = table.key
+        key_names = table.key_in_column_order
         buffer: list[tuple[str, str | None, str]] = []
 
         def flush() -> None:
@@ -274,7 +274,7 @@ class SnapshotTask(threading.Thread):
             _log.info("postgres snapshot of slot %s: %s", self.slot_name, self.progress().summary)
 
 
-def _estimated_rows(conn: Any, tables: list[TableInfo]) -> int | None:
+def estimated_rows(conn: Any, tables: list[TableInfo]) -> int | None:
     """The server's row estimate for ``tables`` (None when one was never analyzed)."""
     total = 0
     for table in tables:

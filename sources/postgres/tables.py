@@ -38,7 +38,8 @@ class TableInfo:
     columns
         ``(name, type)`` in column order, types as ``format_type`` spells them (as wal2json).
     key
-        The primary key columns (empty with replica identity ``full`` and no primary key).
+        The primary key columns in the key's order (empty with replica identity ``full`` and
+        no primary key).
     """
 
     name: str
@@ -46,6 +47,15 @@ class TableInfo:
     table: str
     columns: tuple[tuple[str, str], ...]
     key: tuple[str, ...]
+
+    @property
+    def key_in_column_order(self) -> tuple[str, ...]:
+        """The key columns in table column order: how wal2json orders a change's ``key``.
+
+        Every path renders ``key`` in this order (snapshot, wal2json, pgoutput), so a key's
+        text is the same whichever path produced it.
+        """
+        return tuple(name for name, _ in self.columns if name in self.key)
 
     def select_text(self) -> sql.Composed:
         """``SELECT col::text, ... FROM schema.table`` (for the snapshot)."""
