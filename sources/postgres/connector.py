@@ -20,9 +20,11 @@ the logged range again. Transactions are whole units: a cut is always available 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import itertools
+import json
 import logging
 import os
 import tempfile
@@ -51,9 +53,20 @@ from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
 from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
-from ..schema import change_batch, with_types
+from ..schema import change_batch, json_text, with_types
 from .change_store import ChangeStore, Chunk, Span
+from .chunks import require_key
 from .connect import connect, redact_dsn, scrub
+from .incremental import (
+    ALL_KEYS,
+    ChunkEmitPartition,
+    ChunkReadPartition,
+    IncrementalState,
+    PendingChunk,
+    emit_rows,
+    run_chunk_read,
+)
+from .incremental_plan import ChunkPlanner, WindowChange
 from .lsn import format_lsn, parse_lsn
 from .pgoutput import Relation, RelationCatalog
 from .pgoutput import decode_transactions as decode_pgoutput
@@ -61,10 +74,11 @@ from .pgoutput import render_change as render_pgoutput
 from .plugins import PLUGIN
 from .publication import ensure_publication
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
-from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask
+from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask, estimated_rows
+from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo, describe_tables
 from .types import types_json
-from .wal2json import PgTransaction, decode_transactions
+from .wal2json import PgTransaction, decode_change, decode_transactions
 from .wal2json_arrow import ChangeColumns, decode_changes, decode_column_types
 
 __all__ = ["PostgresConnector"]
@@ -83,13 +97,16 @@ class PgOffset:
     emitted: int
     phase: Phase
     lsn: int | None
+    incremental: IncrementalState | None = None
+    """``snapshot=incremental`` until its last chunk is emitted (key ``snapshot``)."""
 
     def to_json(self) -> dict[str, Any]:
         """Render in the :mod:`..offsets` envelope, with a fixed key order."""
         lsn = None if self.lsn is None else format_lsn(self.lsn)
-        return offset_json(
-            OffsetHeader(self.checkpoint, self.emitted), {"phase": self.phase, "lsn": lsn}
-        )
+        body: dict[str, Any] = {"phase": self.phase, "lsn": lsn}
+        if self.incremental is not None:
+            body["snapshot"] = self.incremental.to_json()
+        return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> PgOffset:
@@ -108,11 +125,13 @@ class PgOffset:
         if phase not in ("snapshot", "stream"):
             raise StateFormatError(f"unknown phase {phase!r}")
         lsn = value["lsn"]
+        incremental = value.get("snapshot")
         return cls(
             header.checkpoint,
             header.emitted,
             phase,
             None if lsn is None else parse_lsn(str(lsn)),
+            None if incremental is None else IncrementalState.from_json(incremental),
         )
 
 
@@ -163,7 +182,8 @@ class PostgresConnector(ChangeConnector):
     tables
         ``schema.table`` names to capture.
     snapshot
-        ``initial`` reads the tables' rows first; ``never`` starts at the slot's position.
+        ``initial`` reads the tables' rows first, as one consistent unit; ``incremental`` reads
+        them in resumable chunks alongside the stream; ``never`` starts at the slot's position.
     changes_per_partition
         Changes per Spark input partition.
     snapshot_dir
@@ -180,6 +200,8 @@ class PostgresConnector(ChangeConnector):
     buffer_size
         Compressed bytes of peeked changes kept in the driver's memory; beyond, they spill to
         the spill location (:mod:`.change_store`).
+    chunk_rows, parallelism
+        ``snapshot=incremental``: rows per chunk, chunks read at once (:mod:`.incremental`).
     """
 
     name = "postgres"
@@ -189,7 +211,7 @@ class PostgresConnector(ChangeConnector):
         dsn: str,
         slot: str,
         tables: list[str],
-        snapshot: Literal["initial", "never"],
+        snapshot: Literal["initial", "never", "incremental"],
         changes_per_partition: int = 50_000,
         snapshot_dir: Location | None = None,
         column_types: bool = False,
@@ -197,8 +219,12 @@ class PostgresConnector(ChangeConnector):
         plugin: str = PLUGIN,
         publication: str | None = None,
         buffer_size: int = 256 * 1024 * 1024,
+        chunk_rows: int = 50_000,
+        parallelism: int = 2,
     ) -> None:
         self.dsn = dsn
+        self.chunk_rows = chunk_rows
+        self.parallelism = parallelism
         self.buffer_size = buffer_size
         self.heartbeat_interval = heartbeat_interval
         self.plugin = plugin
@@ -219,6 +245,11 @@ class PostgresConnector(ChangeConnector):
         self._store: ChangeStore | None = None  # the changes of the cached transactions
         self._retired: list[ChangeStore] = []  # earlier peeks' changes: gone at the next commit
         self._stream_spill_cleared = False  # this process has cleared an earlier run's spill
+        self._complete_lsn: int | None = None  # the last peek read all the server had up to here
+        self._planner: ChunkPlanner | None = None  # snapshot=incremental
+        self._rows_estimated: int | None = None
+        self._chunks_cleared = False  # the finished snapshot's spill is gone
+        self._emitted_chunks: dict[str, list[PendingChunk]] = {}  # by end offset, until commit
         self._cache_complete_to: int | None = None  # the server had nothing more up to here
         self._target: int | None = None  # Trigger.availableNow: stop at this LSN
         self._planning: PgOffset | None = None  # the start offset of the last plan()
@@ -234,7 +265,7 @@ class PostgresConnector(ChangeConnector):
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        for transient in ("_slot", "_task", "_relations", "_store", "_catalog_conn"):
+        for transient in ("_slot", "_task", "_relations", "_store", "_catalog_conn", "_planner"):
             state[transient] = None  # executors need none
         state["_cache"], state["_retired"] = [], []
         return state
@@ -262,7 +293,7 @@ class PostgresConnector(ChangeConnector):
         return name
 
     def _primary_key(self, table: str) -> tuple[str, ...]:
-        return next((t.key for t in self._tables if t.name == table), ())
+        return next((t.key_in_column_order for t in self._tables if t.name == table), ())
 
     def check(self) -> None:
         """Fail early (driver, once per run): connection, wal_level, tables, an existing slot."""
@@ -275,6 +306,9 @@ class PostgresConnector(ChangeConnector):
                 f"in postgresql.conf (and a restart)"
             )
         self._tables = describe_tables(conn, self.table_names)
+        if self.snapshot == "incremental":
+            for table in self._tables:
+                require_key(table)
         if self.plugin == "pgoutput":
             # Before any slot is created: pgoutput reads the publication as of each change.
             ensure_publication(conn, self.dsn, self.publication, self._tables)
@@ -288,7 +322,8 @@ class PostgresConnector(ChangeConnector):
             self._claimable_for_snapshot()
             return PgOffset(-1, 0, "snapshot", None).to_json()
         info = self.slot.info() or self.slot.create()
-        return PgOffset(-1, 0, "stream", info.confirmed_flush).to_json()
+        state = IncrementalState() if self.snapshot == "incremental" else None
+        return PgOffset(-1, 0, "stream", info.confirmed_flush, state).to_json()
 
     def _claimable_for_snapshot(self) -> bool:
         """True when the slot exists and is this source's own unfinished snapshot slot.
@@ -391,6 +426,12 @@ class PostgresConnector(ChangeConnector):
             # The tables were empty: no snapshot batch; stream from the slot's consistent point.
         lsn = self._start_lsn(offset)
         self._health = self.slot.health()  # every trigger: a lost slot fails the query here
+        snapshotting = self._snapshotting(offset)
+        if snapshotting and self._target is not None:
+            # A bounded run finishes the snapshot: its chunks' watermarks lie beyond the
+            # target fixed when it started, so the target follows the WAL until then.
+            self._target = max(self._target, self._insert_lsn())
+            self._cache_complete_to = None
         self._cache = [t for t in self._cache if t.end_lsn > lsn]
         cached = sum(t.size for t in self._cache)
         heartbeat = self._heartbeat_due()
@@ -406,13 +447,109 @@ class PostgresConnector(ChangeConnector):
         oldest = pending[0].commit_ts_us if pending else None
         self._lag_seconds = 0.0 if oldest is None else max(0.0, (now_us - oldest) / 1_000_000)
         units = [t.size for t in pending]
-        idle_end = None
+        if snapshotting and not units:
+            idle = self._chunk_batch(offset, lsn, [], all_taken=True)
+            if idle is not None:
+                return Plan([], None, 0, idle)
         quiet_until = max((t.end_lsn for t in self._cache), default=lsn)
         if heartbeat and not units and quiet_until > lsn:
             # Only empty transactions and heartbeats since the offset: move past them.
-            idle_end = PgOffset(offset.checkpoint + 1, offset.emitted, "stream", quiet_until)
+            end = PgOffset(
+                offset.checkpoint + 1, offset.emitted, "stream", quiet_until, offset.incremental
+            )
             self._moved_at = time.monotonic()
-        return Plan(units, None, 0, idle_end.to_json() if idle_end is not None else None)
+            return Plan([], None, 0, PlannedBatch(end.to_json(), []))
+        return Plan(units, None, 0)
+
+    # -- driver: the incremental snapshot ---------------------------------------------------
+
+    def _snapshotting(self, offset: PgOffset) -> bool:
+        """True while ``offset`` has an incremental snapshot with chunks to read or emit."""
+        state = offset.incremental
+        return state is not None and not state.finished(len(self._tables))
+
+    def _insert_lsn(self) -> int:
+        row = self.slot.connection().execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        return parse_lsn(row[0])
+
+    def _chunk_planner(self) -> ChunkPlanner:
+        if self._planner is None:
+            if not self._tables:
+                self._tables = describe_tables(self.slot.connection(), self.table_names)
+            self._planner = ChunkPlanner(
+                self.dsn,
+                self.source,
+                self.slot_name,
+                self._tables,
+                self.spill.directory.child("chunks"),
+                self.chunk_rows,
+                self.parallelism,
+                self.slot.connection,
+                self._window,
+                self.column_types,
+            )
+        return self._planner
+
+    def _chunk_batch(
+        self, start: PgOffset, lsn: int, taken: list[PgTransaction], all_taken: bool
+    ) -> PlannedBatch | None:
+        """The batch with ``taken`` transactions and the snapshot's chunk work (driver).
+
+        Chunks are emitted after the transactions, at the end of the stream part, or further
+        (up to where the last peek found nothing more) when the batch takes every transaction
+        read: a chunk waits until the stream has been read past its high watermark.
+        """
+        assert start.incremental is not None
+        stream_end = taken[-1].end_lsn if taken else lsn
+        position = stream_end
+        if all_taken and self._complete_lsn is not None:
+            position = max(position, self._complete_lsn)
+        checkpoint = start.checkpoint + 1
+        work = self._chunk_planner().plan(
+            start.incremental, lsn, position, checkpoint, start.emitted + len(taken)
+        )
+        if not taken and not work.emitted and work.state == start.incremental:
+            return None  # nothing to read or emit yet
+        state = None if work.state.finished(len(self._tables)) else work.state
+        end_lsn = position if work.emitted else stream_end
+        end = PgOffset(
+            checkpoint, start.emitted + len(taken) + len(work.emits), "stream", end_lsn, state
+        )
+        self._emitted_chunks[_offset_key(end.to_json())] = work.emitted
+        stream = self._stream_partitions(taken, start.emitted) if taken else []
+        return PlannedBatch(end.to_json(), [*stream, *work.partitions])
+
+    def _window(self, since: int, upto: int) -> list[WindowChange]:
+        """The captured tables' changes committed in ``[since, upto)``, read again (driver)."""
+        _, txns, store = self._read(upto, None, since)
+        keys = {t.name: t.key_in_column_order for t in self._tables}
+        found: list[WindowChange] = []
+        try:
+            for txn in txns:
+                if txn.delivered or not txn.size:
+                    continue
+                for span in store.spans(txn.first, txn.size):
+                    chunk, offset, count = span
+                    texts, relation_of = chunk.read()
+                    for i in range(offset, offset + count):
+                        data = texts[i].as_py()
+                        if relation_of is None:
+                            table, op, key, before = _wal2json_keys(data)
+                        else:
+                            relation = self._relations.versions[relation_of[i].as_py()]
+                            table, op, key, before = _pgoutput_keys(data, relation)
+                        if op == "t":
+                            found.append((txn.xid, table, ALL_KEYS, None))
+                            continue
+                        assert key is not None
+                        old = None
+                        if before is not None and keys.get(table):
+                            old = json_text({k: before.get(k) for k in keys[table]})
+                        found.append((txn.xid, table, key, old if old != key else None))
+        finally:
+            store.discard()
+        return found
 
     def _heartbeat_due(self) -> bool:
         """True when the position has not moved for ``heartbeat_interval`` (stream phase)."""
@@ -438,6 +575,8 @@ class PostgresConnector(ChangeConnector):
 
     def _peek(self, lsn: int, max_changes: int | None) -> None:
         rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
+        # Read before the peek: a peek that returns everything covers the WAL up to here.
+        insert_lsn = self._insert_lsn()
         rows, txns, store = self._read(self._target, rows_wanted, lsn)
         if self._store is not None:
             self._retired.append(self._store)  # a planned batch may still read it
@@ -446,6 +585,8 @@ class PostgresConnector(ChangeConnector):
         # A short peek read everything the server had (up to the availableNow target).
         exhausted = rows_wanted is None or rows < rows_wanted
         self._cache_complete_to = lsn if exhausted else None
+        reach = insert_lsn if self._target is None else min(insert_lsn, self._target)
+        self._complete_lsn = reach if exhausted else None
 
     def _read(
         self, upto_lsn: int | None, upto_rows: int | None, start_lsn: int
@@ -539,8 +680,15 @@ class PostgresConnector(ChangeConnector):
         if self._snapshot_unit:  # the whole snapshot is the one unit
             end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None)
             return PlannedBatch(end.to_json(), self._snapshot_partitions(start))
-        units = [t for t in self._cache if t.size][: cut.unit + 1]
+        available = [t for t in self._cache if t.size]
+        units = available[: cut.unit + 1]
         self._moved_at = time.monotonic()
+        if self._snapshotting(start):
+            planned = self._chunk_batch(
+                start, self._start_lsn(start), units, len(units) == len(available)
+            )
+            assert planned is not None
+            return planned
         end = PgOffset(checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn)
         return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
 
@@ -569,7 +717,16 @@ class PostgresConnector(ChangeConnector):
             self._task = None
             self.spill.clear_files()
             return
-        self.slot.advance(offset.lsn)
+        state = offset.incremental
+        floor = None if state is None else state.floor()
+        # While chunks are pending, their windows must stay readable from the slot.
+        self.slot.advance(offset.lsn if floor is None else min(offset.lsn, floor))
+        emitted = self._emitted_chunks.pop(_offset_key(end), [])
+        if emitted:
+            self._chunk_planner().discard(emitted)
+        if state is None and self.snapshot == "incremental" and not self._chunks_cleared:
+            self.spill.directory.child("chunks").delete_tree()  # leftovers of killed runs
+            self._chunks_cleared = True
         # Batches up to this one are done: earlier peeks' changes are read by none of them.
         for store in self._retired:
             store.discard()
@@ -581,16 +738,39 @@ class PostgresConnector(ChangeConnector):
         """The slot's lag and the snapshot's progress, as of the last plan (driver, per trigger)."""
         health = self._health
         task = self._task
+        progress = None if task is None else task.progress()
+        offset = self._planning
+        if offset is not None and offset.incremental is not None:
+            progress = self._incremental_progress(offset.incremental)
         return {
             "connector": self.name,
             "slot": self.slot_name,
             "phase": "snapshot"
-            if self._planning is not None and self._planning.phase == "snapshot"
+            if offset is not None and (offset.phase == "snapshot" or offset.incremental)
             else "stream",
             **(health.to_json() if health is not None else dict.fromkeys(SLOT_HEALTH_KEYS)),
             "lagSeconds": self._lag_seconds,
-            "snapshot": None if task is None else task.progress().to_json(),
+            "snapshot": None if progress is None else progress.to_json(),
         }
+
+    def _incremental_progress(self, state: IncrementalState) -> SnapshotProgress:
+        """An incremental snapshot's progress (driver, per trigger; one estimate per run)."""
+        if self._rows_estimated is None and self._tables:
+            self._rows_estimated = estimated_rows(self.slot.connection(), self._tables) or 0
+        busy = {c.bounds.table for c in state.pending}
+        current = self._tables[state.table].name if state.table < len(self._tables) else None
+        tables_done = sum(
+            1 for i, t in enumerate(self._tables) if i < state.table and t.name not in busy
+        )
+        return SnapshotProgress(
+            len(self._tables),
+            tables_done,
+            state.rows_done,
+            self._rows_estimated or None,
+            current or (min(busy) if busy else None),
+            state.chunks_done,
+            len(state.pending),
+        )
 
     def stop(self) -> None:
         """Close the connections and delete spilled changes (driver, once)."""
@@ -609,21 +789,40 @@ class PostgresConnector(ChangeConnector):
         first, last = PgOffset.from_json(start), PgOffset.from_json(end)
         if first.phase == "snapshot" and last.lsn is None:
             return self._snapshot_partitions(first)
+        if first.incremental is not None:
+            return self._replan_chunks(first, last, end)
         # Stream transactions (after an empty snapshot, the start is the slot's consistent point).
-        return self._stream_partitions(self._replay(first, last), first.emitted)
+        expected = last.emitted - first.emitted
+        return self._stream_partitions(self._replay(first, last, expected), first.emitted)
 
-    def _replay(self, first: PgOffset, last: PgOffset) -> list[PgTransaction]:
+    def _replan_chunks(self, first: PgOffset, last: PgOffset, end: dict[str, Any]) -> list[object]:
+        """A logged batch of the incremental snapshot again: its transactions and chunks."""
+        assert first.incremental is not None
+        assert last.lsn is not None
+        final = last.incremental or IncrementalState(table=len(self._tables))
+        work = self._chunk_planner().replan(first.incremental, final, last.lsn, last.checkpoint, 0)
+        streamed = last.emitted - first.emitted - len(work.emits)
+        txns = self._replay(first, last, streamed) if streamed else []
+        emits = [
+            dataclasses.replace(e, txn_order=first.emitted + streamed + i)
+            for i, e in enumerate(work.emits)
+        ]
+        self._emitted_chunks[_offset_key(end)] = work.emitted
+        stream = self._stream_partitions(txns, first.emitted) if txns else []
+        return [*stream, *emits, *work.reads]
+
+    def _replay(self, first: PgOffset, last: PgOffset, expected: int) -> list[PgTransaction]:
         # After a restart Spark re-plans the logged batch: peek exactly the logged range again.
         assert last.lsn is not None
         lsn = self._start_lsn(first)
         _, peeked, store = self._read(last.lsn, None, lsn)
         self._retired.append(store)  # read by the re-run batch only
         txns = [t for t in peeked if t.size and lsn < t.end_lsn <= last.lsn]
-        if len(txns) != last.emitted - first.emitted:
+        if len(txns) != expected:
             raise RestoreError(
                 f"re-reading the logged batch {format_lsn(lsn)}..{format_lsn(last.lsn)} from "
                 f"slot {self.slot_name!r} found {len(txns)} transactions, not "
-                f"{last.emitted - first.emitted}: the slot no longer holds what the checkpoint "
+                f"{expected}: the slot no longer holds what the checkpoint "
                 f"logged. Start over with a new checkpointLocation and slot"
             )
         return txns
@@ -705,6 +904,12 @@ class PostgresConnector(ChangeConnector):
         if isinstance(partition, PgStreamPartition):
             yield from _stream_rows(partition, self.column_types)
             return
+        if isinstance(partition, ChunkReadPartition):
+            run_chunk_read(partition)  # its rows come in a later batch
+            return
+        if isinstance(partition, ChunkEmitPartition):
+            yield from emit_rows(partition)
+            return
         assert isinstance(partition, PgSnapshotPartition)
         types_of = dict(partition.column_types)
         for spilled_file, first_index in partition.files:
@@ -735,6 +940,24 @@ class PostgresConnector(ChangeConnector):
                         batch = with_types(batch, types)
                     yield batch
                     offset += n
+
+
+def _offset_key(offset: dict[str, Any]) -> str:
+    return json.dumps(offset, sort_keys=True)
+
+
+def _wal2json_keys(text: str) -> tuple[str, str, str | None, dict[str, Any] | None]:
+    """``(table, op, key text, before image)`` of one wal2json change (driver, windows)."""
+    change = decode_change(text)
+    return change.table, change.op, json_text(change.key), change.before
+
+
+def _pgoutput_keys(
+    data: bytes, relation: Relation
+) -> tuple[str, str, str | None, dict[str, Any] | None]:
+    """``(table, op, key text, before image)`` of one pgoutput change (driver, windows)."""
+    table, op, key, before, _ = render_pgoutput(data, relation)
+    return table, op, key, None if before is None else json.loads(before)
 
 
 def _fill(

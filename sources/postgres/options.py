@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresOptions"]
 
-SnapshotMode = Literal["initial", "never"]
+SnapshotMode = Literal["initial", "never", "incremental"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,9 @@ class PostgresOptions(ConnectorOptions):
     tables
         The captured tables, ``schema.table``.
     snapshot
-        ``initial`` reads the tables' rows first; ``never`` streams changes only.
+        ``initial`` reads the tables' rows first, as one consistent unit; ``incremental`` reads
+        them in resumable primary-key chunks alongside the stream; ``never`` streams changes
+        only.
     snapshot_dir
         Where the snapshot spills rows: a local directory or an object-store URI that the
         executors can read (None: under the driver's temp directory, for local mode).
@@ -52,6 +54,8 @@ class PostgresOptions(ConnectorOptions):
     stream_buffer_size
         Compressed bytes of peeked changes the driver keeps in memory; beyond, they spill to
         the spill location (``snapshotDir``).
+    snapshot_chunk_rows, snapshot_parallelism
+        ``snapshot=incremental``: rows per chunk, and chunks read at once (by executors).
     """
 
     NAMES: ClassVar[tuple[str, ...]] = (
@@ -64,6 +68,8 @@ class PostgresOptions(ConnectorOptions):
         "plugin",
         "publication",
         "streamBufferSize",
+        "snapshotChunkRows",
+        "snapshotParallelism",
     )
 
     dsn: str
@@ -75,6 +81,8 @@ class PostgresOptions(ConnectorOptions):
     plugin: str = PLUGIN
     publication: str | None = None
     stream_buffer_size: int = 256 * 1024 * 1024
+    snapshot_chunk_rows: int = 50_000
+    snapshot_parallelism: int = 2
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the DSN (it may hold a password).
@@ -82,7 +90,9 @@ class PostgresOptions(ConnectorOptions):
             f"PostgresOptions(dsn=<set>, slot={self.slot!r}, tables={self.tables!r}, "
             f"snapshot={self.snapshot!r}, snapshot_dir={self.snapshot_dir!r}, "
             f"heartbeat_interval={self.heartbeat_interval!r}, plugin={self.plugin!r}, "
-            f"publication={self.publication!r}, stream_buffer_size={self.stream_buffer_size!r})"
+            f"publication={self.publication!r}, stream_buffer_size={self.stream_buffer_size!r}, "
+            f"snapshot_chunk_rows={self.snapshot_chunk_rows!r}, "
+            f"snapshot_parallelism={self.snapshot_parallelism!r})"
         )
 
     @classmethod
@@ -131,12 +141,14 @@ class PostgresOptions(ConnectorOptions):
             dsn=dsn,
             slot=slot,
             tables=options.names("tables", "schema.table names"),
-            snapshot=options.choice("snapshot", ("initial", "never"), "initial"),
+            snapshot=options.choice("snapshot", ("initial", "never", "incremental"), "initial"),
             snapshot_dir=directory,
             heartbeat_interval=options.duration("heartbeatInterval", 60.0, allow_unlimited=True),
             plugin=plugin,
             publication=publication,
             stream_buffer_size=options.size("streamBufferSize", 256 * 1024 * 1024),
+            snapshot_chunk_rows=options.positive_int("snapshotChunkRows", 50_000) or 50_000,
+            snapshot_parallelism=options.positive_int("snapshotParallelism", 2) or 2,
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
@@ -155,6 +167,8 @@ class PostgresOptions(ConnectorOptions):
             plugin=self.plugin,
             publication=self.publication,
             buffer_size=self.stream_buffer_size,
+            chunk_rows=self.snapshot_chunk_rows,
+            parallelism=self.snapshot_parallelism,
         )
         connector.check()
         return connector

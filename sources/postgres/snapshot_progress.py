@@ -30,6 +30,9 @@ class SnapshotProgress:
         tables were never analyzed.
     current_table
         The table being read, if any.
+    chunks_done, chunks_pending
+        ``snapshot=incremental``: chunks emitted, and chunks read or being read but not
+        emitted yet (None for the one-unit snapshot).
     """
 
     tables: int
@@ -37,6 +40,8 @@ class SnapshotProgress:
     rows_read: int
     rows_estimated: int | None
     current_table: str | None
+    chunks_done: int | None = None
+    chunks_pending: int | None = None
 
     @property
     def summary(self) -> str:
@@ -56,6 +61,8 @@ class SnapshotProgress:
             rows += f" of about {self.rows_estimated:,} rows ({share}%)"
         else:
             rows += " rows"
+        if self.chunks_done is not None:
+            rows += f"; {self.chunks_done} chunk(s) done, {self.chunks_pending or 0} in flight"
         return f"{where}, {rows}"
 
     def to_json(self) -> dict[str, Any]:
@@ -66,5 +73,7 @@ class SnapshotProgress:
             "rowsRead": self.rows_read,
             "rowsEstimated": self.rows_estimated,
             "currentTable": self.current_table,
+            "chunksDone": self.chunks_done,
+            "chunksPending": self.chunks_pending,
             "summary": self.summary,
         }

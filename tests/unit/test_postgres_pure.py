@@ -182,8 +182,12 @@ def test_snapshot_progress_in_words_and_json() -> None:
         "rowsRead": 7,
         "rowsEstimated": None,
         "currentTable": None,
+        "chunksDone": None,
+        "chunksPending": None,
         "summary": "2 table(s) done, 7 rows",
     }
+    chunked = SnapshotProgress(1, 0, 4_000, None, "public.k", 4, 2)
+    assert chunked.summary == "table 1 of 1 (public.k), 4,000 rows; 4 chunk(s) done, 2 in flight"
 
 
 def test_truncate_of_a_captured_table_is_carried_as_a_change() -> None:

@@ -1,0 +1,257 @@
+"""The driver's side of the incremental snapshot: which chunks a batch reads and emits.
+
+:class:`ChunkPlanner` runs in the reader process once per batch (and again for a batch re-run
+after a restart, which must give the same partitions). It is told where the batch's stream part
+ends; it answers with the chunks to emit there (with the keys each must leave out), the chunks
+to start reading, and the snapshot state the batch ends at (:mod:`.incremental`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import psycopg
+
+from spark_ckpt.state.storage import Location
+
+from .chunks import next_chunk
+from .incremental import (
+    ChunkEmitPartition,
+    ChunkRead,
+    ChunkReadPartition,
+    IncrementalState,
+    PendingChunk,
+    chunk_files,
+    kept,
+    load_read,
+    spilled_keys,
+)
+from .tables import TableInfo
+from .types import types_json
+from .visibility import dropped_keys
+
+__all__ = ["ChunkPlanner", "ChunkWork", "WindowChange"]
+
+WindowChange = tuple[int, str, str, str | None]
+"""``(xid, table, key text, old key text)`` of one change in a chunk's window."""
+
+
+@dataclass(frozen=True)
+class ChunkWork:
+    """What a batch does for the snapshot.
+
+    Attributes
+    ----------
+    state
+        The snapshot state at the batch's end.
+    emits
+        Partitions emitting chunks, in unit order (each one unit; empty chunks left out).
+    reads
+        Partitions reading chunks.
+    emitted
+        The chunks emitted (for deleting their files once the batch commits).
+    """
+
+    state: IncrementalState
+    emits: list[ChunkEmitPartition]
+    reads: list[ChunkReadPartition]
+    emitted: list[PendingChunk]
+
+    @property
+    def partitions(self) -> list[object]:
+        """Emits first, then reads."""
+        return [*self.emits, *self.reads]
+
+
+class ChunkPlanner:
+    """Plans chunk reads and emissions (driver).
+
+    Parameters
+    ----------
+    dsn
+        For the executors' reads (never printed).
+    source
+        The output's ``source`` value.
+    slot
+        The slot's name (in the chunks' ``txn_id``).
+    tables
+        The captured tables, each with a primary key.
+    directory
+        Where chunks are spilled (``snapshotDir/chunks``).
+    chunk_rows, parallelism
+        Rows per chunk; chunks read at once.
+    connection
+        The driver's SQL connection (to find chunk bounds).
+    window
+        ``(since, upto) -> changes``: the stream's changes of transactions committing in
+        ``[since, upto)``, read again from the slot.
+    column_types
+        Add ``column_types`` to emitted rows.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        source: str,
+        slot: str,
+        tables: Sequence[TableInfo],
+        directory: Location,
+        chunk_rows: int,
+        parallelism: int,
+        connection: Callable[[], psycopg.Connection[Any]],
+        window: Callable[[int, int], list[WindowChange]],
+        column_types: bool = False,
+    ) -> None:
+        self.dsn = dsn
+        self.source = source
+        self.slot = slot
+        self.tables = list(tables)
+        self.directory = directory
+        self.chunk_rows = chunk_rows
+        self.parallelism = parallelism
+        self.connection = connection
+        self.window = window
+        self.column_types = column_types
+
+    def _table(self, name: str) -> TableInfo:
+        return next(t for t in self.tables if t.name == name)
+
+    def emittable(
+        self, state: IncrementalState, position: int
+    ) -> list[tuple[PendingChunk, ChunkRead]]:
+        """The pending chunks already read whose high watermark is at or before ``position``."""
+        found = []
+        for chunk in state.pending:
+            read = load_read(self.directory, chunk)
+            if read is not None and read.snapshot.high_watermark <= position:
+                found.append((chunk, read))
+        return found
+
+    def highest_watermark(self, state: IncrementalState) -> int | None:
+        """The highest high watermark among the pending chunks already read (None: none)."""
+        marks = [
+            read.snapshot.high_watermark
+            for chunk in state.pending
+            if (read := load_read(self.directory, chunk)) is not None
+        ]
+        return max(marks, default=None)
+
+    def plan(
+        self,
+        state: IncrementalState,
+        start_lsn: int,
+        position: int,
+        checkpoint: int,
+        first_order: int,
+    ) -> ChunkWork:
+        """A new batch's snapshot work, its stream part ending at ``position`` (driver)."""
+        ready = self.emittable(state, position)
+        emits, rereads, emitted, rows = self._emits(ready, position, first_order)
+        # A chunk whose read left nothing (its spill was lost) is read again.
+        rereads += [c for c in state.pending if load_read(self.directory, c) is None]
+        remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
+        restarted = tuple(replace(c, since=start_lsn, read_in=checkpoint) for c in rereads)
+        state = replace(
+            state,
+            pending=remaining + restarted,
+            chunks_done=state.chunks_done + len(emitted),
+            rows_done=state.rows_done + rows,
+        )
+        state = self._plan_reads(state, start_lsn, checkpoint)
+        reads = [self._read(c) for c in state.pending if c.read_in == checkpoint]
+        return ChunkWork(state, emits, reads, emitted)
+
+    def replan(
+        self,
+        start: IncrementalState,
+        end: IncrementalState,
+        position: int,
+        checkpoint: int,
+        first_order: int,
+    ) -> ChunkWork:
+        """The partitions of a logged batch again, from its start and end states (driver)."""
+        names = {c.name for c in end.pending}
+        gone = [c for c in start.pending if c.name not in names]
+        ready = []
+        for chunk in gone:
+            read = load_read(self.directory, chunk)
+            if read is None:
+                raise FileNotFoundError(chunk_files(self.directory, chunk)[1].url)
+            ready.append((chunk, read))
+        emits, _, emitted, _ = self._emits(ready, position, first_order, check_racing=False)
+        reads = [self._read(c) for c in end.pending if c.read_in == checkpoint]
+        return ChunkWork(end, emits, reads, emitted)
+
+    def _emits(
+        self,
+        ready: list[tuple[PendingChunk, ChunkRead]],
+        position: int,
+        first_order: int,
+        check_racing: bool = True,
+    ) -> tuple[list[ChunkEmitPartition], list[PendingChunk], list[PendingChunk], int]:
+        if not ready:
+            return [], [], [], 0
+        since = min(chunk.since for chunk, _ in ready)
+        changes = self.window(since, position)
+        emits: list[ChunkEmitPartition] = []
+        rereads: list[PendingChunk] = []
+        emitted: list[PendingChunk] = []
+        total = 0
+        for chunk, read in ready:
+            mine = [
+                (xid, key, old) for xid, table, key, old in changes if table == chunk.bounds.table
+            ]
+            window_xids = {xid for xid, *_ in changes}
+            if check_racing and not set(read.racing) <= window_xids:
+                # A transaction committed before the window yet unseen by the read (a stalled
+                # synchronous commit): the window cannot say what it changed. Read again.
+                rereads.append(chunk)
+                continue
+            dropped = dropped_keys(read.snapshot, mine)
+            rows_file = chunk_files(self.directory, chunk)[0]
+            size = int(kept(spilled_keys(rows_file), dropped).true_count)
+            emitted.append(chunk)
+            total += size
+            if size == 0:
+                continue
+            table = self._table(chunk.bounds.table)
+            emits.append(
+                ChunkEmitPartition(
+                    self.source,
+                    rows_file,
+                    dropped,
+                    size,
+                    f"snapshot:{self.slot}:{chunk.name}",
+                    first_order + len(emits),
+                    read.read_at_us,
+                    table.name,
+                    types_json(table.columns) if self.column_types else None,
+                )
+            )
+        return emits, rereads, emitted, total
+
+    def _plan_reads(
+        self, state: IncrementalState, start_lsn: int, checkpoint: int
+    ) -> IncrementalState:
+        """Plan new chunks until ``parallelism`` are pending or every table is planned."""
+        pending = list(state.pending)
+        while len(pending) < self.parallelism and not state.planning_done(len(self.tables)):
+            table = self.tables[state.table]
+            bounds = next_chunk(self.connection(), table, state.index, state.after, self.chunk_rows)
+            pending.append(PendingChunk(bounds, start_lsn, checkpoint))
+            if bounds.upto is None:  # the table's last chunk
+                state = replace(state, table=state.table + 1, after=None, index=0)
+            else:
+                state = replace(state, after=bounds.upto, index=state.index + 1)
+        return replace(state, pending=tuple(pending))
+
+    def _read(self, chunk: PendingChunk) -> ChunkReadPartition:
+        return ChunkReadPartition(self.dsn, self._table(chunk.bounds.table), chunk, self.directory)
+
+    def discard(self, chunks: Sequence[PendingChunk]) -> None:
+        """Delete emitted chunks' files (driver, once their batch committed)."""
+        for chunk in chunks:
+            for location in chunk_files(self.directory, chunk):
+                location.delete()
