@@ -32,6 +32,7 @@ import pyarrow.ipc
 
 from spark_ckpt.errors import ChangeDecodeError, SourcePathError, StorageError
 from spark_ckpt.state.storage import Location
+from spark_ckpt.testing.faults import crash_point
 
 from ..schema import change_batch, with_types
 from .chunks import ChunkBounds, read_chunk
@@ -245,6 +246,7 @@ def run_chunk_read(partition: ChunkReadPartition) -> None:
     again overwrites both.
     """
     rows = read_chunk(partition.dsn, partition.table, partition.chunk.bounds)
+    crash_point("during_chunk_read", partition.chunk.bounds.index)
     rows_file, read_file = chunk_files(partition.directory, partition.chunk)
     batch = pa.record_batch(
         [pa.array(rows.keys, pa.string()), pa.array(rows.afters, pa.string())],

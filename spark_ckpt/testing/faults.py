@@ -29,6 +29,7 @@ POINTS = (
     "during_publish",  # N's Delta version is written; the publisher has not returned
     "during_abort",  # a re-run is deleting an aborted attempt's files (one is gone)
     "during_snapshot",  # postgres: N+1 tables of the snapshot are spilled, the rest not ("batch" N)
+    "during_chunk_read",  # postgres incremental: chunk N of a table is read, not yet spilled
     "after_mirror_plan",  # mirror mode: N's folded changes are staged; no manifest yet
     "during_mirror",  # mirror mode: a mirror table holds N, the index and the change log not yet
 )
