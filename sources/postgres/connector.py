@@ -380,6 +380,17 @@ class PostgresConnector(ChangeConnector):
         restored = PgOffset.from_json(offset)
         if restored.phase == "snapshot":
             return  # the snapshot is (re)taken: nothing was read yet
+        if restored.incremental is not None:
+            state = restored.incremental
+            _log.info(
+                "postgres slot %s resumes its incremental snapshot: %d chunk(s) (%d rows) "
+                "emitted before are not read again; %d pending chunk(s) are emitted from their "
+                "spill or read again",
+                self.slot_name,
+                state.chunks_done,
+                state.rows_done,
+                len(state.pending),
+            )
         info = self.slot.info()
         if info is None:
             raise RestoreError(
@@ -517,6 +528,12 @@ class PostgresConnector(ChangeConnector):
             checkpoint, start.emitted + len(taken) + len(work.emits), "stream", end_lsn, state
         )
         self._emitted_chunks[_offset_key(end.to_json())] = work.emitted
+        if work.emitted:
+            _log.info(
+                "postgres incremental snapshot of slot %s: %s",
+                self.slot_name,
+                self._incremental_progress(work.state).summary,
+            )
         stream = self._stream_partitions(taken, start.emitted) if taken else []
         return PlannedBatch(end.to_json(), [*stream, *work.partitions])
 
@@ -525,13 +542,15 @@ class PostgresConnector(ChangeConnector):
         _, txns, store = self._read(upto, None, since)
         keys = {t.name: t.key_in_column_order for t in self._tables}
         found: list[WindowChange] = []
+        read: tuple[Chunk, tuple[pa.Array, pa.Array | None]] | None = None
         try:
             for txn in txns:
                 if txn.delivered or not txn.size:
                     continue
-                for span in store.spans(txn.first, txn.size):
-                    chunk, offset, count = span
-                    texts, relation_of = chunk.read()
+                for chunk, offset, count in store.spans(txn.first, txn.size):
+                    if read is None or read[0] is not chunk:
+                        read = (chunk, chunk.read())  # consecutive transactions share chunks
+                    texts, relation_of = read[1]
                     for i in range(offset, offset + count):
                         data = texts[i].as_py()
                         if relation_of is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from spark_ckpt.errors import RestoreError
 from spark_ckpt.state.storage import Location
 
 from .chunks import next_chunk
@@ -129,15 +130,6 @@ class ChunkPlanner:
                 found.append((chunk, read))
         return found
 
-    def highest_watermark(self, state: IncrementalState) -> int | None:
-        """The highest high watermark among the pending chunks already read (None: none)."""
-        marks = [
-            read.snapshot.high_watermark
-            for chunk in state.pending
-            if (read := load_read(self.directory, chunk)) is not None
-        ]
-        return max(marks, default=None)
-
     def plan(
         self,
         state: IncrementalState,
@@ -178,7 +170,12 @@ class ChunkPlanner:
         for chunk in gone:
             read = load_read(self.directory, chunk)
             if read is None:
-                raise FileNotFoundError(chunk_files(self.directory, chunk)[1].url)
+                raise RestoreError(
+                    f"the logged batch {checkpoint} emits snapshot chunk {chunk.name}, but its "
+                    f"spilled rows are gone from {self.directory.url}: the batch cannot be run "
+                    f"again as logged. Keep option snapshotDir on storage that outlives the "
+                    f"driver, or start over with a new checkpointLocation and slot"
+                )
             ready.append((chunk, read))
         emits, _, emitted, _ = self._emits(ready, position, first_order, check_racing=False)
         reads = [self._read(c) for c in end.pending if c.read_in == checkpoint]
