@@ -67,11 +67,16 @@ def drive(dsn: str, table: str, checkpoint: str, spill: str, plugin: str, chunk_
 
 
 class Workload(threading.Thread):
-    """Random transactions on ``big`` until stopped: updates, inserts, deletes, key moves."""
+    """Random transactions on ``table`` until stopped: updates, inserts, deletes, key moves.
 
-    def __init__(self, dsn: str, rows: int, seed: int) -> None:
+    ``table`` has columns ``(id, v text, n int)`` and ids 1..``rows``; new ids count up from
+    there, so inserts and key moves never collide.
+    """
+
+    def __init__(self, dsn: str, rows: int, seed: int, table: str = "big") -> None:
         super().__init__(daemon=True)
         self.dsn, self.rows, self.rng = dsn, rows, random.Random(seed)
+        self.table = table
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.transactions = 0
@@ -79,7 +84,15 @@ class Workload(threading.Thread):
     def run(self) -> None:
         """Write until :attr:`stop_event` is set."""
         import psycopg
+        from psycopg import sql
 
+        def statement(text: str) -> sql.Composed:
+            return sql.SQL(text).format(sql.Identifier(self.table))
+
+        update = statement("UPDATE {} SET n = n + 1, v = md5(v) WHERE id = %s")
+        insert = statement("INSERT INTO {} VALUES (%s, 'new', 0)")
+        delete = statement("DELETE FROM {} WHERE id = %s")
+        move = statement("UPDATE {} SET id = %s WHERE id = %s")  # to another chunk
         try:
             next_id = self.rows + 1
             with psycopg.connect(self.dsn) as conn:
@@ -89,20 +102,18 @@ class Workload(threading.Thread):
                             key = self.rng.randint(1, next_id)
                             kind = self.rng.random()
                             if kind < 0.5:
-                                conn.execute(
-                                    "UPDATE big SET n = n + 1, v = md5(v) WHERE id = %s", (key,)
-                                )
+                                conn.execute(update, (key,))
                             elif kind < 0.7:
-                                conn.execute("INSERT INTO big VALUES (%s, 'new', 0)", (next_id,))
+                                conn.execute(insert, (next_id,))
                                 next_id += 1
                             elif kind < 0.85:
-                                conn.execute("DELETE FROM big WHERE id = %s", (key,))
+                                conn.execute(delete, (key,))
                             else:
-                                conn.execute("UPDATE big SET id = %s WHERE id = %s", (next_id, key))
+                                conn.execute(move, (next_id, key))
                                 next_id += 1
                     self.transactions += 1
                     time.sleep(0.01)
-        except BaseException as e:  # reported by run_scenario
+        except BaseException as e:  # reported by whoever started it
             self.error = e
 
 

@@ -196,11 +196,11 @@ class ChunkPlanner:
         rereads: list[PendingChunk] = []
         emitted: list[PendingChunk] = []
         total = 0
+        window_xids = {xid for xid, *_ in changes}
         for chunk, read in ready:
             mine = [
                 (xid, key, old) for xid, table, key, old in changes if table == chunk.bounds.table
             ]
-            window_xids = {xid for xid, *_ in changes}
             if check_racing and not set(read.racing) <= window_xids:
                 # A transaction committed before the window yet unseen by the read (a stalled
                 # synchronous commit): the window cannot say what it changed. Read again.

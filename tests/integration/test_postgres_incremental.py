@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import random
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from conftest import wait_until
+from pg_incremental_crash import Workload
 
 import spark_ckpt
 
@@ -18,46 +17,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROWS = 12_000
-
-
-class Writer(threading.Thread):
-    """Random single- and multi-row transactions on ``inc``: updates, inserts, deletes, moves."""
-
-    def __init__(self, dsn: str, seed: int, seconds: float) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.rng, self.seconds = dsn, random.Random(seed), seconds
-        self.error: BaseException | None = None
-        self.transactions = 0
-
-    def run(self) -> None:
-        try:
-            deadline = time.monotonic() + self.seconds
-            with psycopg.connect(self.dsn) as conn:
-                next_id = ROWS + 1
-                while time.monotonic() < deadline:
-                    with conn.transaction():
-                        for _ in range(self.rng.randint(1, 4)):
-                            key = self.rng.randint(1, next_id)
-                            kind = self.rng.random()
-                            if kind < 0.5:
-                                conn.execute(
-                                    "UPDATE inc SET n = n + 1, v = md5(v) WHERE id = %s", (key,)
-                                )
-                            elif kind < 0.7:
-                                conn.execute(
-                                    "INSERT INTO inc VALUES (%s, 'new', 0) ON CONFLICT DO NOTHING",
-                                    (next_id,),
-                                )
-                                next_id += 1
-                            elif kind < 0.85:
-                                conn.execute("DELETE FROM inc WHERE id = %s", (key,))
-                            else:  # a key update: the row moves to another chunk
-                                conn.execute("UPDATE inc SET id = %s WHERE id = %s", (next_id, key))
-                                next_id += 1
-                    self.transactions += 1
-                    time.sleep(0.005)
-        except BaseException as e:  # surfaced by the test
-            self.error = e
 
 
 def incremental_query(
@@ -118,8 +77,9 @@ def test_an_incremental_snapshot_with_a_live_workload_and_a_restart_is_exact(
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE inc (id int PRIMARY KEY, v text, n int)")
         conn.execute(f"INSERT INTO inc SELECT g, md5(g::text), 0 FROM generate_series(1, {ROWS}) g")
-    writer = Writer(pg_dsn, seed=3, seconds=25)
+    writer = Workload(pg_dsn, ROWS, seed=3, table="inc")
     writer.start()
+    threading.Timer(25, writer.stop_event.set).start()
     table = str(tmp_path / "table")
     processing = {"processingTime": "300 milliseconds"}
     query = incremental_query(spark, pg_dsn, tmp_path, pg_plugin, processing)
