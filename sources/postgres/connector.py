@@ -1,21 +1,26 @@
-"""The ``postgres`` connector: PostgreSQL logical decoding (wal2json) through a replication slot.
+"""The ``postgres`` connector: PostgreSQL logical decoding (wal2json or pgoutput) through a slot.
 
 Offsets (JSON, stable key order)::
 
     {"v": 1, "checkpoint": k, "emitted": n,
-     "phase": "snapshot" | "stream", "lsn": "0/16B3748" | null}
+     "phase": "snapshot" | "stream", "lsn": "0/16B3748" | null,
+     "snapshot": {...}}  # only while a snapshot=incremental runs (.incremental)
 
 ``phase=snapshot`` is the start of a query with ``snapshot=initial``: the first batch is the whole
 snapshot (one unit, ``op='r'``, ``txn_order`` 0), and it ends at ``phase=stream`` with
 ``lsn=null``, "from the slot's consistent point", so that a snapshot redone after a failed first
 batch (with a new slot) still fits the logged offset. In the stream phase ``lsn`` is the end of the
 last emitted transaction's commit record: the batch after it starts with the next transaction.
+With ``snapshot=incremental`` the offset also says which chunks are done and pending
+(:class:`~.incremental.IncrementalState`); chunks are units of their own, after a batch's
+transactions.
 
 Reading is replayable because changes are only *peeked*: the slot is confirmed
 (``pg_replication_slot_advance``) in :meth:`PostgresConnector.commit`, when Spark has committed
-the offset. Decoded transactions are cached in the reader process and handed to executors inside
-the partitions (Arrow IPC), so each change is decoded about once; a re-run after a restart peeks
-the logged range again. Transactions are whole units: a cut is always available between them.
+the offset. Peeked changes are kept in the reader process as compressed chunks, spilled beyond a
+bound (:mod:`.change_store`), and handed to executors inside the partitions, so each change is
+decoded about once; a re-run after a restart peeks the logged range again. Transactions are whole
+units: a cut is always available between them.
 """
 
 from __future__ import annotations
