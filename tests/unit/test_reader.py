@@ -199,3 +199,48 @@ def test_restarted_reader_refuses_a_log_truncated_behind_the_offset(tmp_path: Pa
     write(log, "0002.jsonl", txn("c", 1))
     with pytest.raises(RestoreError, match="the file is gone"):
         make_reader(options(log)).partitions(end, end)
+
+
+def test_an_idle_batch_moves_the_position_and_carries_its_work(tmp_path: Path) -> None:
+    """Plan.idle: no unit, yet a batch (a heartbeat, or chunk reads) with its partitions.
+
+    The connector's status is reported with every trigger.
+    """
+    from spark_ckpt.sources.connector import ChangeConnector, Plan, PlannedBatch
+    from spark_ckpt.sources.options import SourceOptions
+    from spark_ckpt.sources.reader import TxnCdcStreamReader
+
+    class Idle(ChangeConnector):
+        name = "idle"
+
+        def initial_offset(self) -> dict[str, Any]:
+            return {"v": 1, "checkpoint": -1, "emitted": 0}
+
+        def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
+            end = {**start, "checkpoint": start["checkpoint"] + 1, "moved": True}
+            return Plan([], None, 0, PlannedBatch(end, ["read a chunk"]))
+
+        def availability(self, cut: Cut) -> SnapshotAvailability:
+            raise AssertionError("no unit: nothing to ask about")
+
+        def batch(self, cut: Cut, checkpoint_id: int) -> Any:
+            raise AssertionError("no unit: no cut")
+
+        def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+            raise AssertionError("the planned batch is used")
+
+        def read(self, partition: object) -> Any:
+            return iter(())
+
+        def status(self) -> dict[str, Any]:
+            return {"lagBytes": 7}
+
+    write(tmp_path / "log", "0001.jsonl", [])
+    reader = TxnCdcStreamReader(SourceOptions.parse(options(tmp_path / "log")), Idle())
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"v": 1, "checkpoint": 0, "emitted": 0, "moved": True}
+    assert [p.value for p in reader.partitions(start, end)] == ["read a chunk"]
+    report = reader.reportLatestOffset()
+    assert report["status"] == {"lagBytes": 7}
+    assert report["decline"] is None
