@@ -38,13 +38,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.ipc
 
 from spark_ckpt.errors import (
-    ChangeDecodeError,
     ReplicationSlotError,
     RestoreError,
     SourcePathError,
@@ -59,7 +57,7 @@ from ..gate import Cut
 from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
 from ..schema import change_batch, json_text, with_types
-from .change_store import ChangeStore, Chunk, Span
+from .change_store import ChangeStore, Chunk
 from .chunks import require_key
 from .connect import connect, redact_dsn, scrub
 from .incremental import (
@@ -81,10 +79,10 @@ from .publication import ensure_publication
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
 from .snapshot import SnapshotManifest, SnapshotSpill, SnapshotTask, estimated_rows
 from .snapshot_progress import SnapshotProgress
+from .stream_partitions import PgStreamPartition, Piece, chunk_spans, fill_partitions, stream_rows
 from .tables import TableInfo, describe_tables
 from .types import types_json
 from .wal2json import PgTransaction, decode_change, decode_transactions
-from .wal2json_arrow import ChangeColumns, decode_changes, decode_column_types
 
 __all__ = ["PostgresConnector"]
 
@@ -138,28 +136,6 @@ class PgOffset:
             None if lsn is None else parse_lsn(str(lsn)),
             None if incremental is None else IncrementalState.from_json(incremental),
         )
-
-
-Piece = tuple[int, int, int | None, int, int, int]
-"""``(xid, txn_order, commit_ts_us, transaction size, first event index, changes)``: a
-transaction, or the part of a large one, in a partition."""
-
-
-@dataclass(frozen=True)
-class PgStreamPartition:
-    """Transactions (or parts of large ones) as peeked, and the chunks holding their changes.
-
-    The driver only found the boundaries; executors decode the changes (in parallel), one chunk
-    at a time (:mod:`.change_store`). A transaction larger than ``changes_per_partition`` is
-    split across partitions of its batch, each part saying where it starts (its first event
-    index), so no task holds more than a partition's worth of it.
-    """
-
-    source: str
-    pieces: tuple[Piece, ...]
-    spans: tuple[Span, ...]
-    relations: tuple[Relation, ...] = ()
-    """pgoutput: the relations the changes' indexes refer to (empty for wal2json)."""
 
 
 @dataclass(frozen=True)
@@ -866,8 +842,8 @@ class PostgresConnector(ChangeConnector):
                 for start in range(0, t.size, limit):
                     count = min(limit, t.size - start)
                     pieces.append((t, (t.xid, order, t.commit_ts_us, t.size, start, count)))
-            for part in _fill(pieces, limit):
-                spans = _spans(part)
+            for part in fill_partitions(pieces, limit):
+                spans = chunk_spans(part)
                 partitions.append(
                     PgStreamPartition(self.source, tuple(p for _, p in part), spans, relations)
                 )
@@ -926,7 +902,7 @@ class PostgresConnector(ChangeConnector):
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:
         """Yield a partition's rows (executor, per task), with ``column_types`` if asked."""
         if isinstance(partition, PgStreamPartition):
-            yield from _stream_rows(partition, self.column_types)
+            yield from stream_rows(partition, self.column_types)
             return
         if isinstance(partition, ChunkReadPartition):
             run_chunk_read(partition)  # its rows come in a later batch
@@ -982,114 +958,6 @@ def _pgoutput_keys(
     """``(table, op, key text, before image)`` of one pgoutput change (driver, windows)."""
     table, op, key, before, _ = render_pgoutput(data, relation)
     return table, op, key, None if before is None else json.loads(before)
-
-
-def _fill(
-    pieces: list[tuple[PgTransaction, Piece]], limit: int
-) -> Iterator[list[tuple[PgTransaction, Piece]]]:
-    """Group consecutive pieces into partitions of at most ``limit`` changes (whole pieces)."""
-    part: list[tuple[PgTransaction, Piece]] = []
-    changes = 0
-    for item in pieces:
-        count = item[1][5]
-        if part and changes + count > limit:
-            yield part
-            part, changes = [], 0
-        part.append(item)
-        changes += count
-    if part:
-        yield part
-
-
-def _spans(part: list[tuple[PgTransaction, Piece]]) -> tuple[Span, ...]:
-    """The chunk parts holding a partition's pieces, consecutive positions merged (driver)."""
-    ranges: list[tuple[ChangeStore, int, int]] = []
-    for txn, piece in part:
-        assert txn.store is not None
-        first, count = txn.first + piece[4], piece[5]
-        if ranges and ranges[-1][0] is txn.store and ranges[-1][1] + ranges[-1][2] == first:
-            store, start, length = ranges[-1]
-            ranges[-1] = (store, start, length + count)
-        else:
-            ranges.append((txn.store, first, count))
-    return tuple(span for store, first, count in ranges for span in store.spans(first, count))
-
-
-def _stream_rows(
-    partition: PgStreamPartition, column_types: bool = False
-) -> Iterator[pa.RecordBatch]:
-    """A partition's changes as record batches, decoded column-wise (executor, per task).
-
-    Decoded one chunk span at a time (at most :data:`.change_store.CHUNK_CHANGES` changes),
-    whatever the transactions' sizes, so memory stays bounded.
-    """
-    pieces = partition.pieces
-    sizes = np.fromiter((p[5] for p in pieces), dtype=np.int64, count=len(pieces))
-    firsts = np.fromiter((p[4] for p in pieces), dtype=np.int64, count=len(pieces))
-    total = int(sizes.sum())
-    stored = sum(n for _, _, n in partition.spans)
-    if total != stored:
-        raise ChangeDecodeError(f"a partition holds {stored} changes, its transactions {total}")
-    # Per-change values of its piece; event_index counts from the piece's first event.
-    owner = np.repeat(np.arange(len(pieces)), sizes)
-    within = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    event_index = (within + np.repeat(firsts, sizes)).astype(np.int32)
-    txn_ids = pa.array([str(p[0]) for p in pieces], pa.string())
-    orders = pa.array([p[1] for p in pieces], pa.int64())
-    commit_ts = pa.array([p[2] for p in pieces], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    txn_sizes = pa.array([p[3] for p in pieces], pa.int32())
-    source = pa.array([partition.source], pa.string())
-    first = 0
-    read: tuple[Chunk, tuple[pa.Array, pa.Array | None]] | None = None
-    for chunk, offset, count in partition.spans:
-        if read is None or read[0] is not chunk:
-            read = (chunk, chunk.read())  # a chunk several spans share is read once in a row
-        texts, relation_of = read[1]
-        piece = texts.slice(offset, count)
-        if relation_of is None:
-            changes = decode_changes(piece)
-            types = decode_column_types(piece) if column_types else None
-        else:
-            indexes = relation_of.slice(offset, count)
-            changes = _render_pgoutput(piece, indexes, partition.relations)
-            types = _pgoutput_types(indexes, partition.relations) if column_types else None
-        of = pa.array(owner[first : first + count])
-        batch = change_batch(
-            source=source.take(np.zeros(count, dtype=np.int32)),
-            txn_id=txn_ids.take(of),
-            txn_order=orders.take(of),
-            txn_size=txn_sizes.take(of),
-            event_index=pa.array(event_index[first : first + count]),
-            commit_ts=commit_ts.take(of),
-            table=changes.table,
-            op=changes.op,
-            key=changes.key,
-            before=changes.before,
-            after=changes.after,
-        )
-        yield batch if types is None else with_types(batch, types)
-        first += count
-
-
-def _render_pgoutput(
-    messages: pa.Array, indexes: pa.Array, relations: tuple[Relation, ...]
-) -> ChangeColumns:
-    """Pgoutput change messages -> the output's text columns (executor, per chunk)."""
-    rendered = [
-        render_pgoutput(data, relations[index])
-        for data, index in zip(
-            messages.to_pylist(), indexes.to_numpy(zero_copy_only=False).tolist(), strict=True
-        )
-    ]
-    columns = list(zip(*rendered, strict=True)) if rendered else [()] * 5
-    table, op, key, before, after = (pa.array(list(c), pa.string()) for c in columns)
-    return ChangeColumns(table, op, key, before, after, fallback_rows=len(rendered))
-
-
-def _pgoutput_types(indexes: pa.Array, relations: tuple[Relation, ...]) -> pa.Array:
-    """``column_types`` per change: its relation's columns (executor, per chunk)."""
-    texts = pa.array([types_json(relation.columns) for relation in relations], pa.string())
-    return texts.take(indexes)
 
 
 def _open_spill(spilled_file: Location) -> pa.NativeFile:

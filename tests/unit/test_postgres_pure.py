@@ -330,7 +330,7 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     transaction boundaries); each row keeps its transaction's fields and its event index counts
     through the whole transaction.
     """
-    from spark_ckpt.sources.postgres import change_store
+    from spark_ckpt.sources.postgres import change_store, stream_partitions
     from spark_ckpt.sources.postgres import connector as postgres
     from spark_ckpt.sources.postgres.wal2json import PgTransaction
     from spark_ckpt.state.storage import Location
@@ -356,7 +356,9 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
         [(700, 10, 4, 3)],
         [(701, 11, 0, 1), (702, 12, 0, 2)],
     ]
-    rows = [r for part in partitions for b in postgres._stream_rows(part) for r in b.to_pylist()]  # type: ignore[arg-type]
+    rows = [
+        r for part in partitions for b in stream_partitions.stream_rows(part) for r in b.to_pylist()
+    ]  # type: ignore[arg-type]
     assert [(r["txn_id"], r["txn_order"], r["txn_size"], r["event_index"]) for r in rows] == [
         *(("700", 10, 7, i) for i in range(7)),
         ("701", 11, 1, 0),
@@ -366,8 +368,10 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     assert [r["key"] for r in rows] == [f'{{"id":{i}}}' for i in range(10)]
     assert rows[7]["commit_ts"] is None
     assert rows[9]["commit_ts"].timestamp() == 2.0
-    broken = postgres.PgStreamPartition("postgres:s", ((1, 1, None, 9, 0, 9),), partitions[0].spans)  # type: ignore[attr-defined]
+    broken = stream_partitions.PgStreamPartition(
+        "postgres:s", ((1, 1, None, 9, 0, 9),), partitions[0].spans
+    )  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="holds 4 changes, its transactions 9"):
-        list(postgres._stream_rows(broken))
+        list(stream_partitions.stream_rows(broken))
     store.discard()
     assert list((tmp_path / "stream").iterdir()) == []
