@@ -575,8 +575,9 @@ class PostgresConnector(ChangeConnector):
 
     def _peek(self, lsn: int, max_changes: int | None) -> None:
         rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
-        # Read before the peek: a peek that returns everything covers the WAL up to here.
-        insert_lsn = self._insert_lsn()
+        # Read before the peek: a peek that returns everything covers the WAL up to here. Only
+        # the incremental snapshot places chunks by it; other queries skip the round trip.
+        insert_lsn = self._insert_lsn() if self.snapshot == "incremental" else None
         rows, txns, store = self._read(self._target, rows_wanted, lsn)
         if self._store is not None:
             self._retired.append(self._store)  # a planned batch may still read it
@@ -585,7 +586,9 @@ class PostgresConnector(ChangeConnector):
         # A short peek read everything the server had (up to the availableNow target).
         exhausted = rows_wanted is None or rows < rows_wanted
         self._cache_complete_to = lsn if exhausted else None
-        reach = insert_lsn if self._target is None else min(insert_lsn, self._target)
+        reach = insert_lsn
+        if reach is not None and self._target is not None:
+            reach = min(reach, self._target)
         self._complete_lsn = reach if exhausted else None
 
     def _read(

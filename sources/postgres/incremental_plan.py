@@ -119,17 +119,6 @@ class ChunkPlanner:
     def _table(self, name: str) -> TableInfo:
         return next(t for t in self.tables if t.name == name)
 
-    def emittable(
-        self, state: IncrementalState, position: int
-    ) -> list[tuple[PendingChunk, ChunkRead]]:
-        """The pending chunks already read whose high watermark is at or before ``position``."""
-        found = []
-        for chunk in state.pending:
-            read = load_read(self.directory, chunk)
-            if read is not None and read.snapshot.high_watermark <= position:
-                found.append((chunk, read))
-        return found
-
     def plan(
         self,
         state: IncrementalState,
@@ -139,10 +128,16 @@ class ChunkPlanner:
         first_order: int,
     ) -> ChunkWork:
         """A new batch's snapshot work, its stream part ending at ``position`` (driver)."""
-        ready = self.emittable(state, position)
+        reads = {c: load_read(self.directory, c) for c in state.pending}  # once per chunk
+        # Emittable: read, and the stream is past its high watermark.
+        ready = [
+            (c, read)
+            for c, read in reads.items()
+            if read is not None and read.snapshot.high_watermark <= position
+        ]
         emits, rereads, emitted, rows = self._emits(ready, position, first_order)
         # A chunk whose read left nothing (its spill was lost) is read again.
-        rereads += [c for c in state.pending if load_read(self.directory, c) is None]
+        rereads += [c for c, read in reads.items() if read is None]
         remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
         restarted = tuple(replace(c, since=start_lsn, read_in=checkpoint) for c in rereads)
         state = replace(
@@ -152,8 +147,8 @@ class ChunkPlanner:
             rows_done=state.rows_done + rows,
         )
         state = self._plan_reads(state, start_lsn, checkpoint)
-        reads = [self._read(c) for c in state.pending if c.read_in == checkpoint]
-        return ChunkWork(state, emits, reads, emitted)
+        to_read = [self._read(c) for c in state.pending if c.read_in == checkpoint]
+        return ChunkWork(state, emits, to_read, emitted)
 
     def replan(
         self,

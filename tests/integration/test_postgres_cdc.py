@@ -219,10 +219,20 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
 
 
 def plain_query(
-    spark: SparkSession, dsn: str, tmp_path: Path, slot: str, tables: str, plugin: str
+    spark: SparkSession,
+    dsn: str,
+    tmp_path: Path,
+    slot: str,
+    tables: str,
+    plugin: str,
+    trigger: dict[str, Any] | None = None,
+    **options: str,
 ) -> Any:
-    """An unsupervised availableNow postgres -> delta-2pc query on tmp_path's checkpoint."""
-    return (
+    """An unsupervised postgres -> delta-2pc query on tmp_path's checkpoint.
+
+    ``trigger`` defaults to ``availableNow``; ``options`` are more source options.
+    """
+    reader = (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
         .option("plugin", plugin)
@@ -230,11 +240,15 @@ def plain_query(
         .option("slot", slot)
         .option("tables", tables)
         .option("snapshotDir", str(tmp_path / "spill"))
-        .load()
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (
+        reader.load()
         .writeStream.format("delta-2pc")
         .option("path", str(tmp_path / "table"))
         .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
+        .trigger(**(trigger or {"availableNow": True}))
         .start()
     )
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from conftest import wait_until
 from pg_incremental_crash import Workload
+from test_postgres_cdc import plain_query
 
 import spark_ckpt
 
@@ -22,24 +23,18 @@ ROWS = 12_000
 def incremental_query(
     spark: SparkSession, dsn: str, tmp_path: Path, plugin: str, trigger: dict[str, Any]
 ) -> Any:
-    return (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "postgres")
-        .option("plugin", plugin)
-        .option("dsn", dsn)
-        .option("slot", "cdc_incremental")
-        .option("tables", "public.inc")
-        .option("snapshot", "incremental")
-        .option("snapshotChunkRows", "1000")
-        .option("snapshotParallelism", "2")
-        .option("maxChangesPerTrigger", "500")
-        .option("snapshotDir", str(tmp_path / "spill"))
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("path", str(tmp_path / "table"))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(**trigger)
-        .start()
+    return plain_query(
+        spark,
+        dsn,
+        tmp_path,
+        "cdc_incremental",
+        "public.inc",
+        plugin,
+        trigger,
+        snapshot="incremental",
+        snapshotChunkRows="1000",
+        snapshotParallelism="2",
+        maxChangesPerTrigger="500",
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from test_postgres_cdc import run_to_end, sql
+from test_postgres_cdc import plain_query, run_to_end, sql
 
 import spark_ckpt
 
@@ -17,23 +17,16 @@ ROWS = 40_000
 
 def bounded_query(spark: SparkSession, dsn: str, tmp_path: Path, plugin: str) -> Any:
     """availableNow, snapshot=never, a 64 kB driver buffer and partitions of 5,000 changes."""
-    return (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "postgres")
-        .option("plugin", plugin)
-        .option("dsn", dsn)
-        .option("slot", "cdc_large")
-        .option("tables", "public.big")
-        .option("snapshot", "never")
-        .option("snapshotDir", str(tmp_path / "spill"))
-        .option("streamBufferSize", "64k")
-        .option("changesPerPartition", "5000")
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("path", str(tmp_path / "table"))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    return plain_query(
+        spark,
+        dsn,
+        tmp_path,
+        "cdc_large",
+        "public.big",
+        plugin,
+        snapshot="never",
+        streamBufferSize="64k",
+        changesPerPartition="5000",
     )
 
 

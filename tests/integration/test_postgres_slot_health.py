@@ -23,25 +23,8 @@ def stream_query(
     spark: SparkSession, dsn: str, tmp_path: Path, slot: str, plugin: str, **options: str
 ) -> Any:
     """A plain postgres -> delta-2pc query on public.k with a short processing-time trigger."""
-    reader = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "postgres")
-        .option("plugin", plugin)
-        .option("dsn", dsn)
-        .option("slot", slot)
-        .option("tables", "public.k")
-        .option("snapshotDir", str(tmp_path / "spill"))
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return (
-        reader.load()
-        .writeStream.format("delta-2pc")
-        .option("path", str(tmp_path / "table"))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    trigger = {"processingTime": "200 milliseconds"}
+    return plain_query(spark, dsn, tmp_path, slot, "public.k", plugin, trigger, **options)
 
 
 class StatusLog:
