@@ -9,6 +9,12 @@ say "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 
+say "cargo fmt, clippy and test (the debezium-json connector's native decoder)"
+NATIVE="$ROOT/sources/debezium/native/Cargo.toml"
+cargo fmt --manifest-path "$NATIVE" --check
+cargo clippy --quiet --manifest-path "$NATIVE" --all-targets -- -D warnings
+cargo test --quiet --manifest-path "$NATIVE"
+
 say "mypy --strict on the installed packages"
 # Checked as installed: sources/ and sinks/ only exist as spark_ckpt.sources / .sinks there.
 (cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" -p spark_ckpt)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -15,7 +14,6 @@ __all__ = [
     "COLUMNS",
     "SPARK_DDL",
     "TYPES_COLUMN",
-    "RowBuffer",
     "change_batch",
     "json_text",
     "spark_ddl",
@@ -78,48 +76,3 @@ def change_batch(**columns: pa.Array) -> pa.RecordBatch:
     if set(columns) != set(names):
         raise UsageError(f"change_batch needs exactly the columns {names}, got {sorted(columns)}")
     return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=ARROW_SCHEMA)
-
-
-class RowBuffer:
-    """Collects output rows column by column and hands them out as Arrow record batches.
-
-    Runs on executors, inside ``read()``; one per task.
-
-    Parameters
-    ----------
-    batch_rows
-        Rows per record batch.
-    column_types
-        Rows carry a last value, the ``column_types`` text (or None).
-    """
-
-    def __init__(self, batch_rows: int = 8192, column_types: bool = False) -> None:
-        self._batch_rows = batch_rows
-        self._typed = column_types
-        # Rows as given, transposed once per flush (zip in C): a Python loop over the columns of
-        # every row cost more than decoding the row.
-        self._rows: list[Sequence[object]] = []
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def append(self, row: Sequence[object]) -> None:
-        """Add one row of :data:`COLUMNS` values; ``commit_ts`` in epoch microseconds (or None)."""
-        self._rows.append(row)
-
-    @property
-    def full(self) -> bool:
-        """True when a record batch's worth of rows is buffered."""
-        return len(self) >= self._batch_rows
-
-    def flush(self) -> pa.RecordBatch:
-        """Return the buffered rows as one record batch and empty the buffer."""
-        # strict: a row of the wrong width fails here instead of shifting every later column.
-        width = len(COLUMNS) + self._typed
-        columns = list(zip(*self._rows, strict=True)) or [() for _ in range(width)]
-        kinds = [arrow for _, _, arrow in COLUMNS] + [pa.string()] * self._typed
-        arrays = [pa.array(values, type=kind) for values, kind in zip(columns, kinds, strict=True)]
-        self._rows = []
-        return pa.RecordBatch.from_arrays(
-            arrays, schema=_TYPED_SCHEMA if self._typed else ARROW_SCHEMA
-        )

@@ -53,8 +53,6 @@ from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
 from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
-from ..schema import RowBuffer, json_text
-from .events import ChangeEvent
 from .log_files import (
     START,
     FileOrder,
@@ -64,10 +62,10 @@ from .log_files import (
     list_log_files,
     newest_modified,
     position_key,
-    read_lines,
+    read_chunks,
 )
-from .transactions import Transaction, TransactionAssembler
-from .types import image_types
+from .transactions import ReleaseGroup, Transaction, TransactionAssembler
+from .types import typed_batch
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
 
@@ -161,18 +159,20 @@ class _Unit:
     """An emitted transaction in the plan, with what an offset right after it needs."""
 
     txn: Transaction
-    scan: LogPosition
-    # Transactions still open once every transaction released together with this one has
-    # been emitted; shared by the whole release group.
-    open_after_group: tuple[tuple[str, LogPosition], ...]
-    # The later members of the same release group (still open right after this unit).
-    later_in_group: tuple[Transaction, ...]
+    # The release group the transaction came in, and its place there: the transactions still
+    # open once the whole group is emitted, and the later members (still open right after it).
+    group: ReleaseGroup
+    index: int
+
+    @property
+    def scan(self) -> LogPosition:
+        return self.group.scan
 
     def open_after(
         self, order: FileOrder, *, include_self: bool
     ) -> tuple[tuple[str, LogPosition], ...]:
-        items = list(self.open_after_group)
-        items += [(t.txn_id, t.first) for t in self.later_in_group]
+        items = self.group.open_positions()
+        items += [(t.txn_id, t.first) for t in self.group.transactions[self.index + 1 :]]
         if include_self:
             items.append((self.txn.txn_id, self.txn.first))
         return tuple(sorted(items, key=lambda item: (position_key(item[1], order), item[0])))
@@ -201,9 +201,11 @@ class _Planner:
         only = {txn_id for txn_id, _ in base.open}
         released: list[Transaction] = []
         if only:
-            for line in read_lines(log, self.files, base.resume, base.scan, self.order):
-                released += self.assembler.feed(line, only)
-        self._add_group(released, base.scan)
+            for chunk in read_chunks(log, self.files, base.resume, base.scan, self.order):
+                for group in self.assembler.feed(chunk, only).groups:
+                    released += group.transactions
+        if released:
+            self._add_group(self.assembler.group(base.scan, released))
         self.head = base.scan
 
     def _key(self, name: str) -> tuple[object, ...]:
@@ -283,12 +285,9 @@ class _Planner:
             f"reads the log: restore the file, or start over with a new checkpointLocation"
         )
 
-    def _add_group(self, group: list[Transaction], scan: LogPosition) -> None:
-        if not group:
-            return
-        still_open = tuple(self.assembler.open_items())
-        for index, txn in enumerate(group):
-            self.units.append(_Unit(txn, scan, still_open, tuple(group[index + 1 :])))
+    def _add_group(self, group: ReleaseGroup) -> None:
+        for index, txn in enumerate(group.transactions):
+            self.units.append(_Unit(txn, group, index))
             self._unit_changes += txn.size
 
     @property
@@ -311,13 +310,16 @@ class _Planner:
         self.files = listing
         if want is not None and self.pending_changes >= want:
             return
-        for line in read_lines(self.log, listing, self.head, stop, self.order):
-            if line.end.file != self.head.file:
-                self._finish_through(line.end.file)
-            self.head = line.end
-            if line.end.byte == line.start.byte + len(line.data):  # no newline: a closed tail
-                self.closed_tail = LogFile(line.end.file, line.end.byte)
-            self._add_group(self.assembler.feed(line), line.end)
+        for chunk in read_chunks(self.log, listing, self.head, stop, self.order):
+            budget = None if want is None else want - self.pending_changes
+            fed = self.assembler.feed(chunk, budget=budget)
+            if fed.end.file != self.head.file:
+                self._finish_through(fed.end.file)
+            self.head = fed.end
+            if fed.closed_tail:
+                self.closed_tail = LogFile(fed.end.file, fed.end.byte)
+            for group in fed.groups:
+                self._add_group(group)
             if want is not None and self.pending_changes >= want:
                 break
 
@@ -610,38 +612,6 @@ class DebeziumJsonConnector(ChangeConnector):
         )
 
 
-def _rows(
-    txn: Transaction, skip: int, take: int, fallback_source: str, column_types: bool = False
-) -> Iterator[list[object]]:
-    ts_us = txn.commit_ts_ms * 1000 if txn.commit_ts_ms is not None else None
-    events: Sequence[ChangeEvent] = txn.events
-    for index in range(skip, take):
-        event = events[index]
-        obj = event.event
-        source = obj.get("source")
-        name = source.get("name") if isinstance(source, dict) else None
-        before, after = obj.get("before"), obj.get("after")
-        described = image_types(event.schema) if column_types else None
-        if described is not None:
-            before, after = described.normalize(before), described.normalize(after)
-        row: list[object] = [
-            name if isinstance(name, str) else fallback_source,
-            txn.txn_id,
-            txn.order,
-            txn.size,
-            index,
-            ts_us,
-            event.table,
-            event.op,
-            json_text(obj.get("key")),
-            json_text(before),
-            json_text(after),
-        ]
-        if column_types:
-            row.append(None if described is None else described.types_json)
-        yield row
-
-
 def read_range(
     directory: Location,
     start: LogOffset,
@@ -652,9 +622,10 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
-    Runs on executors (once per partition) and in tests. ``files`` is the listing the range was
-    planned from (None: list the directory now). ``column_types`` adds the ``column_types``
-    column, from the lines' Kafka Connect envelopes (:mod:`.types`).
+    Runs on executors (once per partition) and in tests; one record batch per chunk of the log
+    read. ``files`` is the listing the range was planned from (None: list the directory now).
+    ``column_types`` adds the ``column_types`` column, from the lines' Kafka Connect envelopes
+    (:mod:`.types`).
 
     Raises
     ------
@@ -664,41 +635,31 @@ def read_range(
     order = start.order
     listing = list_log_files(directory, order) if files is None else files
     assembler = TransactionAssembler(start.emitted, keep_events=True)
+    assembler.emit_rows(
+        (start.emitted, start.partial), (end.emitted, end.partial), source, column_types
+    )
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        built = assembler.take_rows()
+        if built is not None:
+            yield typed_batch(built) if column_types else pa.RecordBatch.from_struct_array(built)
+
+    target = end.emitted + (1 if end.partial else 0)
     only = {txn_id for txn_id, _ in start.open}
-    released: list[Transaction] = []
     if only:
-        for line in read_lines(directory, listing, start.resume, start.scan, order):
-            released += assembler.feed(line, only)
-    buffer = RowBuffer(column_types=column_types)
-    last = (end.emitted, end.partial)
-
-    def emit(group: list[Transaction]) -> Iterator[pa.RecordBatch]:
-        for txn in group:
-            if (txn.order, 0) >= last:
-                return
-            skip = start.partial if txn.order == start.emitted else 0
-            take = end.partial if txn.order == end.emitted else txn.size
-            for row in _rows(txn, skip, take, source, column_types):
-                buffer.append(row)
-                if buffer.full:
-                    yield buffer.flush()
-
-    reached = start.emitted
-    yield from emit(released)
-    reached = max(reached, assembler.next_order)
-    if reached < end.emitted + (1 if end.partial else 0):
-        for line in read_lines(directory, listing, start.scan, end.scan, order):
-            group = assembler.feed(line)
-            if group:
-                yield from emit(group)
-                if assembler.next_order >= end.emitted + (1 if end.partial else 0):
-                    break
-    if assembler.next_order < end.emitted + (1 if end.partial else 0):
+        for chunk in read_chunks(directory, listing, start.resume, start.scan, order):
+            assembler.feed(chunk, only)
+            yield from rows()
+    if assembler.next_order < target:
+        for chunk in read_chunks(directory, listing, start.scan, end.scan, order):
+            assembler.feed(chunk)
+            yield from rows()
+            if assembler.next_order >= target:
+                break
+    if assembler.next_order < target:
         raise LogRewrittenError(
             f"replaying {directory.url!r} from {start.scan} to {end.scan} produced transactions "
             f"up to #{assembler.next_order - 1}, but the batch was planned up to #"
             f"{end.emitted - (0 if end.partial else 1)}: the change log was modified in place "
             f"(files may only be appended or added); restore the original files"
         )
-    if len(buffer):
-        yield buffer.flush()

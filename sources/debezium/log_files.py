@@ -30,6 +30,7 @@ __all__ = [
     "FILE_ORDERS",
     "START",
     "FileOrder",
+    "LogChunk",
     "LogFile",
     "LogLine",
     "LogPosition",
@@ -37,6 +38,7 @@ __all__ = [
     "list_log_files",
     "newest_modified",
     "position_key",
+    "read_chunks",
     "read_lines",
 ]
 
@@ -185,17 +187,46 @@ def newest_modified(directory: Location, names: Sequence[str]) -> str | None:
     return max(stamps)[1] if stamps else None
 
 
-def read_lines(
+class LogChunk(NamedTuple):
+    """Whole lines of one file, read in one piece, and where they start.
+
+    Attributes
+    ----------
+    start
+        Position before the first line.
+    data
+        The lines, each ending with a newline, except a last one when ``tail_is_line``.
+    tail_is_line
+        The file's unterminated last line is a whole line: a later file exists, so nothing more
+        will be appended to it.
+    lines
+        How many lines ``data`` holds.
+    """
+
+    start: LogPosition
+    data: bytes
+    tail_is_line: bool
+    lines: int
+
+    @property
+    def end(self) -> LogPosition:
+        """Position after the last line."""
+        file, byte, line = self.start
+        return LogPosition(file, byte + len(self.data), line + self.lines)
+
+
+def read_chunks(
     directory: Location,
     files: Sequence[LogFile],
     start: LogPosition,
     stop: LogPosition | None = None,
     order: FileOrder = "name",
-) -> Iterator[LogLine]:
-    """Yield whole lines from ``start`` onwards, in log order, within the listing ``files``.
+) -> Iterator[LogChunk]:
+    """Yield the whole lines from ``start`` onwards, in log order, in chunks of up to 8 MiB.
 
     Runs on the driver and on executors. Each file is read up to its listed size, never
-    further: bytes written after the listing belong to a later listing.
+    further: bytes written after the listing belong to a later listing. The newest file's
+    unterminated last line is not yielded (its writer is still appending it).
 
     Parameters
     ----------
@@ -221,7 +252,6 @@ def read_lines(
     for index, (name, size) in enumerate(todo):
         if last is not None and file_key(name, order) > last:
             return
-        has_later_file = index + 1 < len(todo)
         byte, line = (start.byte, start.line) if name == start.file else (0, 0)
         path = directory.child(name).url
         if byte > size:
@@ -230,52 +260,80 @@ def read_lines(
                 f"reading resumes at byte {byte}: it was truncated or rewritten (files may only "
                 f"be appended); restore it, or start over with a new checkpointLocation"
             )
-        if byte == size:
+        # A later file exists, so nothing more will be appended to this one: its unterminated
+        # tail is a whole line (the parser rejects it if it is not JSON).
+        closed = index + 1 < len(todo)
+        limit = size
+        if stop is not None and name == stop.file:
+            # Positions sit at line ends, so the bytes before stop hold whole lines, and an
+            # unterminated tail only when stop is the end of a closed file.
+            limit = min(size, stop.byte)
+            closed = closed and limit == size
+        if byte >= limit:
             continue
-        target = directory.child(name)
-        try:
-            handle = target.open_input()
-        except StorageError as e:
-            if not target.exists():
+        yield from _file_chunks(directory.child(name), LogPosition(name, byte, line), limit, closed)
+
+
+def _file_chunks(
+    target: Location, start: LogPosition, limit: int, closed: bool
+) -> Iterator[LogChunk]:
+    path = target.url
+    try:
+        handle = target.open_input()
+    except StorageError as e:
+        if not target.exists():
+            raise LogRewrittenError(
+                f"change-log file {path!r} was deleted after it was listed for reading: the "
+                f"changes in it would be skipped. Files of the log may only be appended or "
+                f"added; restore the file, or start over with a new checkpointLocation"
+            ) from e
+        raise SourcePathError(f"cannot read change-log file {path!r}: {e}") from e
+    try:
+        handle.seek(start.byte)
+        pending = b""
+        position = start
+        remaining = limit - start.byte
+        while remaining > 0:
+            chunk = bytes(handle.read(min(_CHUNK, remaining)))
+            if not chunk:
                 raise LogRewrittenError(
-                    f"change-log file {path!r} was deleted after it was listed for reading: the "
-                    f"changes in it would be skipped. Files of the log may only be appended or "
-                    f"added; restore the file, or start over with a new checkpointLocation"
-                ) from e
-            raise SourcePathError(f"cannot read change-log file {path!r}: {e}") from e
-        try:
-            handle.seek(byte)
-            pending = b""
-            remaining = size - byte
-            while remaining > 0:
-                chunk = bytes(handle.read(min(_CHUNK, remaining)))
-                if not chunk:
-                    raise LogRewrittenError(
-                        f"change-log file {path!r} has only {size - remaining} bytes, but it "
-                        f"was listed with {size}: it was truncated or rewritten (files may only "
-                        f"be appended); restore it, or start over with a new checkpointLocation"
-                    )
-                remaining -= len(chunk)
-                pending += chunk
-                parts = pending.split(b"\n")
-                pending = parts.pop()
-                for data in parts:
-                    end_byte = byte + len(data) + 1
-                    if stop is not None and name == stop.file and end_byte > stop.byte:
-                        return
-                    begin = LogPosition(name, byte, line)
-                    byte, line = end_byte, line + 1
-                    yield LogLine(begin, LogPosition(name, byte, line), data)
-            if pending and has_later_file:
-                # A later file exists, so nothing more will be appended to this one: its
-                # unterminated tail is a whole line (the parser rejects it if it is not JSON).
-                end_byte = byte + len(pending)
-                if stop is not None and name == stop.file and end_byte > stop.byte:
-                    return
-                begin = LogPosition(name, byte, line)
-                yield LogLine(begin, LogPosition(name, end_byte, line + 1), pending)
-            elif pending:
-                # The newest file's writer is still appending this line: wait for its newline.
-                return
-        finally:
-            handle.close()
+                    f"change-log file {path!r} has only {limit - remaining} bytes, but it "
+                    f"was listed with at least {limit}: it was truncated or rewritten (files may "
+                    f"only be appended); restore it, or start over with a new checkpointLocation"
+                )
+            remaining -= len(chunk)
+            data = pending + chunk if pending else chunk
+            tail = remaining == 0 and closed and not data.endswith(b"\n")
+            cut = len(data) if tail else data.rfind(b"\n") + 1
+            pending = data[cut:]
+            if cut:
+                whole = data[:cut] if pending else data
+                lines = whole.count(b"\n") + tail
+                piece = LogChunk(position, whole, tail, lines)
+                position = piece.end
+                yield piece
+    finally:
+        handle.close()
+
+
+def read_lines(
+    directory: Location,
+    files: Sequence[LogFile],
+    start: LogPosition,
+    stop: LogPosition | None = None,
+    order: FileOrder = "name",
+) -> Iterator[LogLine]:
+    """Yield whole lines from ``start`` onwards, one by one (see :func:`read_chunks`).
+
+    For tools and tests: the connector itself hands whole chunks to its native decoder.
+    """
+    for chunk in read_chunks(directory, files, start, stop, order):
+        name, byte, line = chunk.start
+        parts = chunk.data.split(b"\n")
+        if not chunk.tail_is_line:
+            parts.pop()  # the empty piece after the last newline
+        for data in parts:
+            end = min(byte + len(data) + 1, chunk.end.byte)
+            begin = LogPosition(name, byte, line)
+            byte, line = end, line + 1
+            yield LogLine(begin, LogPosition(name, byte, line), data)

@@ -36,7 +36,11 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["ImageTypes", "image_types"]
+import pyarrow as pa
+
+from ..schema import json_text, with_types
+
+__all__ = ["ImageTypes", "image_types", "typed_batch"]
 
 _PRIMITIVE = {
     "int8": "tinyint",
@@ -132,6 +136,11 @@ class ImageTypes:
         )
         self._rewrites = {name: fn for name, (_, fn) in described.items() if fn is not None}
 
+    @property
+    def rewrites(self) -> bool:
+        """Whether any value of an image needs rewriting."""
+        return bool(self._rewrites)
+
     def normalize(self, image: Any) -> Any:
         """``image`` with encoded values rewritten (a new dict; None stays None)."""
         if not isinstance(image, dict) or not self._rewrites:
@@ -159,3 +168,40 @@ def image_types(schema: Any) -> ImageTypes | None:
                 if isinstance(fields, list):
                     return _cached(json.dumps(fields, sort_keys=True))
     return None
+
+
+@lru_cache(maxsize=256)
+def _types_of_text(schema_text: str) -> ImageTypes | None:
+    return image_types(json.loads(schema_text))
+
+
+def typed_batch(rows: pa.StructArray) -> pa.RecordBatch:
+    """Output rows with the ``column_types`` column, from rows that carry their ``schema`` text.
+
+    Runs on executors, per record batch, only with ``columnTypes=true``: ``rows`` holds the
+    output columns and then ``schema`` (the envelope's schema, or null). ``before`` and
+    ``after`` are rewritten where the types need it (:class:`ImageTypes`).
+    """
+    columns = rows.flatten()
+    schemas = columns[-1].to_pylist()
+    described = [None if text is None else _types_of_text(text) for text in schemas]
+    names = [field.name for field in rows.type]
+    images: dict[str, pa.Array] = {}
+    if any(d is not None and d.rewrites for d in described):
+        for name in ("before", "after"):
+            texts = columns[names.index(name)].to_pylist()
+            images[name] = pa.array(
+                [
+                    text
+                    if d is None or text is None or not d.rewrites
+                    else json_text(d.normalize(json.loads(text)))
+                    for text, d in zip(texts, described, strict=True)
+                ],
+                pa.string(),
+            )
+    output = pa.RecordBatch.from_arrays(
+        [images.get(name, column) for name, column in zip(names[:-1], columns[:-1], strict=True)],
+        names=names[:-1],
+    )
+    types = pa.array([None if d is None else d.types_json for d in described], pa.string())
+    return with_types(output, types)

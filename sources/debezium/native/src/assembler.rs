@@ -1,0 +1,661 @@
+//! Assembling whole transactions from an interleaved change log.
+//!
+//! Records of different transactions may interleave, a transaction may span files, and change
+//! events may arrive before their ``BEGIN`` or after their ``END``. A transaction is complete
+//! when its ``END`` has been read and all of its ``event_count`` change events are present; a
+//! change outside any transaction is a transaction of its own, complete at once. Complete
+//! transactions are emitted in the order their ``END`` was read: a complete transaction waits
+//! behind an earlier-ended one that is still incomplete.
+//!
+//! The driver's planner feeds lines without keeping payloads and gets release groups back; an
+//! executor keeps payloads and turns released transactions straight into output rows.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use rayon::prelude::*;
+
+use crate::event::{parse_line, Change, Marker, Payload, Record};
+use crate::problem::{ErrorKind, Problem};
+use crate::rows::{Emitted, RowBuilder};
+use crate::text::py_repr_str;
+
+/// How many completed ids are remembered, to catch a transaction id reused soon after.
+const RECENT_WINDOW: usize = 100_000;
+
+/// Chunks of at least this many lines are decoded in parallel when planning.
+const PARALLEL_LINES: usize = 1024;
+
+/// A line's place: its file and 1-based line number (for messages).
+#[derive(Clone)]
+struct Where {
+    file: Arc<str>,
+    line: u64,
+}
+
+/// A point between two lines of the log.
+#[derive(Clone)]
+pub struct Position {
+    pub file: Arc<str>,
+    pub byte: u64,
+    pub line: u64,
+}
+
+struct End {
+    event_count: i64,
+    collections: Option<IndexMap<String, i64>>,
+    ts_ms: Option<i64>,
+    at: Where,
+}
+
+/// A kept change event: what its row needs.
+pub struct Event {
+    pub total_order: Option<i64>,
+    pub table: String,
+    pub op: &'static str,
+    pub payload: Payload,
+}
+
+struct Open {
+    txn_id: String,
+    first: Position,
+    began: Option<Where>,
+    end: Option<End>,
+    count: i64,
+    orders: HashSet<i64>,
+    tables: IndexMap<String, i64>,
+    events: Vec<Event>,
+    max_ts: Option<i64>,
+}
+
+impl Open {
+    fn complete(&self) -> bool {
+        self.end
+            .as_ref()
+            .is_some_and(|e| self.count == e.event_count)
+    }
+}
+
+/// A complete transaction, in END order.
+pub struct Transaction {
+    pub order: i64,
+    pub txn_id: String,
+    pub size: i64,
+    pub first: Position,
+    pub commit_ts_ms: Option<i64>,
+    /// In transaction order; empty when the assembler keeps no payloads.
+    pub events: Vec<Event>,
+}
+
+/// Feeds log lines in order and emits complete transactions in END order.
+///
+/// Parameters (Python): ``first_order``, the order of the next transaction emitted;
+/// ``keep_events``, keep payloads and build rows (executors) or only count (driver planning).
+#[pyclass(module = "spark_ckpt.sources.debezium._native")]
+pub struct Assembler {
+    next_order: i64,
+    keep: bool,
+    open: IndexMap<String, Open>,
+    ended: VecDeque<String>,
+    recent: HashSet<String>,
+    recent_order: VecDeque<String>,
+    emitted: Option<Emitted>,
+}
+
+type Failure = (Problem, Where);
+
+/// A released transaction as planning sees it: order, id, size, first position, commit time.
+type ReleasedRow<'a> = (i64, &'a str, i64, (&'a str, u64, u64), Option<i64>);
+
+fn fail(kind: ErrorKind, at: &Where, problem: String, expected: &str) -> Failure {
+    (Problem::new(kind, problem, expected.to_owned()), at.clone())
+}
+
+impl Assembler {
+    fn begin_txn(&mut self, txn_id: &str, pos: &Position, at: &Where) -> Result<(), Failure> {
+        if self.open.contains_key(txn_id) {
+            return Ok(());
+        }
+        if self.recent.contains(txn_id) {
+            return Err(fail(
+                ErrorKind::DuplicateTransaction,
+                at,
+                format!(
+                    "a record of transaction {}, which was already complete and emitted",
+                    py_repr_str(txn_id)
+                ),
+                "each transaction id to be used by one transaction only",
+            ));
+        }
+        self.open.insert(
+            txn_id.to_owned(),
+            Open {
+                txn_id: txn_id.to_owned(),
+                first: pos.clone(),
+                began: None,
+                end: None,
+                count: 0,
+                orders: HashSet::new(),
+                tables: IndexMap::new(),
+                events: Vec::new(),
+                max_ts: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn marker(&mut self, marker: Marker, pos: &Position, at: &Where) -> Result<(), Failure> {
+        self.begin_txn(&marker.txn_id, pos, at)?;
+        let quoted = py_repr_str(&marker.txn_id);
+        let txn = self.open.get_mut(&marker.txn_id).expect("begun above");
+        if !marker.end {
+            if txn.began.is_some() || txn.end.is_some() {
+                let seen = txn
+                    .began
+                    .clone()
+                    .or_else(|| txn.end.as_ref().map(|e| e.at.clone()));
+                let seen = seen.unwrap_or_else(|| at.clone());
+                return Err(fail(
+                    ErrorKind::DuplicateTransaction,
+                    at,
+                    format!(
+                        "a second BEGIN of transaction {quoted} (already seen at {}:{})",
+                        seen.file, seen.line
+                    ),
+                    "one BEGIN and one END per transaction id",
+                ));
+            }
+            txn.began = Some(at.clone());
+            return Ok(());
+        }
+        if let Some(end) = &txn.end {
+            return Err(fail(
+                ErrorKind::DuplicateTransaction,
+                at,
+                format!(
+                    "a second END of transaction {quoted} (first END at {}:{})",
+                    end.at.file, end.at.line
+                ),
+                "one BEGIN and one END per transaction id",
+            ));
+        }
+        let count = marker.event_count;
+        if txn.count > count {
+            return Err(fail(
+                ErrorKind::EventCountMismatch,
+                at,
+                format!(
+                    "END of transaction {quoted} says event_count={count} but {} of its change \
+                     events were already read",
+                    txn.count
+                ),
+                "event_count to equal the number of change events of the transaction",
+            ));
+        }
+        if let Some(order) = txn.orders.iter().copied().filter(|&o| o > count).min() {
+            return Err(fail(
+                ErrorKind::EventCountMismatch,
+                at,
+                format!(
+                    "END of transaction {quoted} says event_count={count} but an event with \
+                     total_order={order} was read"
+                ),
+                "total_order to run from 1 to event_count",
+            ));
+        }
+        txn.end = Some(End {
+            event_count: count,
+            collections: marker.collections,
+            ts_ms: marker.ts_ms,
+            at: at.clone(),
+        });
+        self.ended.push_back(marker.txn_id.clone());
+        check_collections(txn, at)
+    }
+
+    fn change(
+        &mut self,
+        txn_id: &str,
+        event: Change,
+        pos: &Position,
+        at: &Where,
+    ) -> Result<(), Failure> {
+        self.begin_txn(txn_id, pos, at)?;
+        let keep = self.keep;
+        let txn = self.open.get_mut(txn_id).expect("begun above");
+        let quoted = py_repr_str(txn_id);
+        if let Some(end) = &txn.end {
+            if txn.count + 1 > end.event_count {
+                return Err(fail(
+                    ErrorKind::EventCountMismatch,
+                    at,
+                    format!(
+                        "change event {} of transaction {quoted} exceeds the event_count={} of \
+                         its END at {}:{}",
+                        txn.count + 1,
+                        end.event_count,
+                        end.at.file,
+                        end.at.line
+                    ),
+                    "event_count to equal the number of change events of the transaction",
+                ));
+            }
+        }
+        if let Some(order) = event.total_order {
+            if txn.orders.contains(&order) {
+                return Err(fail(
+                    ErrorKind::EventCountMismatch,
+                    at,
+                    format!(
+                        "a second change event with total_order={order} in transaction {quoted}"
+                    ),
+                    "each total_order to occur once per transaction",
+                ));
+            }
+            if let Some(end) = &txn.end {
+                if order > end.event_count {
+                    return Err(fail(
+                        ErrorKind::EventCountMismatch,
+                        at,
+                        format!(
+                            "total_order={order} exceeds the event_count={} of transaction {quoted}",
+                            end.event_count
+                        ),
+                        "total_order to run from 1 to event_count",
+                    ));
+                }
+            }
+            txn.orders.insert(order);
+        }
+        txn.count += 1;
+        match txn.tables.get_mut(&event.table) {
+            Some(n) => *n += 1,
+            None => {
+                txn.tables.insert(event.table.clone(), 1);
+            }
+        }
+        if let Some(ts) = event.ts_ms {
+            if txn.max_ts.is_none_or(|m| ts > m) {
+                txn.max_ts = Some(ts);
+            }
+        }
+        if keep {
+            let payload = event.payload.expect("payloads are decoded when kept");
+            txn.events.push(Event {
+                total_order: event.total_order,
+                table: event.table,
+                op: event.op,
+                payload,
+            });
+        }
+        check_collections(txn, at)
+    }
+
+    fn feed_record(
+        &mut self,
+        record: Result<Record, Problem>,
+        pos: &Position,
+        only: Option<&HashSet<String>>,
+    ) -> Result<Vec<Transaction>, Failure> {
+        let at = Where {
+            file: pos.file.clone(),
+            line: pos.line + 1,
+        };
+        match record.map_err(|p| (p, at.clone()))? {
+            Record::Marker(marker) => {
+                if only.is_some_and(|o| !o.contains(&marker.txn_id)) {
+                    return Ok(Vec::new());
+                }
+                self.marker(marker, pos, &at)?;
+            }
+            Record::Change(change) => match change.txn_id.clone() {
+                None => {
+                    let txn_id = format!("{}:{}", at.file, at.line);
+                    if only.is_some_and(|o| !o.contains(&txn_id)) {
+                        return Ok(Vec::new());
+                    }
+                    self.begin_txn(&txn_id, pos, &at)?;
+                    let txn = self.open.get_mut(&txn_id).expect("begun above");
+                    txn.end = Some(End {
+                        event_count: 1,
+                        collections: None,
+                        ts_ms: None,
+                        at: at.clone(),
+                    });
+                    self.change(&txn_id, change, pos, &at)?;
+                    self.ended.push_back(txn_id);
+                }
+                Some(txn_id) => {
+                    if only.is_some_and(|o| !o.contains(&txn_id)) {
+                        return Ok(Vec::new());
+                    }
+                    self.change(&txn_id, change, pos, &at)?;
+                }
+            },
+        }
+        Ok(self.release())
+    }
+
+    fn release(&mut self) -> Vec<Transaction> {
+        let mut out = Vec::new();
+        while let Some(head_id) = self.ended.front() {
+            if !self.open.get(head_id).is_some_and(Open::complete) {
+                break;
+            }
+            let head_id = self.ended.pop_front().expect("checked above");
+            let head = self
+                .open
+                .shift_remove(&head_id)
+                .expect("ended transactions are open");
+            self.remember(head_id);
+            if head.count == 0 {
+                continue; // an empty transaction changes nothing and is not emitted
+            }
+            let end = head.end.as_ref().expect("complete");
+            let ts = end.ts_ms.or(head.max_ts);
+            let mut events = head.events;
+            // Transaction order: by total_order, events without one after, each in log order
+            // (a stable sort).
+            events.sort_by_key(|e| (e.total_order.is_none(), e.total_order.unwrap_or(0)));
+            out.push(Transaction {
+                order: self.next_order,
+                txn_id: head.txn_id,
+                size: head.count,
+                first: head.first,
+                commit_ts_ms: ts,
+                events,
+            });
+            self.next_order += 1;
+        }
+        out
+    }
+
+    fn remember(&mut self, txn_id: String) {
+        self.recent.insert(txn_id.clone());
+        self.recent_order.push_back(txn_id);
+        if self.recent_order.len() > RECENT_WINDOW {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
+            }
+        }
+    }
+
+    fn open_items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items: Vec<(&str, (&str, u64, u64))> = self
+            .open
+            .values()
+            .map(|t| {
+                (
+                    t.txn_id.as_str(),
+                    (&*t.first.file, t.first.byte, t.first.line),
+                )
+            })
+            .collect();
+        PyList::new(py, items)
+    }
+}
+
+fn check_collections(txn: &Open, at: &Where) -> Result<(), Failure> {
+    let Some(end) = &txn.end else { return Ok(()) };
+    let Some(expected) = &end.collections else {
+        return Ok(());
+    };
+    if !txn.complete() {
+        return Ok(());
+    }
+    let seen: IndexMap<&str, i64> = txn
+        .tables
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .map(|(k, n)| (k.as_str(), *n))
+        .collect();
+    let same =
+        seen.len() == expected.len() && seen.iter().all(|(k, n)| expected.get(*k) == Some(n));
+    if same {
+        return Ok(());
+    }
+    let render = |pairs: Vec<(&str, i64)>| {
+        let inner: Vec<String> = pairs
+            .iter()
+            .map(|(k, n)| format!("{}: {n}", py_repr_str(k)))
+            .collect();
+        format!("{{{}}}", inner.join(", "))
+    };
+    Err(fail(
+        ErrorKind::EventCountMismatch,
+        at,
+        format!(
+            "transaction {} has change events per table {} but its END at {}:{} lists \
+             data_collections {}",
+            py_repr_str(&txn.txn_id),
+            render(seen.into_iter().collect()),
+            end.at.file,
+            end.at.line,
+            render(expected.iter().map(|(k, n)| (k.as_str(), *n)).collect())
+        ),
+        "data_collections event counts to match the change events per table",
+    ))
+}
+
+#[pymethods]
+impl Assembler {
+    #[new]
+    #[pyo3(signature = (first_order = 0, *, keep_events = true))]
+    fn new(first_order: i64, keep_events: bool) -> Self {
+        Assembler {
+            next_order: first_order,
+            keep: keep_events,
+            open: IndexMap::new(),
+            ended: VecDeque::new(),
+            recent: HashSet::new(),
+            recent_order: VecDeque::new(),
+            emitted: None,
+        }
+    }
+
+    /// Build rows for the transactions released from now on (executors, once per task).
+    ///
+    /// Rows of transaction ``order`` are events ``[skip, take)``: ``skip`` is ``start_partial``
+    /// for transaction ``start_emitted`` (else 0), ``take`` is ``end_partial`` for transaction
+    /// ``end_emitted`` (else its size); nothing from ``(end_emitted, end_partial)`` on.
+    #[pyo3(signature = (start_emitted, start_partial, end_emitted, end_partial, source, column_types))]
+    fn emit_rows(
+        &mut self,
+        start_emitted: i64,
+        start_partial: i64,
+        end_emitted: i64,
+        end_partial: i64,
+        source: String,
+        column_types: bool,
+    ) -> PyResult<()> {
+        if !self.keep {
+            return Err(PyValueError::new_err(
+                "rows need an assembler that keeps events",
+            ));
+        }
+        self.emitted = Some(Emitted::new(
+            (start_emitted, start_partial),
+            (end_emitted, end_partial),
+            source,
+            RowBuilder::new(column_types),
+        ));
+        Ok(())
+    }
+
+    /// Consume the whole lines of ``data``, which starts at ``byte`` (``line`` lines already
+    /// consumed) of ``file``; ``tail_is_line``: an unterminated last line counts (a later file
+    /// exists). Runs in the driver's planner and in every executor task, once per chunk read.
+    ///
+    /// ``only``: consume only records of these transaction ids (resuming from an offset).
+    /// ``budget``: stop after the line whose releases bring the changes released by this call
+    /// to at least this many.
+    ///
+    /// Returns ``(byte, line, closed_tail, groups)``: the position after the last line consumed,
+    /// whether that line was an unterminated tail, and, without rows, one
+    /// ``(byte, line, transactions, open_after)`` per line that released transactions, with
+    /// transactions as ``(order, txn_id, size, (file, byte, line), commit_ts_ms)`` and
+    /// ``open_after`` the transactions still open then as ``(txn_id, (file, byte, line))``.
+    ///
+    /// Raises the typed ``spark_ckpt.errors`` error of the first bad line.
+    #[pyo3(signature = (data, file, byte, line, tail_is_line = false, only = None, budget = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+        file: &str,
+        byte: u64,
+        line: u64,
+        tail_is_line: bool,
+        only: Option<HashSet<String>>,
+        budget: Option<i64>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let file: Arc<str> = Arc::from(file);
+        let mut pos = Position {
+            file: file.clone(),
+            byte,
+            line,
+        };
+        let groups = PyList::empty(py);
+        let mut released: i64 = 0;
+        let mut closed_tail = false;
+        // The lines, each with the bytes it takes (its newline included) and whether it is an
+        // unterminated tail.
+        let mut lines: Vec<(&[u8], usize, bool)> = Vec::new();
+        let mut rest = data;
+        loop {
+            match memchr::memchr(b'\n', rest) {
+                Some(i) => {
+                    lines.push((&rest[..i], i + 1, false));
+                    rest = &rest[i + 1..];
+                }
+                None if tail_is_line && !rest.is_empty() => {
+                    lines.push((rest, rest.len(), true));
+                    break;
+                }
+                None => break,
+            }
+        }
+        // Planning decodes a chunk's lines on every core (Spark's tasks wait for the plan);
+        // executors decode in their task's thread, as they go.
+        let mut decoded: Vec<Result<Record, Problem>> = if self.keep || lines.len() < PARALLEL_LINES
+        {
+            Vec::new()
+        } else {
+            lines
+                .par_iter()
+                .map(|(text, _, _)| parse_line(text, false))
+                .rev()
+                .collect()
+        };
+        for (text, consumed, tail) in lines {
+            let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
+            let start = pos.clone();
+            pos.byte += consumed as u64;
+            pos.line += 1;
+            closed_tail = tail;
+            let out = self
+                .feed_record(record, &start, only.as_ref())
+                .map_err(|(p, at)| p.into_py(py, &at.file, at.line))?;
+            if out.is_empty() {
+                continue;
+            }
+            released += out.iter().map(|t| t.size).sum::<i64>();
+            if let Some(emitted) = self.emitted.as_mut() {
+                for txn in &out {
+                    emitted.add(txn);
+                }
+            } else {
+                let txns: Vec<ReleasedRow> = out
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.order,
+                            t.txn_id.as_str(),
+                            t.size,
+                            (&*t.first.file, t.first.byte, t.first.line),
+                            t.commit_ts_ms,
+                        )
+                    })
+                    .collect();
+                groups.append((pos.byte, pos.line, txns, self.open_items(py)?))?;
+            }
+            if budget.is_some_and(|b| released >= b) {
+                break;
+            }
+        }
+        PyTuple::new(
+            py,
+            [
+                pos.byte.into_pyobject(py)?.into_any(),
+                pos.line.into_pyobject(py)?.into_any(),
+                pyo3::types::PyBool::new(py, closed_tail)
+                    .to_owned()
+                    .into_any(),
+                groups.into_any(),
+            ],
+        )
+    }
+
+    /// The rows built so far, as a ``pyarrow.StructArray`` of the output columns (and
+    /// ``schema``, the envelope's schema text, when asked for column types); None when there
+    /// are none. Executors, once per chunk.
+    fn take_rows<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.emitted.as_mut() {
+            Some(emitted) if emitted.rows.len() > 0 => emitted.rows.finish(py).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// ``order`` of the next transaction emitted.
+    #[getter]
+    fn next_order(&self) -> i64 {
+        self.next_order
+    }
+
+    /// Transactions read (at least in part) but not emitted, as ``(id, (file, byte, line))``.
+    #[pyo3(name = "open_items")]
+    fn py_open_items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.open_items(py)
+    }
+
+    /// Change events read but not emitted.
+    #[getter]
+    fn held_events(&self) -> i64 {
+        self.open.values().map(|t| t.count).sum()
+    }
+
+    /// Why nothing more can be emitted now, in words (None when nothing is held back).
+    fn holdup(&self) -> Option<String> {
+        if self.open.is_empty() {
+            return None;
+        }
+        if let Some(head_id) = self.ended.front() {
+            let head = &self.open[head_id];
+            let end = head.end.as_ref().expect("ended");
+            return Some(format!(
+                "transaction {} (first record {}:{}) has ended but only {} of its {} change \
+                 events have been read; {} later-ended transaction(s) wait behind it",
+                py_repr_str(&head.txn_id),
+                head.first.file,
+                head.first.line,
+                head.count,
+                end.event_count,
+                self.ended.len() - 1
+            ));
+        }
+        let (_, oldest) = self.open.first().expect("not empty");
+        Some(format!(
+            "transaction {} (first record {}:{}) has {} change event(s) but its END has not been \
+             read yet",
+            py_repr_str(&oldest.txn_id),
+            oldest.first.file,
+            oldest.first.line,
+            oldest.count
+        ))
+    }
+}

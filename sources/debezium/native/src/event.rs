@@ -1,0 +1,373 @@
+//! Parsing one line of a Debezium-format change log.
+//!
+//! A line is either a change event (``op`` in ``r``, ``c``, ``u``, ``d`` with ``before``,
+//! ``after``, ``source``, ``ts_ms`` and an optional ``transaction`` block) or a
+//! transaction-metadata event (``status`` ``BEGIN``/``END`` with ``id``, and on ``END``
+//! ``event_count`` and ``data_collections``). Lines in Kafka Connect's JSON envelope
+//! (``{"schema": ..., "payload": ...}``) are unwrapped. Only the fields the source reads are
+//! decoded; the rest of a line is checked to be JSON and skipped.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use indexmap::IndexMap;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::problem::{ErrorKind, Problem};
+use crate::text::{
+    int_or_none, py_repr, py_repr_raw, py_type_name, string_or_none, truthy_str, value_text,
+};
+
+/// What a line that is neither kind of event should have been (the errors' ``Expected``).
+pub const CHANGE_SHAPE: &str = "a Debezium change event {\"op\": \"c\", \"before\": ..., \"after\": ..., \
+\"source\": {...}, \"transaction\": {\"id\": ..., \"total_order\": ..., \"data_collection_order\": ...}} \
+or a transaction event {\"status\": \"BEGIN\"|\"END\", \"id\": ..., \"event_count\": ...}";
+
+/// A transaction-metadata event.
+pub struct Marker {
+    pub end: bool,
+    pub txn_id: String,
+    pub event_count: i64,
+    pub collections: Option<IndexMap<String, i64>>,
+    pub ts_ms: Option<i64>,
+}
+
+/// A row change, with its payload as text when the reader keeps it.
+pub struct Change {
+    pub txn_id: Option<String>,
+    pub total_order: Option<i64>,
+    pub table: String,
+    pub op: &'static str,
+    pub ts_ms: Option<i64>,
+    pub payload: Option<Payload>,
+}
+
+/// What a row of the output takes from a change event (executors only).
+pub struct Payload {
+    pub source_name: Option<String>,
+    pub key: Option<String>,
+    pub before: Option<String>,
+    pub after: Option<String>,
+    /// The Kafka Connect schema of a line in the JSON envelope (an object), as text.
+    pub schema: Option<String>,
+}
+
+pub enum Record {
+    Marker(Marker),
+    Change(Change),
+}
+
+/// The top-level fields the source reads; a later duplicate key wins, as in Python's ``json``.
+#[derive(Default)]
+struct Fields<'a> {
+    schema: Option<&'a RawValue>,
+    payload: Option<&'a RawValue>,
+    status: Option<&'a RawValue>,
+    id: Option<&'a RawValue>,
+    event_count: Option<&'a RawValue>,
+    data_collections: Option<&'a RawValue>,
+    ts_ms: Option<&'a RawValue>,
+    op: Option<&'a RawValue>,
+    before: Option<&'a RawValue>,
+    after: Option<&'a RawValue>,
+    key: Option<&'a RawValue>,
+    source: Option<&'a RawValue>,
+    transaction: Option<&'a RawValue>,
+}
+
+/// The fields read from the ``source`` block.
+#[derive(Default)]
+struct SourceFields<'a> {
+    name: Option<&'a RawValue>,
+    table: Option<&'a RawValue>,
+    schema: Option<&'a RawValue>,
+    db: Option<&'a RawValue>,
+    ts_ms: Option<&'a RawValue>,
+}
+
+/// The fields read from the ``transaction`` block.
+#[derive(Default)]
+struct TxnFields<'a> {
+    id: Option<&'a RawValue>,
+    total_order: Option<&'a RawValue>,
+}
+
+/// Field names that need no allocation to match (escaped names are decoded first).
+struct Name(u8);
+
+macro_rules! names {
+    ($($text:literal => $code:literal),* $(,)?) => {
+        impl<'de> Deserialize<'de> for Name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Name;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a field name")
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Name, E> {
+                        Ok(Name(match v { $($text => $code,)* _ => 0 }))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+    };
+}
+
+names! {
+    "schema" => 1, "payload" => 2, "status" => 3, "id" => 4, "event_count" => 5,
+    "data_collections" => 6, "ts_ms" => 7, "op" => 8, "before" => 9, "after" => 10, "key" => 11,
+    "source" => 12, "transaction" => 13, "name" => 14, "table" => 15, "db" => 16,
+    "total_order" => 17,
+}
+
+macro_rules! object_visitor {
+    ($ty:ident { $($code:literal => $field:ident),* $(,)? }) => {
+        impl<'de> Deserialize<'de> for $ty<'de> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = $ty<'de>;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a JSON object")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                        let mut out = $ty::default();
+                        while let Some(Name(code)) = map.next_key()? {
+                            match code {
+                                $($code => out.$field = Some(map.next_value()?),)*
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok(out)
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+    };
+}
+
+object_visitor!(Fields {
+    1 => schema, 2 => payload, 3 => status, 4 => id, 5 => event_count, 6 => data_collections,
+    7 => ts_ms, 8 => op, 9 => before, 10 => after, 11 => key, 12 => source, 13 => transaction,
+});
+object_visitor!(SourceFields { 14 => name, 15 => table, 1 => schema, 16 => db, 7 => ts_ms });
+object_visitor!(TxnFields { 4 => id, 17 => total_order });
+
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
+/// Parse and check one line. ``keep`` decodes the payload a row needs (executors).
+pub fn parse_line(data: &[u8], keep: bool) -> Result<Record, Problem> {
+    let text = std::str::from_utf8(data)
+        .map_err(|e| Problem::malformed(format!("not valid JSON (not UTF-8 text: {e})")))?;
+    let trimmed = text.trim_start_matches([' ', '\t', '\r', '\n']);
+    if !trimmed.starts_with('{') {
+        // Not an object: either not JSON at all or the wrong kind of JSON.
+        serde_json::from_str::<IgnoredAny>(text)
+            .map_err(|e| Problem::malformed(format!("not valid JSON ({e})")))?;
+        return Err(Problem::malformed(format!(
+            "a JSON {} is not an event object",
+            py_type_name(trimmed)
+        )));
+    }
+    let mut fields: Fields = serde_json::from_str(text)
+        .map_err(|e| Problem::malformed(format!("not valid JSON ({e})")))?;
+    let mut schema = None;
+    if let (Some(payload), Some(envelope_schema)) = (fields.payload, fields.schema) {
+        schema = is_object(envelope_schema).then(|| envelope_schema.get().to_owned());
+        if !is_object(payload) {
+            return Err(Problem::malformed(format!(
+                "a JSON {} is not an event object",
+                py_type_name(payload.get())
+            )));
+        }
+        fields = serde_json::from_str(payload.get())
+            .map_err(|e| Problem::malformed(format!("not valid JSON ({e})")))?;
+    }
+    match string_or_none(fields.status).as_deref() {
+        Some("BEGIN") => return marker(&fields, false).map(Record::Marker),
+        Some("END") => return marker(&fields, true).map(Record::Marker),
+        _ => {}
+    }
+    change(&fields, keep, schema).map(Record::Change)
+}
+
+fn marker(fields: &Fields, end: bool) -> Result<Marker, Problem> {
+    let status = if end { "END" } else { "BEGIN" };
+    let txn_id = match string_or_none(fields.id) {
+        Some(id) if !id.is_empty() => id.into_owned(),
+        _ => {
+            return Err(Problem::malformed(format!(
+                "{status} event without a transaction id (field 'id')"
+            )))
+        }
+    };
+    let ts_ms = int_or_none(fields.ts_ms);
+    if !end {
+        return Ok(Marker {
+            end,
+            txn_id,
+            event_count: 0,
+            collections: None,
+            ts_ms,
+        });
+    }
+    let event_count = match int_or_none(fields.event_count) {
+        Some(n) if n >= 0 => n,
+        _ => {
+            return Err(Problem::malformed(format!(
+                "END of transaction {} has no valid event_count (got {})",
+                crate::text::py_repr_str(&txn_id),
+                py_repr_raw(fields.event_count)
+            )))
+        }
+    };
+    let collections = match fields.data_collections {
+        None => None,
+        Some(raw) if raw.get() == "null" => None,
+        Some(raw) => Some(collections(raw, &txn_id)?),
+    };
+    Ok(Marker {
+        end,
+        txn_id,
+        event_count,
+        collections,
+        ts_ms,
+    })
+}
+
+fn collections(raw: &RawValue, txn_id: &str) -> Result<IndexMap<String, i64>, Problem> {
+    let quoted = crate::text::py_repr_str(txn_id);
+    let entries: Vec<Value> = match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::Array(entries)) => entries,
+        _ => {
+            return Err(Problem::malformed(format!(
+                "END of transaction {quoted}: data_collections is not a list"
+            )))
+        }
+    };
+    let mut out = IndexMap::new();
+    for entry in &entries {
+        let name = entry.get("data_collection").and_then(Value::as_str);
+        let count = entry
+            .get("event_count")
+            .filter(|v| v.is_i64())
+            .and_then(Value::as_i64);
+        match (entry.is_object(), name, count) {
+            (true, Some(name), Some(count)) => *out.entry(name.to_owned()).or_insert(0) += count,
+            _ => {
+                return Err(Problem::malformed(format!(
+                    "END of transaction {quoted}: data_collections entry {} needs \
+                     'data_collection' and 'event_count'",
+                    py_repr(entry)
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn change(fields: &Fields, keep: bool, schema: Option<String>) -> Result<Change, Problem> {
+    let Some(op_raw) = fields.op else {
+        return Err(Problem::malformed(
+            "the object has neither 'op' (change event) nor 'status'".to_owned(),
+        ));
+    };
+    let op = match string_or_none(Some(op_raw)).as_deref() {
+        Some("r") => "r",
+        Some("c") => "c",
+        Some("u") => "u",
+        Some("d") => "d",
+        _ => {
+            return Err(Problem::new(
+                ErrorKind::UnknownOperation,
+                format!("unknown op {}", py_repr_raw(Some(op_raw))),
+                "op to be one of 'r', 'c', 'u', 'd'".to_owned(),
+            ))
+        }
+    };
+    let mut txn_id = None;
+    let mut total_order = None;
+    if let Some(raw) = fields.transaction.filter(|r| r.get() != "null") {
+        let block: Option<TxnFields> = if is_object(raw) {
+            serde_json::from_str(raw.get()).ok()
+        } else {
+            None
+        };
+        let id = block
+            .as_ref()
+            .and_then(|b| string_or_none(b.id))
+            .filter(|id| !id.is_empty())
+            .map(Cow::into_owned);
+        let (Some(block), Some(id)) = (block, id) else {
+            return Err(Problem::malformed(format!(
+                "the 'transaction' block {} has no string 'id'",
+                py_repr_raw(Some(raw))
+            )));
+        };
+        total_order = int_or_none(block.total_order);
+        if let Some(given) = block.total_order {
+            if total_order.is_none_or(|n| n < 1) {
+                return Err(Problem::malformed(format!(
+                    "transaction.total_order must be an integer >= 1, got {}",
+                    py_repr_raw(Some(given))
+                )));
+            }
+        }
+        txn_id = Some(id);
+    }
+    let source: Option<SourceFields> = fields
+        .source
+        .filter(|r| is_object(r))
+        .and_then(|r| serde_json::from_str(r.get()).ok());
+    let table = source.as_ref().map(table_of).unwrap_or_default();
+    if table.is_empty() {
+        // Every row change names its table; without one it could not be routed (partitionBy
+        // table, mirror tables) and would land nowhere a reader looks.
+        return Err(Problem::malformed(
+            "the change event names no table (field 'source.table' is missing or empty)".to_owned(),
+        ));
+    }
+    let ts_ms = source
+        .as_ref()
+        .and_then(|s| int_or_none(s.ts_ms))
+        .or_else(|| int_or_none(fields.ts_ms));
+    let payload = keep.then(|| Payload {
+        source_name: source
+            .as_ref()
+            .and_then(|s| string_or_none(s.name))
+            .map(Cow::into_owned),
+        key: value_text(fields.key),
+        before: value_text(fields.before),
+        after: value_text(fields.after),
+        schema,
+    });
+    Ok(Change {
+        txn_id,
+        total_order,
+        table,
+        op,
+        ts_ms,
+        payload,
+    })
+}
+
+/// ``schema.table`` (or ``db.table``) from the ``source`` block, as the Python reader spelled it.
+fn table_of(source: &SourceFields) -> String {
+    let table = truthy_str(source.table);
+    let namespace = truthy_str(source.schema).or_else(|| truthy_str(source.db));
+    match (namespace, table) {
+        (Some(ns), Some(t)) => format!("{ns}.{t}"),
+        (None, Some(t)) => t.into_owned(),
+        (_, None) => String::new(),
+    }
+}

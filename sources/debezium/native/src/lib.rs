@@ -1,0 +1,20 @@
+//! The ``debezium-json`` connector's native half: the line decoder, the transaction assembler
+//! and the output rows, for ``spark_ckpt.sources.debezium`` (imported there as ``_native``).
+//!
+//! Python keeps the log's files (read through spark-ckpt's storage layer), positions, offsets
+//! and planning; every per-line step runs here, once per line, in the driver's planner and in
+//! the executors.
+
+use pyo3::prelude::*;
+
+mod assembler;
+mod event;
+mod problem;
+mod rows;
+mod text;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<assembler::Assembler>()?;
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! Output rows of released transactions, built column by column as Arrow arrays and handed to
+//! pyarrow through the Arrow C data interface (no copy, no Python object per value).
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow_array::{Array, ArrayRef, StructArray};
+use arrow_data::ffi::FFI_ArrowArray;
+use arrow_schema::ffi::FFI_ArrowSchema;
+use arrow_schema::{ArrowError, Field, Fields};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::assembler::Transaction;
+
+/// The rows of one task: which events of which transactions, and the columns built so far.
+pub struct Emitted {
+    first: (i64, i64),
+    last: (i64, i64),
+    source: String,
+    pub rows: RowBuilder,
+}
+
+impl Emitted {
+    pub fn new(first: (i64, i64), last: (i64, i64), source: String, rows: RowBuilder) -> Self {
+        Emitted {
+            first,
+            last,
+            source,
+            rows,
+        }
+    }
+
+    /// Add the rows ``txn`` contributes to ``(first, last]`` (executors, per transaction).
+    pub fn add(&mut self, txn: &Transaction) {
+        if (txn.order, 0) >= self.last {
+            return;
+        }
+        let skip = if txn.order == self.first.0 {
+            self.first.1
+        } else {
+            0
+        };
+        let take = if txn.order == self.last.0 {
+            self.last.1
+        } else {
+            txn.size
+        };
+        let ts_us = txn.commit_ts_ms.map(|ms| ms * 1000);
+        for index in skip..take {
+            self.rows.push(txn, index, ts_us, &self.source);
+        }
+    }
+}
+
+/// Column builders for the output schema (``sources/schema.py``'s ``COLUMNS``).
+pub struct RowBuilder {
+    source: StringBuilder,
+    txn_id: StringBuilder,
+    txn_order: Int64Builder,
+    txn_size: Int32Builder,
+    event_index: Int32Builder,
+    commit_ts: TimestampMicrosecondBuilder,
+    table: StringBuilder,
+    op: StringBuilder,
+    key: StringBuilder,
+    before: StringBuilder,
+    after: StringBuilder,
+    schema: Option<StringBuilder>,
+}
+
+impl RowBuilder {
+    pub fn new(column_types: bool) -> Self {
+        RowBuilder {
+            source: StringBuilder::new(),
+            txn_id: StringBuilder::new(),
+            txn_order: Int64Builder::new(),
+            txn_size: Int32Builder::new(),
+            event_index: Int32Builder::new(),
+            commit_ts: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
+            table: StringBuilder::new(),
+            op: StringBuilder::new(),
+            key: StringBuilder::new(),
+            before: StringBuilder::new(),
+            after: StringBuilder::new(),
+            schema: column_types.then(StringBuilder::new),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.txn_order.len()
+    }
+
+    fn push(&mut self, txn: &Transaction, index: i64, ts_us: Option<i64>, fallback: &str) {
+        let event = &txn.events[index as usize];
+        let payload = &event.payload;
+        self.source
+            .append_value(payload.source_name.as_deref().unwrap_or(fallback));
+        self.txn_id.append_value(&txn.txn_id);
+        self.txn_order.append_value(txn.order);
+        self.txn_size.append_value(txn.size as i32);
+        self.event_index.append_value(index as i32);
+        self.commit_ts.append_option(ts_us);
+        self.table.append_value(&event.table);
+        self.op.append_value(event.op);
+        self.key.append_option(payload.key.as_deref());
+        self.before.append_option(payload.before.as_deref());
+        self.after.append_option(payload.after.as_deref());
+        if let Some(schema) = self.schema.as_mut() {
+            schema.append_option(payload.schema.as_deref());
+        }
+    }
+
+    /// The rows as a ``pyarrow.StructArray``; the builders start over empty.
+    pub fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let mut columns: Vec<(&str, ArrayRef)> = vec![
+            ("source", Arc::new(self.source.finish())),
+            ("txn_id", Arc::new(self.txn_id.finish())),
+            ("txn_order", Arc::new(self.txn_order.finish())),
+            ("txn_size", Arc::new(self.txn_size.finish())),
+            ("event_index", Arc::new(self.event_index.finish())),
+            ("commit_ts", Arc::new(self.commit_ts.finish())),
+            ("table", Arc::new(self.table.finish())),
+            ("op", Arc::new(self.op.finish())),
+            ("key", Arc::new(self.key.finish())),
+            ("before", Arc::new(self.before.finish())),
+            ("after", Arc::new(self.after.finish())),
+        ];
+        if let Some(schema) = self.schema.as_mut() {
+            columns.push(("schema", Arc::new(schema.finish())));
+        }
+        let fields: Fields = columns
+            .iter()
+            .map(|(name, array)| Field::new(*name, array.data_type().clone(), true))
+            .collect();
+        let arrays: Vec<ArrayRef> = columns.into_iter().map(|(_, a)| a).collect();
+        let rows = StructArray::try_new(fields, arrays, None).map_err(arrow_error)?;
+        to_pyarrow(py, &rows)
+    }
+}
+
+fn arrow_error(e: ArrowError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// Hand ``array`` to pyarrow through the C data interface: pyarrow takes ownership of the
+/// buffers (the exported structs are released and dropped here).
+fn to_pyarrow<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'py, PyAny>> {
+    let data = array.to_data();
+    let mut ffi_array = FFI_ArrowArray::new(&data);
+    let mut ffi_schema = FFI_ArrowSchema::try_from(data.data_type()).map_err(arrow_error)?;
+    let imported = py.import("pyarrow")?.getattr("Array")?.call_method1(
+        "_import_from_c",
+        (
+            std::ptr::addr_of_mut!(ffi_array) as usize,
+            std::ptr::addr_of_mut!(ffi_schema) as usize,
+        ),
+    )?;
+    Ok(imported)
+}
