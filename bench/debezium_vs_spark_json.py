@@ -8,10 +8,19 @@ alternating pairs, each ``Trigger.availableNow`` over the same files:
 - into a Delta table: ``txn-cdc`` into ``delta-2pc`` against ``format("json")`` into delta-spark's
   own ``format("delta")`` sink.
 
-Each system's time covers its whole run on the same files; a pair's ratio is Spark JSON's time
-over txn-cdc's (above 1: txn-cdc is faster), and the verdict is the median of the per-pair
-ratios. Prints one JSON line with ``ratio_over_spark_json_noop`` and
-``ratio_over_spark_json_delta``. Run: ``scripts/bench.sh debezium_vs_spark_json``.
+Each system's time covers its whole run on the same files, from the query's start to its end; a
+pair's ratio is Spark JSON's time over txn-cdc's (above 1: txn-cdc is faster), and the verdict is
+the median of the per-pair ratios. Both sides run with their defaults (no per-trigger cap: one
+batch each); ``--cap`` sets txn-cdc's ``maxChangesPerTrigger``.
+
+Each pair also runs the *pass-through* (``passthrough.py``): txn-cdc's own output rows replayed by
+a Python source that decodes nothing, into the same sink. ``ceiling_noop`` and ``ceiling_delta``
+are Spark JSON's time over the pass-through's: the ratio a decoder costing nothing would get,
+since Spark's Python data source path is what it is. ``ours_planning_s`` is the time the source's
+planning (``latestOffset``, in the driver) took inside ours.
+
+Prints one JSON line with ``ratio_over_spark_json_noop`` and ``ratio_over_spark_json_delta``.
+Run: ``scripts/bench.sh debezium_vs_spark_json``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +38,9 @@ from typing import Any
 from spark_ckpt import install, local_session
 from spark_ckpt.testing.debezium_log import random_log, write_log
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from passthrough import Timed, busy_cpu_seconds, passthrough_run
+
 # Every top-level key of a Debezium line; nested objects arrive as their JSON text.
 SPARK_JSON_SCHEMA = (
     "status string, id string, event_count long, op string, before string, after string, "
@@ -35,21 +48,14 @@ SPARK_JSON_SCHEMA = (
 )
 
 
-def _timed(query: Any, control: Any, what: str) -> float:
-    began = time.perf_counter()
-    if not control.await_termination(query, 1800):
-        query.stop()
-        raise SystemExit(f"{what} did not finish within 30 minutes")
-    return time.perf_counter() - began
-
-
-def run_ours(spark: Any, control: Any, log: Path, out: Path, sink: str, cap: int) -> float:
-    """txn-cdc into ``noop`` or ``delta-2pc``; seconds."""
+def run_ours(spark: Any, control: Any, log: Path, out: Path, sink: str, cap: int) -> Timed:
+    """txn-cdc into ``noop`` or ``delta-2pc``."""
+    cpu, began = busy_cpu_seconds(), time.perf_counter()
+    reader = spark.readStream.format("txn-cdc").option("connector", "debezium-json")
+    if cap:
+        reader = reader.option("maxChangesPerTrigger", str(cap))
     writer = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "debezium-json")
-        .option("maxChangesPerTrigger", str(cap))
-        .load(str(log))
+        reader.load(str(log))
         .writeStream.option("checkpointLocation", str(out / "ckpt"))
         .trigger(availableNow=True)
     )
@@ -57,11 +63,12 @@ def run_ours(spark: Any, control: Any, log: Path, out: Path, sink: str, cap: int
         query = writer.format("noop").start()
     else:
         query = writer.format("delta-2pc").option("path", str(out / "table")).start()
-    return _timed(query, control, f"txn-cdc into {sink}")
+    return Timed(control, query, began, cpu)
 
 
-def run_spark_json(spark: Any, control: Any, log: Path, out: Path, sink: str) -> float:
-    """Spark's JSON file source into ``noop`` or delta-spark's sink; seconds."""
+def run_spark_json(spark: Any, control: Any, log: Path, out: Path, sink: str) -> Timed:
+    """Spark's JSON file source into ``noop`` or delta-spark's sink."""
+    cpu, began = busy_cpu_seconds(), time.perf_counter()
     writer = (
         spark.readStream.format("json")
         .schema(SPARK_JSON_SCHEMA)
@@ -73,13 +80,15 @@ def run_spark_json(spark: Any, control: Any, log: Path, out: Path, sink: str) ->
         query = writer.format("noop").start()
     else:
         query = writer.format("delta").start(str(out / "table"))
-    return _timed(query, control, f"Spark JSON into {sink}")
+    return Timed(control, query, began, cpu)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=40_000)
-    parser.add_argument("--cap", type=int, default=50_000, help="maxChangesPerTrigger")
+    parser.add_argument(
+        "--cap", type=int, default=0, help="maxChangesPerTrigger (0: unset, the default)"
+    )
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
@@ -90,16 +99,19 @@ def main() -> None:
     spark = local_session("bench-debezium-vs-spark-json")
     control = install(spark)
     ratios: dict[str, list[float]] = {"noop": [], "delta": []}
+    ceilings: dict[str, list[float]] = {"noop": [], "delta": []}
     seconds: dict[str, list[float]] = {}
+    planning: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log"
         write_log(str(log), records, sorted(rng.sample(range(len(records)), 20)))
-        run_ours(spark, control, log, Path(tmp) / "warmup-ours", "noop", args.cap)
+        # Warm-up, and the rows the pass-through replays: ours into delta-2pc, once.
+        rows = run_ours(spark, control, log, Path(tmp) / "rows", "delta", args.cap)
         run_spark_json(spark, control, log, Path(tmp) / "warmup-json", "noop")
         for pair in range(args.pairs):
             for sink in ("noop", "delta"):
                 ours_first = (pair + (sink == "delta")) % 2 == 0
-                timed: dict[str, float] = {}
+                timed: dict[str, Timed] = {}
                 for system in ("ours", "json") if ours_first else ("json", "ours"):
                     out = Path(tmp) / f"{system}-{sink}-{pair}"
                     timed[system] = (
@@ -107,18 +119,36 @@ def main() -> None:
                         if system == "ours"
                         else run_spark_json(spark, control, log, out, sink)
                     )
-                    seconds.setdefault(f"{system}_{sink}", []).append(timed[system])
-                ratios[sink].append(timed["json"] / timed["ours"])
+                out = Path(tmp) / f"passthrough-{sink}-{pair}"
+                out.mkdir()
+                timed["passthrough"] = passthrough_run(
+                    spark,
+                    control,
+                    Path(tmp) / "rows" / "table",
+                    out,
+                    rows.batches,
+                    "noop" if sink == "noop" else "delta-2pc",
+                )
+                if not timed["ours"].rows == timed["passthrough"].rows == changes:
+                    raise SystemExit(f"row counts differ from the {changes} changes: {timed}")
+                for system, run in timed.items():
+                    seconds.setdefault(f"{system}_{sink}", []).append(run.wall)
+                ratios[sink].append(timed["json"].wall / timed["ours"].wall)
+                ceilings[sink].append(timed["json"].wall / timed["passthrough"].wall)
+                planning.append(timed["ours"].planning)
     spark.stop()
     result = {
         "bench": "debezium_vs_spark_json",
         "changes": changes,
         "lines": len(records),
         "transactions": len(expected),
-        "max_changes_per_trigger": args.cap,
+        "max_changes_per_trigger": args.cap or None,
         "pairs": args.pairs,
         "ratio_over_spark_json_noop": round(statistics.median(ratios["noop"]), 3),
         "ratio_over_spark_json_delta": round(statistics.median(ratios["delta"]), 3),
+        "ceiling_noop": round(statistics.median(ceilings["noop"]), 3),
+        "ceiling_delta": round(statistics.median(ceilings["delta"]), 3),
+        "ours_planning_s": round(statistics.median(planning), 2),
         "median_seconds": {k: round(statistics.median(v), 2) for k, v in sorted(seconds.items())},
     }
     print(json.dumps(result), flush=True)
