@@ -64,7 +64,7 @@ from .log_files import (
     position_key,
     read_chunks,
 )
-from .transactions import ReleaseGroup, Transaction, TransactionAssembler
+from .transactions import TransactionAssembler
 from .types import typed_batch
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
@@ -154,30 +154,6 @@ def initial_offset(order: FileOrder) -> LogOffset:
     return LogOffset(-1, 0, 0, START, (0, 0), (), order)
 
 
-@dataclass(frozen=True)
-class _Unit:
-    """An emitted transaction in the plan, with what an offset right after it needs."""
-
-    txn: Transaction
-    # The release group the transaction came in, and its place there: the transactions still
-    # open once the whole group is emitted, and the later members (still open right after it).
-    group: ReleaseGroup
-    index: int
-
-    @property
-    def scan(self) -> LogPosition:
-        return self.group.scan
-
-    def open_after(
-        self, order: FileOrder, *, include_self: bool
-    ) -> tuple[tuple[str, LogPosition], ...]:
-        items = self.group.open_positions()
-        items += [(t.txn_id, t.first) for t in self.group.transactions[self.index + 1 :]]
-        if include_self:
-            items.append((self.txn.txn_id, self.txn.first))
-        return tuple(sorted(items, key=lambda item: (position_key(item[1], order), item[0])))
-
-
 class _Planner:
     """Driver-side planning state after a base offset: assembler, scan head, units and files.
 
@@ -192,20 +168,16 @@ class _Planner:
         self.directory = log.url  # for messages
         self.order: FileOrder = base.order
         self.base = base
+        # Released transactions stay in the assembler as units until a batch delivers them.
         self.assembler = TransactionAssembler(base.emitted, keep_events=False)
-        self.units: list[_Unit] = []
-        self._unit_changes = 0  # sum of the units' sizes, kept up to date (checked per line)
         self.files = list_log_files(log, self.order)
         self.finished = self._check_consumed(base)
         self.closed_tail: LogFile | None = None
         only = {txn_id for txn_id, _ in base.open}
-        released: list[Transaction] = []
         if only:
             for chunk in read_chunks(log, self.files, base.resume, base.scan, self.order):
-                for group in self.assembler.feed(chunk, only).groups:
-                    released += group.transactions
-        if released:
-            self._add_group(self.assembler.group(base.scan, released))
+                self.assembler.feed(chunk, only)
+            self.assembler.regroup(base.scan)
         self.head = base.scan
 
     def _key(self, name: str) -> tuple[object, ...]:
@@ -285,17 +257,12 @@ class _Planner:
             f"reads the log: restore the file, or start over with a new checkpointLocation"
         )
 
-    def _add_group(self, group: ReleaseGroup) -> None:
-        for index, txn in enumerate(group.transactions):
-            self.units.append(_Unit(txn, group, index))
-            self._unit_changes += txn.size
-
     @property
     def pending_changes(self) -> int:
-        return self._unit_changes - self.base.partial
+        return self.assembler.unit_changes - self.base.partial
 
     def unit_sizes(self) -> list[int]:
-        sizes = [u.txn.size for u in self.units]
+        sizes = self.assembler.unit_sizes()
         if sizes:
             sizes[0] -= self.base.partial
         return sizes
@@ -318,8 +285,6 @@ class _Planner:
             self.head = fed.end
             if fed.closed_tail:
                 self.closed_tail = LogFile(fed.end.file, fed.end.byte)
-            for group in fed.groups:
-                self._add_group(group)
             if want is not None and self.pending_changes >= want:
                 break
 
@@ -356,39 +321,28 @@ class _Planner:
         return out
 
     def offset_at(self, cut: Cut, checkpoint: int) -> LogOffset:
-        unit = self.units[cut.unit]
+        unit = self.assembler.unit(cut.unit)
         consumed = self.consumed_before(unit.scan)
+        still_open = list(unit.open_after)
+        if not cut.at_boundary:
+            still_open.append((unit.txn_id, unit.first))
+        still_open.sort(key=lambda item: (position_key(item[1], self.order), item[0]))
         if cut.at_boundary:
-            return LogOffset(
-                checkpoint,
-                unit.txn.order + 1,
-                0,
-                unit.scan,
-                consumed,
-                unit.open_after(self.order, include_self=False),
-                self.order,
-            )
-        already = self.base.partial if cut.unit == 0 else 0
+            emitted, partial = unit.order + 1, 0
+        else:
+            emitted = unit.order
+            partial = (self.base.partial if cut.unit == 0 else 0) + cut.within
         return LogOffset(
-            checkpoint,
-            unit.txn.order,
-            already + cut.within,
-            unit.scan,
-            consumed,
-            unit.open_after(self.order, include_self=True),
-            self.order,
+            checkpoint, emitted, partial, unit.scan, consumed, tuple(still_open), self.order
         )
 
     def truncate(self, units: int) -> None:
         """Forget planned units beyond the first ``units``."""
-        self._unit_changes -= sum(u.txn.size for u in self.units[units:])
-        del self.units[units:]
+        self.assembler.truncate_units(units)
 
     def advance(self, cut: Cut, end: LogOffset) -> None:
         """Make ``end`` (the offset at ``cut``) the new base, dropping delivered units."""
-        drop = cut.unit + 1 if cut.at_boundary else cut.unit
-        self._unit_changes -= sum(u.txn.size for u in self.units[:drop])
-        del self.units[:drop]
+        self.assembler.drop_units(cut.unit + 1 if cut.at_boundary else cut.unit)
         self.base = end
 
 
@@ -515,7 +469,7 @@ class DebeziumJsonConnector(ChangeConnector):
         if cut.at_boundary:
             return AVAILABLE
         assert self._planner is not None
-        txn = self._planner.units[cut.unit].txn
+        txn = self._planner.assembler.unit(cut.unit)
         done = cut.within + (self._planner.base.partial if cut.unit == 0 else 0)
         return SnapshotAvailability.soft_failure(
             f"the cut would split transaction {txn.txn_id!r} after {done} of its {txn.size} "
@@ -563,9 +517,10 @@ class DebeziumJsonConnector(ChangeConnector):
         planner.scan(None, last.scan)
         total = last.emitted - first.emitted
         needed = total + (1 if last.partial else 0)
-        if len(planner.units) < needed:
+        found = len(planner.unit_sizes())
+        if found < needed:
             raise LogRewrittenError(
-                f"re-planning the logged batch up to {last.scan} found {len(planner.units)} "
+                f"re-planning the logged batch up to {last.scan} found {found} "
                 f"complete transactions after the start offset, not {needed}: the change log in "
                 f"{self.directory!r} was modified in place (files may only be appended or added)"
             )

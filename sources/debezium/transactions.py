@@ -10,7 +10,9 @@ that is still incomplete.
 The per-line work (JSON decoding, the checks, the assembly and the output rows) runs in the
 connector's native module (``sources/debezium/native``, Rust): Python decoding cost about 30 us
 of CPU per line, several times Spark's own cost of carrying a row. This module is its typed face:
-it feeds :class:`~.log_files.LogChunk` s and turns what comes back into positions.
+it feeds :class:`~.log_files.LogChunk` s and turns what comes back into positions. While
+planning, released transactions stay in the native module as units until a batch delivers them
+(most never become an offset, so they need no Python object).
 
 Runs on the driver (planning, without keeping event payloads) and on executors (reading, where
 released transactions become rows without passing through Python).
@@ -25,13 +27,11 @@ import pyarrow as pa
 from ._native import Assembler
 from .log_files import LogChunk, LogPosition
 
-__all__ = ["Feed", "ReleaseGroup", "Transaction", "TransactionAssembler"]
-
-_RawPosition = tuple[str, int, int]
+__all__ = ["Feed", "PlannedUnit", "TransactionAssembler"]
 
 
-class Transaction(NamedTuple):
-    """A complete transaction, emitted in END order (planning only: without its events).
+class PlannedUnit(NamedTuple):
+    """A released transaction in the plan, with what an offset right after it needs.
 
     Attributes
     ----------
@@ -43,42 +43,29 @@ class Transaction(NamedTuple):
         Number of change events.
     first
         Position of its first record in the log.
-    commit_ts_ms
-        Commit time: the END's ``ts_ms``, else the latest ``source.ts_ms`` of its events.
+    scan
+        Where the log had been read to when it was released.
+    open_after
+        Transactions still open right after it (itself not included), as ``(id, first)``.
     """
 
     order: int
     txn_id: str
     size: int
     first: LogPosition
-    commit_ts_ms: int | None
-
-
-class ReleaseGroup(NamedTuple):
-    """Transactions released together by one line, and what was still open right after.
-
-    ``open_after`` keeps the native ``(txn_id, (file, byte, line))`` pairs: most groups never
-    become an offset, so their positions are only built when one does (:meth:`open_positions`).
-    """
-
     scan: LogPosition
-    transactions: list[Transaction]
-    open_after: list[tuple[str, _RawPosition]]
-
-    def open_positions(self) -> list[tuple[str, LogPosition]]:
-        """``open_after`` as ``(txn_id, first position)``."""
-        return [(txn_id, LogPosition(*first)) for txn_id, first in self.open_after]
+    open_after: list[tuple[str, LogPosition]]
 
 
 class Feed(NamedTuple):
-    """What one chunk fed: the position after the last line consumed, and the releases.
+    """What one chunk fed.
 
-    ``closed_tail``: that line was a closed file's unterminated tail.
+    ``end`` is the position after the last line consumed; ``closed_tail``, whether that line
+    was a closed file's unterminated tail.
     """
 
     end: LogPosition
     closed_tail: bool
-    groups: list[ReleaseGroup]
 
 
 class TransactionAssembler:
@@ -113,9 +100,42 @@ class TransactionAssembler:
         """Transactions read (at least in part) but not emitted, as ``(id, first position)``."""
         return [(txn_id, LogPosition(*first)) for txn_id, first in self._native.open_items()]
 
-    def group(self, scan: LogPosition, transactions: list[Transaction]) -> ReleaseGroup:
-        """``transactions`` as one release group at ``scan``, with what is open now."""
-        return ReleaseGroup(scan, transactions, self._native.open_items())
+    # -- planning (driver): released transactions are kept as units until delivered ---------
+
+    def unit_sizes(self) -> list[int]:
+        """Sizes of the planned units, in emitted order."""
+        return self._native.unit_sizes()
+
+    @property
+    def unit_changes(self) -> int:
+        """The sum of :meth:`unit_sizes`."""
+        return self._native.unit_changes
+
+    def unit(self, index: int) -> PlannedUnit:
+        """Planned unit ``index`` (counted from the first not yet delivered)."""
+        order, txn_id, size, first, scan, open_after = self._native.unit(index)
+        return PlannedUnit(
+            order,
+            txn_id,
+            size,
+            LogPosition(*first),
+            LogPosition(*scan),
+            [(other, LogPosition(*position)) for other, position in open_after],
+        )
+
+    def truncate_units(self, keep: int) -> None:
+        """Forget the planned units beyond the first ``keep``; the kept units' offsets stay."""
+        self._native.truncate_units(keep)
+
+    def drop_units(self, count: int) -> None:
+        """Drop the first ``count`` planned units (a batch delivered them)."""
+        self._native.drop_units(count)
+
+    def regroup(self, scan: LogPosition) -> None:
+        """Release every unit so far at ``scan`` (resuming: what was re-read before it)."""
+        self._native.regroup(*scan)
+
+    # -- reading (executors) -------------------------------------------------------------------
 
     def emit_rows(
         self, start: tuple[int, int], end: tuple[int, int], source: str, column_types: bool
@@ -160,21 +180,7 @@ class TransactionAssembler:
             :class:`~spark_ckpt.errors.DuplicateTransactionError`, ...) of the first bad line.
         """
         name, byte, line = chunk.start
-        end_byte, end_line, closed_tail, groups = self._native.feed(
+        end_byte, end_line, closed_tail = self._native.feed(
             chunk.data, name, byte, line, chunk.tail_is_line, only, budget
         )
-        return Feed(
-            LogPosition(name, end_byte, end_line),
-            closed_tail,
-            [
-                ReleaseGroup(
-                    LogPosition(name, scan_byte, scan_line),
-                    [
-                        Transaction(order, txn_id, size, LogPosition(*first), ts)
-                        for order, txn_id, size, first, ts in txns
-                    ],
-                    open_after,
-                )
-                for scan_byte, scan_line, txns, open_after in groups
-            ],
-        )
+        return Feed(LogPosition(name, end_byte, end_line), closed_tail)

@@ -10,19 +10,20 @@
 //! The driver's planner feeds lines without keeping payloads and gets release groups back; an
 //! executor keeps payloads and turns released transactions straight into output rows.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
 use rayon::prelude::*;
+use rustc_hash::{FxBuildHasher, FxHashSet};
 
 use crate::event::{parse_line, Change, Marker, Payload, Record};
+use crate::plan::PlannedUnits;
 use crate::problem::{ErrorKind, Problem};
 use crate::rows::{Emitted, RowBuilder};
-use crate::text::py_repr_str;
+use crate::text::{py_repr_str, Quoted};
 
 /// How many completed ids are remembered, to catch a transaction id reused soon after.
 const RECENT_WINDOW: usize = 100_000;
@@ -47,7 +48,7 @@ pub struct Position {
 
 struct End {
     event_count: i64,
-    collections: Option<IndexMap<String, i64>>,
+    collections: Option<IndexMap<String, i64, FxBuildHasher>>,
     ts_ms: Option<i64>,
     at: Where,
 }
@@ -66,8 +67,9 @@ struct Open {
     began: Option<Where>,
     end: Option<End>,
     count: i64,
-    orders: HashSet<i64>,
-    tables: IndexMap<String, i64>,
+    orders: FxHashSet<i64>,
+    /// Change events per table, in first-seen order (few tables per transaction: a list).
+    tables: Vec<(String, i64)>,
     events: Vec<Event>,
     max_ts: Option<i64>,
 }
@@ -99,17 +101,28 @@ pub struct Transaction {
 pub struct Assembler {
     next_order: i64,
     keep: bool,
-    open: IndexMap<String, Open>,
+    open: IndexMap<String, Open, FxBuildHasher>,
     ended: VecDeque<String>,
-    recent: HashSet<String>,
+    recent: FxHashSet<String>,
     recent_order: VecDeque<String>,
     emitted: Option<Emitted>,
+    planned: PlannedUnits,
 }
 
 type Failure = (Problem, Where);
 
-/// A released transaction as planning sees it: order, id, size, first position, commit time.
-type ReleasedRow<'a> = (i64, &'a str, i64, (&'a str, u64, u64), Option<i64>);
+/// A position as Python sees it: ``(file, byte, line)``.
+type RawPosition = (String, u64, u64);
+
+/// A planned unit as Python sees it (:meth:`Assembler.unit`).
+type UnitTuple<'a> = (
+    i64,
+    &'a str,
+    i64,
+    RawPosition,
+    RawPosition,
+    Vec<(&'a str, RawPosition)>,
+);
 
 fn fail(kind: ErrorKind, at: &Where, problem: String, expected: &str) -> Failure {
     (Problem::new(kind, problem, expected.to_owned()), at.clone())
@@ -139,8 +152,8 @@ impl Assembler {
                 began: None,
                 end: None,
                 count: 0,
-                orders: HashSet::new(),
-                tables: IndexMap::new(),
+                orders: FxHashSet::default(),
+                tables: Vec::new(),
                 events: Vec::new(),
                 max_ts: None,
             },
@@ -148,10 +161,13 @@ impl Assembler {
         Ok(())
     }
 
-    fn marker(&mut self, marker: Marker, pos: &Position, at: &Where) -> Result<(), Failure> {
+    fn marker(&mut self, marker: Marker<'_>, pos: &Position, at: &Where) -> Result<(), Failure> {
         self.begin_txn(&marker.txn_id, pos, at)?;
-        let quoted = py_repr_str(&marker.txn_id);
-        let txn = self.open.get_mut(&marker.txn_id).expect("begun above");
+        let quoted = Quoted(&marker.txn_id);
+        let txn = self
+            .open
+            .get_mut(marker.txn_id.as_ref())
+            .expect("begun above");
         if !marker.end {
             if txn.began.is_some() || txn.end.is_some() {
                 let seen = txn
@@ -213,7 +229,7 @@ impl Assembler {
             ts_ms: marker.ts_ms,
             at: at.clone(),
         });
-        self.ended.push_back(marker.txn_id.clone());
+        self.ended.push_back(marker.txn_id.into_owned());
         check_collections(txn, at)
     }
 
@@ -227,7 +243,7 @@ impl Assembler {
         self.begin_txn(txn_id, pos, at)?;
         let keep = self.keep;
         let txn = self.open.get_mut(txn_id).expect("begun above");
-        let quoted = py_repr_str(txn_id);
+        let quoted = Quoted(txn_id);
         if let Some(end) = &txn.end {
             if txn.count + 1 > end.event_count {
                 return Err(fail(
@@ -272,11 +288,9 @@ impl Assembler {
             txn.orders.insert(order);
         }
         txn.count += 1;
-        match txn.tables.get_mut(&event.table) {
-            Some(n) => *n += 1,
-            None => {
-                txn.tables.insert(event.table.clone(), 1);
-            }
+        match txn.tables.iter_mut().find(|(name, _)| event.table.is(name)) {
+            Some((_, n)) => *n += 1,
+            None => txn.tables.push((event.table.qualified(), 1)),
         }
         if let Some(ts) = event.ts_ms {
             if txn.max_ts.is_none_or(|m| ts > m) {
@@ -287,7 +301,7 @@ impl Assembler {
             let payload = event.payload.expect("payloads are decoded when kept");
             txn.events.push(Event {
                 total_order: event.total_order,
-                table: event.table,
+                table: event.table.qualified(),
                 op: event.op,
                 payload,
             });
@@ -297,9 +311,9 @@ impl Assembler {
 
     fn feed_record(
         &mut self,
-        record: Result<Record, Problem>,
+        record: Result<Record<'_>, Problem>,
         pos: &Position,
-        only: Option<&HashSet<String>>,
+        only: Option<&FxHashSet<String>>,
     ) -> Result<Vec<Transaction>, Failure> {
         let at = Where {
             file: pos.file.clone(),
@@ -307,12 +321,12 @@ impl Assembler {
         };
         match record.map_err(|p| (p, at.clone()))? {
             Record::Marker(marker) => {
-                if only.is_some_and(|o| !o.contains(&marker.txn_id)) {
+                if only.is_some_and(|o| !o.contains(marker.txn_id.as_ref())) {
                     return Ok(Vec::new());
                 }
                 self.marker(marker, pos, &at)?;
             }
-            Record::Change(change) => match change.txn_id.clone() {
+            Record::Change(mut change) => match change.txn_id.take() {
                 None => {
                     let txn_id = format!("{}:{}", at.file, at.line);
                     if only.is_some_and(|o| !o.contains(&txn_id)) {
@@ -330,7 +344,7 @@ impl Assembler {
                     self.ended.push_back(txn_id);
                 }
                 Some(txn_id) => {
-                    if only.is_some_and(|o| !o.contains(&txn_id)) {
+                    if only.is_some_and(|o| !o.contains(txn_id.as_ref())) {
                         return Ok(Vec::new());
                     }
                     self.change(&txn_id, change, pos, &at)?;
@@ -384,18 +398,21 @@ impl Assembler {
         }
     }
 
-    fn open_items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items: Vec<(&str, (&str, u64, u64))> = self
-            .open
+    /// The open transactions with their first positions, in the order they were first read.
+    fn open_positions(&self) -> Vec<(String, Position)> {
+        self.open
             .values()
-            .map(|t| {
-                (
-                    t.txn_id.as_str(),
-                    (&*t.first.file, t.first.byte, t.first.line),
-                )
-            })
-            .collect();
-        PyList::new(py, items)
+            .map(|t| (t.txn_id.clone(), t.first.clone()))
+            .collect()
+    }
+
+    fn planned(&self) -> PyResult<&PlannedUnits> {
+        if self.keep {
+            return Err(PyValueError::new_err(
+                "only a planning assembler keeps units",
+            ));
+        }
+        Ok(&self.planned)
     }
 }
 
@@ -407,10 +424,10 @@ fn check_collections(txn: &Open, at: &Where) -> Result<(), Failure> {
     if !txn.complete() {
         return Ok(());
     }
-    let seen: IndexMap<&str, i64> = txn
+    let seen: IndexMap<&str, i64, FxBuildHasher> = txn
         .tables
         .iter()
-        .filter(|(_, n)| **n != 0)
+        .filter(|(_, n)| *n != 0)
         .map(|(k, n)| (k.as_str(), *n))
         .collect();
     let same =
@@ -449,11 +466,12 @@ impl Assembler {
         Assembler {
             next_order: first_order,
             keep: keep_events,
-            open: IndexMap::new(),
+            open: IndexMap::default(),
             ended: VecDeque::new(),
-            recent: HashSet::new(),
+            recent: FxHashSet::default(),
             recent_order: VecDeque::new(),
             emitted: None,
+            planned: PlannedUnits::default(),
         }
     }
 
@@ -494,33 +512,30 @@ impl Assembler {
     /// ``budget``: stop after the line whose releases bring the changes released by this call
     /// to at least this many.
     ///
-    /// Returns ``(byte, line, closed_tail, groups)``: the position after the last line consumed,
-    /// whether that line was an unterminated tail, and, without rows, one
-    /// ``(byte, line, transactions, open_after)`` per line that released transactions, with
-    /// transactions as ``(order, txn_id, size, (file, byte, line), commit_ts_ms)`` and
-    /// ``open_after`` the transactions still open then as ``(txn_id, (file, byte, line))``.
+    /// Returns ``(byte, line, closed_tail)``: the position after the last line consumed and
+    /// whether that line was an unterminated tail. Released transactions become rows
+    /// (:meth:`emit_rows`) or planned units (without events).
     ///
     /// Raises the typed ``spark_ckpt.errors`` error of the first bad line.
     #[pyo3(signature = (data, file, byte, line, tail_is_line = false, only = None, budget = None))]
     #[allow(clippy::too_many_arguments)]
-    fn feed<'py>(
+    fn feed(
         &mut self,
-        py: Python<'py>,
+        py: Python<'_>,
         data: &[u8],
         file: &str,
         byte: u64,
         line: u64,
         tail_is_line: bool,
-        only: Option<HashSet<String>>,
+        only: Option<FxHashSet<String>>,
         budget: Option<i64>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
+    ) -> PyResult<(u64, u64, bool)> {
         let file: Arc<str> = Arc::from(file);
         let mut pos = Position {
             file: file.clone(),
             byte,
             line,
         };
-        let groups = PyList::empty(py);
         let mut released: i64 = 0;
         let mut closed_tail = false;
         // The lines, each with the bytes it takes (its newline included) and whether it is an
@@ -542,16 +557,16 @@ impl Assembler {
         }
         // Planning decodes a chunk's lines on every core (Spark's tasks wait for the plan);
         // executors decode in their task's thread, as they go.
-        let mut decoded: Vec<Result<Record, Problem>> = if self.keep || lines.len() < PARALLEL_LINES
-        {
-            Vec::new()
-        } else {
-            lines
-                .par_iter()
-                .map(|(text, _, _)| parse_line(text, false))
-                .rev()
-                .collect()
-        };
+        let mut decoded: Vec<Result<Record<'_>, Problem>> =
+            if self.keep || lines.len() < PARALLEL_LINES {
+                Vec::new()
+            } else {
+                lines
+                    .par_iter()
+                    .map(|(text, _, _)| parse_line(text, false))
+                    .rev()
+                    .collect()
+            };
         for (text, consumed, tail) in lines {
             let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
             let start = pos.clone();
@@ -569,36 +584,15 @@ impl Assembler {
                 for txn in &out {
                     emitted.add(txn);
                 }
-            } else {
-                let txns: Vec<ReleasedRow> = out
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.order,
-                            t.txn_id.as_str(),
-                            t.size,
-                            (&*t.first.file, t.first.byte, t.first.line),
-                            t.commit_ts_ms,
-                        )
-                    })
-                    .collect();
-                groups.append((pos.byte, pos.line, txns, self.open_items(py)?))?;
+            } else if !self.keep {
+                let open_after = self.open_positions();
+                self.planned.add_group(pos.clone(), out, open_after);
             }
             if budget.is_some_and(|b| released >= b) {
                 break;
             }
         }
-        PyTuple::new(
-            py,
-            [
-                pos.byte.into_pyobject(py)?.into_any(),
-                pos.line.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, closed_tail)
-                    .to_owned()
-                    .into_any(),
-                groups.into_any(),
-            ],
-        )
+        Ok((pos.byte, pos.line, closed_tail))
     }
 
     /// The rows built so far, as a ``pyarrow.StructArray`` of the output columns (and
@@ -611,6 +605,68 @@ impl Assembler {
         }
     }
 
+    /// Sizes of the planned units (transactions released, not yet delivered), in order.
+    fn unit_sizes(&self) -> PyResult<Vec<i64>> {
+        Ok(self.planned()?.sizes())
+    }
+
+    /// The sum of :meth:`unit_sizes`.
+    #[getter]
+    fn unit_changes(&self) -> PyResult<i64> {
+        Ok(self.planned()?.changes())
+    }
+
+    /// Planned unit ``index`` as ``(order, txn_id, size, first, scan, open_after)``: positions
+    /// as ``(file, byte, line)``, ``scan`` where its release group was let out, ``open_after``
+    /// the transactions still open right after it as ``(txn_id, first)`` (itself not included).
+    #[allow(clippy::type_complexity)]
+    fn unit(&self, index: usize) -> PyResult<UnitTuple<'_>> {
+        let view = self
+            .planned()?
+            .view(index)
+            .ok_or_else(|| PyValueError::new_err(format!("no planned unit {index}")))?;
+        let raw = |p: &Position| (p.file.to_string(), p.byte, p.line);
+        Ok((
+            view.order,
+            view.txn_id,
+            view.size,
+            raw(view.first),
+            raw(view.scan),
+            view.open_after
+                .iter()
+                .map(|(id, first)| (*id, raw(first)))
+                .collect(),
+        ))
+    }
+
+    /// Forget the planned units beyond the first ``keep`` (re-planning a logged batch).
+    fn truncate_units(&mut self, keep: usize) -> PyResult<()> {
+        self.planned()?;
+        self.planned.truncate(keep);
+        Ok(())
+    }
+
+    /// Drop the first ``count`` planned units (a batch delivered them).
+    fn drop_units(&mut self, count: usize) -> PyResult<()> {
+        self.planned()?;
+        self.planned.drop_front(count);
+        Ok(())
+    }
+
+    /// Make every unit released so far one release group at ``(file, byte, line)``: resuming
+    /// from an offset, what was re-read before its scan position is released there.
+    fn regroup(&mut self, file: &str, byte: u64, line: u64) -> PyResult<()> {
+        self.planned()?;
+        let scan = Position {
+            file: Arc::from(file),
+            byte,
+            line,
+        };
+        let open_after = self.open_positions();
+        self.planned.regroup(scan, open_after);
+        Ok(())
+    }
+
     /// ``order`` of the next transaction emitted.
     #[getter]
     fn next_order(&self) -> i64 {
@@ -618,9 +674,16 @@ impl Assembler {
     }
 
     /// Transactions read (at least in part) but not emitted, as ``(id, (file, byte, line))``.
-    #[pyo3(name = "open_items")]
-    fn py_open_items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        self.open_items(py)
+    fn open_items(&self) -> Vec<(&str, (&str, u64, u64))> {
+        self.open
+            .values()
+            .map(|t| {
+                (
+                    t.txn_id.as_str(),
+                    (&*t.first.file, t.first.byte, t.first.line),
+                )
+            })
+            .collect()
     }
 
     /// Change events read but not emitted.

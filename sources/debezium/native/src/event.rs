@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use indexmap::IndexMap;
+use rustc_hash::FxBuildHasher;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -27,19 +28,20 @@ pub const CHANGE_SHAPE: &str = "a Debezium change event {\"op\": \"c\", \"before
 or a transaction event {\"status\": \"BEGIN\"|\"END\", \"id\": ..., \"event_count\": ...}";
 
 /// A transaction-metadata event.
-pub struct Marker {
+pub struct Marker<'a> {
     pub end: bool,
-    pub txn_id: String,
+    pub txn_id: Cow<'a, str>,
     pub event_count: i64,
-    pub collections: Option<IndexMap<String, i64>>,
+    pub collections: Option<IndexMap<String, i64, FxBuildHasher>>,
     pub ts_ms: Option<i64>,
 }
 
-/// A row change, with its payload as text when the reader keeps it.
-pub struct Change {
-    pub txn_id: Option<String>,
+/// A row change, with its payload as text when the reader keeps it. Strings without escapes
+/// are borrowed from the line: planning allocates nothing per line.
+pub struct Change<'a> {
+    pub txn_id: Option<Cow<'a, str>>,
     pub total_order: Option<i64>,
-    pub table: String,
+    pub table: Table<'a>,
     pub op: &'static str,
     pub ts_ms: Option<i64>,
     pub payload: Option<Payload>,
@@ -55,9 +57,39 @@ pub struct Payload {
     pub schema: Option<String>,
 }
 
-pub enum Record {
-    Marker(Marker),
-    Change(Change),
+pub enum Record<'a> {
+    Marker(Marker<'a>),
+    Change(Change<'a>),
+}
+
+/// A change's table: ``namespace.name`` (the ``source`` block's ``schema`` or ``db``, and
+/// ``table``), or ``name`` alone without a namespace.
+pub struct Table<'a> {
+    pub namespace: Option<Cow<'a, str>>,
+    pub name: Cow<'a, str>,
+}
+
+impl Table<'_> {
+    /// Whether ``qualified`` spells this table (no allocation).
+    pub fn is(&self, qualified: &str) -> bool {
+        match &self.namespace {
+            None => qualified == self.name,
+            Some(ns) => {
+                qualified.len() == ns.len() + 1 + self.name.len()
+                    && qualified.starts_with(ns.as_ref())
+                    && qualified.as_bytes()[ns.len()] == b'.'
+                    && qualified.ends_with(self.name.as_ref())
+            }
+        }
+    }
+
+    /// ``namespace.name``, as the Python reader spelled it.
+    pub fn qualified(&self) -> String {
+        match &self.namespace {
+            None => self.name.clone().into_owned(),
+            Some(ns) => format!("{ns}.{}", self.name),
+        }
+    }
 }
 
 /// The top-level fields the source reads; a later duplicate key wins, as in Python's ``json``.
@@ -74,8 +106,51 @@ struct Fields<'a> {
     before: Option<&'a RawValue>,
     after: Option<&'a RawValue>,
     key: Option<&'a RawValue>,
-    source: Option<&'a RawValue>,
+    // Decoded in the same pass as the line (it is on every change event).
+    source: Option<MaybeObject<SourceFields<'a>>>,
     transaction: Option<&'a RawValue>,
+}
+
+/// A value read as ``T``'s fields when it is a JSON object, else None (and skipped).
+struct MaybeObject<T>(Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MaybeObject<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = MaybeObject<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let fields = T::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(MaybeObject(Some(fields)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MaybeObject(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(MaybeObject(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(MaybeObject(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(MaybeObject(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(MaybeObject(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(MaybeObject(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(MaybeObject(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 /// The fields read from the ``source`` block.
@@ -166,7 +241,7 @@ fn is_object(raw: &RawValue) -> bool {
 }
 
 /// Parse and check one line. ``keep`` decodes the payload a row needs (executors).
-pub fn parse_line(data: &[u8], keep: bool) -> Result<Record, Problem> {
+pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
     let text = std::str::from_utf8(data)
         .map_err(|e| Problem::malformed(format!("not valid JSON (not UTF-8 text: {e})")))?;
     let trimmed = text.trim_start_matches([' ', '\t', '\r', '\n']);
@@ -201,10 +276,10 @@ pub fn parse_line(data: &[u8], keep: bool) -> Result<Record, Problem> {
     change(&fields, keep, schema).map(Record::Change)
 }
 
-fn marker(fields: &Fields, end: bool) -> Result<Marker, Problem> {
+fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {
     let status = if end { "END" } else { "BEGIN" };
     let txn_id = match string_or_none(fields.id) {
-        Some(id) if !id.is_empty() => id.into_owned(),
+        Some(id) if !id.is_empty() => id,
         _ => {
             return Err(Problem::malformed(format!(
                 "{status} event without a transaction id (field 'id')"
@@ -245,7 +320,10 @@ fn marker(fields: &Fields, end: bool) -> Result<Marker, Problem> {
     })
 }
 
-fn collections(raw: &RawValue, txn_id: &str) -> Result<IndexMap<String, i64>, Problem> {
+fn collections(
+    raw: &RawValue,
+    txn_id: &str,
+) -> Result<IndexMap<String, i64, FxBuildHasher>, Problem> {
     let quoted = crate::text::py_repr_str(txn_id);
     let entries: Vec<Value> = match serde_json::from_str::<Value>(raw.get()) {
         Ok(Value::Array(entries)) => entries,
@@ -255,7 +333,7 @@ fn collections(raw: &RawValue, txn_id: &str) -> Result<IndexMap<String, i64>, Pr
             )))
         }
     };
-    let mut out = IndexMap::new();
+    let mut out = IndexMap::default();
     for entry in &entries {
         let name = entry.get("data_collection").and_then(Value::as_str);
         let count = entry
@@ -276,7 +354,11 @@ fn collections(raw: &RawValue, txn_id: &str) -> Result<IndexMap<String, i64>, Pr
     Ok(out)
 }
 
-fn change(fields: &Fields, keep: bool, schema: Option<String>) -> Result<Change, Problem> {
+fn change<'a>(
+    fields: &Fields<'a>,
+    keep: bool,
+    schema: Option<String>,
+) -> Result<Change<'a>, Problem> {
     let Some(op_raw) = fields.op else {
         return Err(Problem::malformed(
             "the object has neither 'op' (change event) nor 'status'".to_owned(),
@@ -306,8 +388,7 @@ fn change(fields: &Fields, keep: bool, schema: Option<String>) -> Result<Change,
         let id = block
             .as_ref()
             .and_then(|b| string_or_none(b.id))
-            .filter(|id| !id.is_empty())
-            .map(Cow::into_owned);
+            .filter(|id| !id.is_empty());
         let (Some(block), Some(id)) = (block, id) else {
             return Err(Problem::malformed(format!(
                 "the 'transaction' block {} has no string 'id'",
@@ -325,25 +406,19 @@ fn change(fields: &Fields, keep: bool, schema: Option<String>) -> Result<Change,
         }
         txn_id = Some(id);
     }
-    let source: Option<SourceFields> = fields
-        .source
-        .filter(|r| is_object(r))
-        .and_then(|r| serde_json::from_str(r.get()).ok());
-    let table = source.as_ref().map(table_of).unwrap_or_default();
-    if table.is_empty() {
+    let source: Option<&SourceFields<'a>> = fields.source.as_ref().and_then(|s| s.0.as_ref());
+    let Some(table) = source.and_then(table_of) else {
         // Every row change names its table; without one it could not be routed (partitionBy
         // table, mirror tables) and would land nowhere a reader looks.
         return Err(Problem::malformed(
             "the change event names no table (field 'source.table' is missing or empty)".to_owned(),
         ));
-    }
+    };
     let ts_ms = source
-        .as_ref()
         .and_then(|s| int_or_none(s.ts_ms))
         .or_else(|| int_or_none(fields.ts_ms));
     let payload = keep.then(|| Payload {
         source_name: source
-            .as_ref()
             .and_then(|s| string_or_none(s.name))
             .map(Cow::into_owned),
         key: value_text(fields.key),
@@ -361,13 +436,10 @@ fn change(fields: &Fields, keep: bool, schema: Option<String>) -> Result<Change,
     })
 }
 
-/// ``schema.table`` (or ``db.table``) from the ``source`` block, as the Python reader spelled it.
-fn table_of(source: &SourceFields) -> String {
-    let table = truthy_str(source.table);
+/// ``schema.table`` (or ``db.table``) from the ``source`` block, as the Python reader spelled it
+/// (None without a table).
+fn table_of<'a>(source: &SourceFields<'a>) -> Option<Table<'a>> {
+    let name = truthy_str(source.table)?;
     let namespace = truthy_str(source.schema).or_else(|| truthy_str(source.db));
-    match (namespace, table) {
-        (Some(ns), Some(t)) => format!("{ns}.{t}"),
-        (None, Some(t)) => t.into_owned(),
-        (_, None) => String::new(),
-    }
+    Some(Table { namespace, name })
 }

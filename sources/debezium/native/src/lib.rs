@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod assembler;
 mod event;
+mod plan;
 mod problem;
 mod rows;
 mod text;

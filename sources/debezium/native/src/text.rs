@@ -111,6 +111,15 @@ pub fn py_repr_str(s: &str) -> String {
     out
 }
 
+/// A string shown as Python's ``repr`` shows it, rendered only when a message is formatted.
+pub struct Quoted<'a>(pub &'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&py_repr_str(self.0))
+    }
+}
+
 /// Python's ``type(value).__name__`` for the value a JSON text decodes to.
 pub fn py_type_name(raw: &str) -> &'static str {
     match raw.trim_start().as_bytes().first() {
@@ -126,7 +135,7 @@ pub fn py_type_name(raw: &str) -> &'static str {
 
 /// Python's truthiness and ``str()`` of a JSON value: None when falsy (``null``, ``false``, 0,
 /// ``""``, ``[]``, ``{}``), else the text ``str(value)`` gives.
-pub fn truthy_str(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
+pub fn truthy_str<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
     let raw = raw?;
     if raw.get().starts_with('"') {
         return string_or_none(Some(raw)).filter(|s| !s.is_empty());
@@ -158,7 +167,7 @@ pub fn int_or_none(raw: Option<&RawValue>) -> Option<i64> {
 }
 
 /// A JSON string's value (None for any other JSON value); borrowed when it has no escapes.
-pub fn string_or_none(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
+pub fn string_or_none<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
     let text = raw?.get();
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
