@@ -28,7 +28,9 @@ use crate::text::{py_repr_str, Quoted};
 /// How many completed ids are remembered, to catch a transaction id reused soon after.
 const RECENT_WINDOW: usize = 100_000;
 
-/// Chunks of at least this many lines are decoded in parallel when planning.
+/// Planning decodes lines in blocks of this many, in parallel when a block has at least
+/// ``PARALLEL_LINES``.
+const PARALLEL_BLOCK: usize = 8192;
 const PARALLEL_LINES: usize = 1024;
 
 /// A line's place: its file and 1-based line number (for messages).
@@ -530,9 +532,8 @@ impl Assembler {
         only: Option<FxHashSet<String>>,
         budget: Option<i64>,
     ) -> PyResult<(u64, u64, bool)> {
-        let file: Arc<str> = Arc::from(file);
         let mut pos = Position {
-            file: file.clone(),
+            file: Arc::from(file),
             byte,
             line,
         };
@@ -555,41 +556,44 @@ impl Assembler {
                 None => break,
             }
         }
-        // Planning decodes a chunk's lines on every core (Spark's tasks wait for the plan);
-        // executors decode in their task's thread, as they go.
-        let mut decoded: Vec<Result<Record<'_>, Problem>> =
-            if self.keep || lines.len() < PARALLEL_LINES {
-                Vec::new()
-            } else {
-                lines
-                    .par_iter()
-                    .map(|(text, _, _)| parse_line(text, false))
-                    .rev()
-                    .collect()
-            };
-        for (text, consumed, tail) in lines {
-            let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
-            let start = pos.clone();
-            pos.byte += consumed as u64;
-            pos.line += 1;
-            closed_tail = tail;
-            let out = self
-                .feed_record(record, &start, only.as_ref())
-                .map_err(|(p, at)| p.into_py(py, &at.file, at.line))?;
-            if out.is_empty() {
-                continue;
-            }
-            released += out.iter().map(|t| t.size).sum::<i64>();
-            if let Some(emitted) = self.emitted.as_mut() {
-                for txn in &out {
-                    emitted.add(txn);
+        // Planning decodes a block of lines on every core (Spark's tasks wait for the plan);
+        // executors decode in their task's thread, as they go. Blocks bound what a budget
+        // leaves decoded but unused (a small maxChangesPerTrigger reads on from there next time).
+        'blocks: for block in lines.chunks(PARALLEL_BLOCK) {
+            let mut decoded: Vec<Result<Record<'_>, Problem>> =
+                if self.keep || block.len() < PARALLEL_LINES {
+                    Vec::new()
+                } else {
+                    block
+                        .par_iter()
+                        .map(|(text, _, _)| parse_line(text, false))
+                        .rev()
+                        .collect()
+                };
+            for &(text, consumed, tail) in block {
+                let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
+                let start = pos.clone();
+                pos.byte += consumed as u64;
+                pos.line += 1;
+                closed_tail = tail;
+                let out = self
+                    .feed_record(record, &start, only.as_ref())
+                    .map_err(|(p, at)| p.into_py(py, &at.file, at.line))?;
+                if out.is_empty() {
+                    continue;
                 }
-            } else if !self.keep {
-                let open_after = self.open_positions();
-                self.planned.add_group(pos.clone(), out, open_after);
-            }
-            if budget.is_some_and(|b| released >= b) {
-                break;
+                released += out.iter().map(|t| t.size).sum::<i64>();
+                if let Some(emitted) = self.emitted.as_mut() {
+                    for txn in &out {
+                        emitted.add(txn);
+                    }
+                } else if !self.keep {
+                    let open_after = self.open_positions();
+                    self.planned.add_group(pos.clone(), out, open_after);
+                }
+                if budget.is_some_and(|b| released >= b) {
+                    break 'blocks;
+                }
             }
         }
         Ok((pos.byte, pos.line, closed_tail))

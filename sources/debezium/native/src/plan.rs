@@ -184,3 +184,88 @@ impl PlannedUnits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(byte: u64) -> Position {
+        Position {
+            file: "f".into(),
+            byte,
+            line: byte,
+        }
+    }
+
+    fn txn(order: i64, id: &str, first: u64) -> Transaction {
+        Transaction {
+            order,
+            txn_id: id.to_owned(),
+            size: 2,
+            first: at(first),
+            commit_ts_ms: None,
+            events: Vec::new(),
+        }
+    }
+
+    fn open_ids(units: &PlannedUnits, index: usize) -> Vec<String> {
+        let view = units.view(index).expect("planned");
+        view.open_after
+            .iter()
+            .map(|(id, _)| (*id).to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_units_open_set_is_its_groups_plus_the_groups_later_members() {
+        let mut units = PlannedUnits::default();
+        units.add_group(at(10), vec![txn(0, "a", 0)], vec![("z".into(), at(5))]);
+        units.add_group(at(20), vec![txn(1, "b", 11), txn(2, "c", 12)], vec![]);
+        assert_eq!(units.sizes(), vec![2, 2, 2]);
+        assert_eq!(open_ids(&units, 0), vec!["z"]);
+        assert_eq!(open_ids(&units, 1), vec!["c"]);
+        assert!(open_ids(&units, 2).is_empty());
+        assert_eq!(units.view(1).expect("planned").scan.byte, 20);
+    }
+
+    #[test]
+    fn truncating_keeps_the_offsets_of_the_units_kept() {
+        let mut units = PlannedUnits::default();
+        units.add_group(
+            at(20),
+            vec![txn(0, "b", 11), txn(1, "c", 12), txn(2, "d", 13)],
+            vec![],
+        );
+        units.add_group(at(30), vec![txn(3, "e", 21)], vec![]);
+        units.truncate(1);
+        assert_eq!(units.sizes(), vec![2]);
+        assert_eq!(units.changes(), 2);
+        assert_eq!(open_ids(&units, 0), vec!["c", "d"]);
+    }
+
+    #[test]
+    fn dropping_delivered_units_keeps_a_partly_delivered_group() {
+        let mut units = PlannedUnits::default();
+        units.add_group(at(20), vec![txn(0, "b", 11), txn(1, "c", 12)], vec![]);
+        units.add_group(at(30), vec![txn(2, "e", 21)], vec![("y".into(), at(25))]);
+        units.drop_front(1);
+        assert_eq!(units.sizes(), vec![2, 2]);
+        assert!(open_ids(&units, 0).is_empty());
+        assert_eq!(open_ids(&units, 1), vec!["y"]);
+        units.drop_front(1);
+        assert_eq!(open_ids(&units, 0), vec!["y"]);
+        assert_eq!(units.view(0).expect("planned").order, 2);
+    }
+
+    #[test]
+    fn regrouping_releases_everything_at_one_scan_position() {
+        let mut units = PlannedUnits::default();
+        units.add_group(at(20), vec![txn(0, "b", 11)], vec![("c".into(), at(12))]);
+        units.add_group(at(25), vec![txn(1, "c", 12)], vec![]);
+        units.regroup(at(40), vec![("q".into(), at(33))]);
+        assert_eq!(units.sizes(), vec![2, 2]);
+        assert_eq!(units.view(0).expect("planned").scan.byte, 40);
+        assert_eq!(open_ids(&units, 0), vec!["q", "c"]);
+        assert_eq!(open_ids(&units, 1), vec!["q"]);
+    }
+}
