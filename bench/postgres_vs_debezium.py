@@ -1,0 +1,265 @@
+"""The postgres connector against Debezium's own PostgreSQL connector, side by side.
+
+One throwaway PostgreSQL server, the same workload, identical slots (``pgoutput``, one
+publication), alternating pairs:
+
+- *ours*: ``txn-cdc`` (``connector=postgres``, ``plugin=pgoutput``) into ``delta-2pc`` with
+  ``Trigger.availableNow``: every change lands in a Delta table, exactly once, whole
+  transactions per version;
+- *Debezium*: its embedded engine with its PostgreSQL connector (``bench/peers/debezium``, a
+  small Maven project built on first use), consuming into a handler that only counts: the peer's
+  best case, with no Kafka, no serialization to a topic and no sink.
+
+Two phases, each its own ratio (Debezium's time over ours; above 1: ours is faster):
+
+- *stream*: ``--transactions`` committed transactions (inserts and an update each) read from a
+  slot created before them (ours ``snapshot=never``; Debezium ``snapshot.mode=no_data``);
+- *snapshot*: the initial snapshot of a table of ``--snapshot-rows`` rows, each side creating
+  its own slot (ours ``snapshot=`` ``--snapshot-mode``, ``incremental`` by default: chunks read
+  in parallel; Debezium ``snapshot.mode=initial``).
+
+Our side runs once unmeasured first (the JVM's warm-up); each peer run is a JVM of its own, as
+a Debezium Server or Kafka Connect worker restart would be. Each side's time is its whole run,
+from its start (our query's start; the peer's JVM launch) to its last change, so both include
+their startup; ``*_startup_s`` says how much. The verdicts are the medians of the per-pair
+ratios. Prints one JSON line with ``ratio_over_debezium_stream``
+and ``ratio_over_debezium_snapshot``. Run: ``scripts/bench.sh postgres_vs_debezium``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from passthrough import Timed, busy_cpu_seconds
+from pg_cluster import PASSWORD, USER, PgCluster
+from postgres_cdc import TABLES, write_workload
+
+PEER = Path(__file__).resolve().parent / "peers" / "debezium"
+SNAPSHOT_TABLE = "public.accounts"
+
+
+def peer_jar() -> Path:
+    """The peer's runnable jar, built with Maven on first use (not by the test suite)."""
+    jar = PEER / "target" / "debezium-counting-peer.jar"
+    if not jar.exists():
+        print("building bench/peers/debezium (Maven downloads Debezium once)", file=sys.stderr)
+        subprocess.run(["mvn", "-q", "-DskipTests", "package"], cwd=PEER, check=True)
+    if not jar.exists():
+        raise SystemExit(f"no {jar} after the Maven build")
+    return jar
+
+
+def run_peer(
+    cluster: PgCluster,
+    jar: Path,
+    *,
+    slot: str,
+    publication: str,
+    tables: str,
+    snapshot_mode: str,
+    expect: int,
+    workdir: Path,
+) -> tuple[float, dict[str, Any]]:
+    """One run of the Debezium peer; (seconds from JVM launch to exit, its JSON line)."""
+    settings = {
+        "host": "127.0.0.1",
+        "port": str(cluster.port),
+        "user": USER,
+        "password": PASSWORD,
+        "database": "postgres",
+        "slot": slot,
+        "publication": publication,
+        "tables": tables,
+        "snapshot-mode": snapshot_mode,
+        "expect": str(expect),
+        "timeout-s": "1800",
+        "offsets-file": str(workdir / "offsets.dat"),
+    }
+    command = ["java", "-jar", str(jar)]
+    for name, value in settings.items():
+        command += [f"--{name}", value]
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"the Debezium peer failed ({done.returncode}): {done.stderr[-3000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if figures["records"] != expect:
+        raise SystemExit(f"the Debezium peer counted {figures['records']} records, not {expect}")
+    return seconds, figures
+
+
+def run_ours(
+    spark: Any,
+    control: Any,
+    dsn: str,
+    *,
+    slot: str,
+    publication: str,
+    tables: str,
+    snapshot: str,
+    workdir: Path,
+) -> Timed:
+    """One availableNow run of txn-cdc (postgres, pgoutput) into delta-2pc."""
+    cpu, began = busy_cpu_seconds(), time.perf_counter()
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "postgres")
+        .option("dsn", dsn)
+        .option("slot", slot)
+        .option("plugin", "pgoutput")
+        .option("publication", publication)
+        .option("tables", tables)
+        .option("snapshot", snapshot)
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("path", str(workdir / "table"))
+        .option("checkpointLocation", str(workdir / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return Timed(control, query, began, cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transactions", type=int, default=40_000)
+    parser.add_argument("--rows-per-transaction", type=int, default=6)
+    parser.add_argument("--snapshot-rows", type=int, default=3_000_000)
+    parser.add_argument(
+        "--snapshot-mode", choices=("incremental", "initial"), default="incremental"
+    )
+    parser.add_argument("--pairs", type=int, default=3)
+    args = parser.parse_args()
+
+    import psycopg
+
+    import spark_ckpt
+
+    jar = peer_jar()
+    root = Path(tempfile.mkdtemp(prefix="spark-ckpt-bench-vs-dbz-"))
+    cluster = PgCluster(tempfile.mkdtemp(prefix="spark-ckpt-bench-vs-dbz-pg-")).start()
+    try:
+        dsn = cluster.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, note text)")
+            conn.execute(
+                "CREATE TABLE items (order_id bigint, line int, sku text, price numeric, "
+                "PRIMARY KEY (order_id, line))"
+            )
+            conn.execute(
+                "CREATE TABLE accounts (id bigint PRIMARY KEY, balance numeric, owner text, "
+                "opened date)"
+            )
+            conn.execute(
+                "INSERT INTO accounts SELECT g, g * 1.25, 'owner ' || g, "
+                "date '2020-01-01' + (g %% 1000) FROM generate_series(1, %s) g",
+                (args.snapshot_rows,),
+            )
+            conn.execute("VACUUM ANALYZE accounts")
+            conn.execute("CREATE PUBLICATION bench_stream FOR TABLE orders, items")
+            conn.execute("CREATE PUBLICATION bench_snapshot FOR TABLE accounts")
+            slots = ["warmup"] + [
+                f"stream_{side}_{pair}" for pair in range(args.pairs) for side in ("ours", "dbz")
+            ]
+            for slot in slots:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        written = write_workload(dsn, args.transactions, args.rows_per_transaction)
+
+        spark = spark_ckpt.local_session("bench-postgres-vs-debezium")
+        control = spark_ckpt.install(spark)
+        spark.sparkContext.setLogLevel("ERROR")
+        warmup = root / "warmup"
+        warmup.mkdir()
+        run_ours(
+            spark,
+            control,
+            dsn,
+            slot="warmup",
+            publication="bench_stream",
+            tables=",".join(TABLES),
+            snapshot="never",
+            workdir=warmup,
+        )
+        ratios: dict[str, list[float]] = {"stream": [], "snapshot": []}
+        seconds: dict[str, list[float]] = {}
+        for pair in range(args.pairs):
+            for phase in ("stream", "snapshot"):
+                ours_first = (pair + (phase == "snapshot")) % 2 == 0
+                timed: dict[str, float] = {}
+                for side in ("ours", "dbz") if ours_first else ("dbz", "ours"):
+                    workdir = root / f"{phase}-{side}-{pair}"
+                    workdir.mkdir()
+                    stream = phase == "stream"
+                    slot = f"{phase}_{side}_{pair}"
+                    expect = written if stream else args.snapshot_rows
+                    if side == "ours":
+                        run = run_ours(
+                            spark,
+                            control,
+                            dsn,
+                            slot=slot,
+                            publication=f"bench_{phase}",
+                            tables=",".join(TABLES) if stream else SNAPSHOT_TABLE,
+                            snapshot="never" if stream else args.snapshot_mode,
+                            workdir=workdir,
+                        )
+                        if run.rows != expect:
+                            raise SystemExit(f"ours read {run.rows} changes, not {expect}")
+                        timed[side] = run.wall
+                        seconds.setdefault(f"{phase}_ours_startup_s", []).append(run.startup)
+                    else:
+                        wall, figures = run_peer(
+                            cluster,
+                            jar,
+                            slot=slot,
+                            publication=f"bench_{phase}",
+                            tables=",".join(TABLES) if stream else SNAPSHOT_TABLE,
+                            snapshot_mode="no_data" if stream else "initial",
+                            expect=expect,
+                            workdir=workdir,
+                        )
+                        timed[side] = wall
+                        seconds.setdefault(f"{phase}_dbz_startup_s", []).append(
+                            wall - (figures["seconds_to_expected"] - figures["seconds_to_first"])
+                        )
+                    seconds.setdefault(f"{phase}_{side}_s", []).append(timed[side])
+                    shutil.rmtree(workdir, ignore_errors=True)
+                ratios[phase].append(timed["dbz"] / timed["ours"])
+                print(json.dumps({"pair": pair, "phase": phase, **timed}), file=sys.stderr)
+        spark.stop()
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.workdir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+    print(
+        json.dumps(
+            {
+                "bench": "postgres_vs_debezium",
+                "stream_changes": written,
+                "transactions": args.transactions,
+                "snapshot_rows": args.snapshot_rows,
+                "snapshot_mode": args.snapshot_mode,
+                "pairs": args.pairs,
+                "ratio_over_debezium_stream": round(statistics.median(ratios["stream"]), 3),
+                "ratio_over_debezium_snapshot": round(statistics.median(ratios["snapshot"]), 3),
+                "median_seconds": {
+                    k: round(statistics.median(v), 2) for k, v in sorted(seconds.items())
+                },
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
