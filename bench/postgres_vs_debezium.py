@@ -52,6 +52,11 @@ def peer_jar() -> Path:
     """The peer's runnable jar, built with Maven on first use (not by the test suite)."""
     jar = PEER / "target" / "debezium-counting-peer.jar"
     if not jar.exists():
+        if shutil.which("mvn") is None:
+            raise SystemExit(
+                "building the Debezium peer (bench/peers/debezium) needs Maven (mvn) and JDK 17: "
+                "install them (Debian: apt-get install maven) and run again"
+            )
         print("building bench/peers/debezium (Maven downloads Debezium once)", file=sys.stderr)
         subprocess.run(["mvn", "-q", "-DskipTests", "package"], cwd=PEER, check=True)
     if not jar.exists():
