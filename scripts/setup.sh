@@ -35,9 +35,9 @@ if [ -z "$JAVA_MAJOR" ] || [ "$JAVA_MAJOR" -lt 17 ]; then
   die "Spark 4 needs Java 17 or 21, found '$("$JAVA" -version 2>&1 | head -n1)': install openjdk-17 and set JAVA_HOME"
 fi
 
-# --- Rust (the debezium-json connector's decoder is native, built on install) -----------------
+# --- Rust (the connectors' decoders are partly native, built on install) ----------------------
 command -v cargo >/dev/null 2>&1 \
-  || die "building spark-ckpt needs Rust's cargo (the debezium-json decoder is native code): install a Rust toolchain (rustup, or Debian: apt-get install cargo) and run again"
+  || die "building spark-ckpt needs Rust's cargo (the connectors' decoders are partly native code): install a Rust toolchain (rustup, or Debian: apt-get install cargo) and run again"
 
 # --- PostgreSQL with wal2json (tests and the postgres benchmark) -------------------------------
 ensure_postgres() {

@@ -9,11 +9,12 @@ say "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 
-say "cargo fmt, clippy and test (the debezium-json connector's native decoder)"
-NATIVE="$ROOT/sources/debezium/native/Cargo.toml"
-cargo fmt --manifest-path "$NATIVE" --check
-cargo clippy --quiet --manifest-path "$NATIVE" --all-targets -- -D warnings
-cargo test --quiet --manifest-path "$NATIVE"
+say "cargo fmt, clippy and test (the connectors' native parts)"
+for NATIVE in "$ROOT"/sources/*/native/Cargo.toml; do
+  cargo fmt --manifest-path "$NATIVE" --check
+  cargo clippy --quiet --manifest-path "$NATIVE" --all-targets -- -D warnings
+  cargo test --quiet --manifest-path "$NATIVE"
+done
 
 say "mypy --strict on the installed packages"
 # Checked as installed: sources/ and sinks/ only exist as spark_ckpt.sources / .sinks there.

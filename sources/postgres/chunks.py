@@ -16,17 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 
 from spark_ckpt.errors import TableCaptureError
 
-from ..schema import json_text
 from .connect import connect
 from .lsn import parse_lsn
+from .row_text import copy_rows
 from .tables import TableInfo
 from .visibility import ChunkSnapshot
 
 __all__ = ["ChunkBounds", "ChunkRows", "next_chunk", "read_chunk", "require_key"]
+
+_NO_ROWS = (pa.array([], pa.string()), pa.array([], pa.string()))
 
 Key = tuple[str, ...]
 """A primary key as the text forms of its columns, in key order."""
@@ -79,8 +82,8 @@ class ChunkBounds:
 class ChunkRows:
     """A chunk as read: its rows' ``key`` and ``after`` texts, and the snapshot it was read at."""
 
-    keys: list[str | None]
-    afters: list[str]
+    keys: pa.StringArray
+    afters: pa.StringArray
     snapshot: ChunkSnapshot
     read_at_us: int
     racing: tuple[int, ...] = ()
@@ -169,7 +172,6 @@ def read_chunk(dsn: str, table: TableInfo, bounds: ChunkBounds) -> ChunkRows:
     exactly the transactions it lists as seen; the high watermark is read after the rows.
     Rows are rendered as the snapshot phase renders them (``op='r'`` rows: key, after).
     """
-    key_names = table.key_in_column_order
     select = table.select_text() + _where(table, bounds.after, bounds.upto) + _order(table)
     with connect(dsn, autocommit=False) as conn:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -178,15 +180,7 @@ def read_chunk(dsn: str, table: TableInfo, bounds: ChunkBounds) -> ChunkRows:
         assert row is not None
         snapshot_text = str(row[0])
         read_at = int(time.time() * 1_000_000)
-        keys: list[str | None] = []
-        afters: list[str] = []
-        with conn.cursor(name=f"chunk_{bounds.index}") as cursor:
-            cursor.itersize = 5_000
-            cursor.execute(select)
-            for texts in cursor:
-                values = table.row(tuple(texts))
-                keys.append(json_text({name: values.get(name) for name in key_names}))
-                afters.append(json_text(values) or "{}")
+        keys, afters = next(copy_rows(conn, table, select), _NO_ROWS)
         mark = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
         assert mark is not None
         racing = conn.execute(

@@ -249,7 +249,7 @@ def run_chunk_read(partition: ChunkReadPartition) -> None:
     crash_point("during_chunk_read", partition.chunk.bounds.index)
     rows_file, read_file = chunk_files(partition.directory, partition.chunk)
     batch = pa.record_batch(
-        [pa.array(rows.keys, pa.string()), pa.array(rows.afters, pa.string())],
+        [rows.keys, rows.afters],
         schema=_SPILL_SCHEMA,
     )
     sink = pa.BufferOutputStream()

@@ -32,9 +32,9 @@ from psycopg import sql
 from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
-from ..schema import json_text
 from .connect import connect
 from .plugins import PLUGIN
+from .row_text import copy_rows
 from .slot import Slot
 from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
@@ -44,7 +44,6 @@ __all__ = ["SPILL_SCHEMA", "SnapshotManifest", "SnapshotSpill", "SnapshotTask", 
 SPILL_SCHEMA = pa.schema([("table", pa.string()), ("key", pa.string()), ("after", pa.string())])
 """What a spill file holds per row; the rest of the output row is the same for every row."""
 
-_FETCH = 5_000  # rows per round trip of the server-side cursor
 _FILE_ROWS = 50_000  # rows per spill file (a file is read by one task at most)
 _LOG_EVERY = 10.0  # seconds between progress lines in the log
 
@@ -234,37 +233,20 @@ class SnapshotTask(threading.Thread):
         return manifest
 
     def _spill_table(self, conn: Any, table: TableInfo, manifest: SnapshotManifest) -> None:
-        key_names = table.key_in_column_order
-        buffer: list[tuple[str, str | None, str]] = []
-
-        def flush() -> None:
-            if not buffer:
-                return
+        for keys, afters in copy_rows(conn, table, table.select_text(), _FILE_ROWS):
             name = f"part-{len(manifest.files):05d}.arrow"
-            columns = list(zip(*buffer, strict=True))
             batch = pa.RecordBatch.from_arrays(
-                [pa.array(column, pa.string()) for column in columns], schema=SPILL_SCHEMA
+                [pa.repeat(table.name, len(afters)).cast(pa.string()), keys, afters],
+                schema=SPILL_SCHEMA,
             )
             with (
                 self.spill.file(name).open_output() as sink,
                 pa.ipc.new_file(sink, SPILL_SCHEMA) as writer,
             ):
                 writer.write_batch(batch)
-            manifest.files.append((name, len(buffer)))
-            buffer.clear()
-
-        with conn.cursor(name=f"snapshot_{len(manifest.files)}") as cursor:
-            cursor.itersize = _FETCH
-            cursor.execute(table.select_text())
-            for texts in cursor:
-                row = table.row(tuple(texts))
-                key = {name: row.get(name) for name in key_names} if key_names else None
-                buffer.append((table.name, json_text(key), json_text(row) or "{}"))
-                self.rows_read += 1
-                if len(buffer) >= _FILE_ROWS:
-                    flush()
-                    self._log_progress()
-        flush()
+            manifest.files.append((name, len(afters)))
+            self.rows_read += len(afters)
+            self._log_progress()
 
     def _log_progress(self) -> None:
         # A line every _LOG_EVERY seconds for whoever watches the log of a long snapshot.

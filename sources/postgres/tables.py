@@ -21,8 +21,8 @@ from .wal2json import NumberText, normalize_value
 
 __all__ = ["TableInfo", "describe_tables", "parse_text_value"]
 
-_INTEGER_TYPES = frozenset({"smallint", "integer", "bigint", "oid"})
-_FLOAT_TYPES = frozenset({"real", "double precision"})
+INTEGER_TYPES = frozenset({"smallint", "integer", "bigint", "oid"})
+FLOAT_TYPES = frozenset({"real", "double precision"})
 
 
 @dataclass(frozen=True)
@@ -66,22 +66,15 @@ class TableInfo:
             fields, sql.Identifier(self.schema), sql.Identifier(self.table)
         )
 
-    def row(self, texts: tuple[str | None, ...]) -> dict[str, Any]:
-        """One row fetched by :meth:`select_text` as the JSON object wal2json would print."""
-        return {
-            name: parse_text_value(type_name, text)
-            for (name, type_name), text in zip(self.columns, texts, strict=True)
-        }
-
 
 def parse_text_value(type_name: str, text: str | None) -> Any:
     """A column's text output -> the value as decoded from wal2json, then normalised."""
     if text is None:
         return None
     value: Any = text
-    if type_name in _INTEGER_TYPES:
+    if type_name in INTEGER_TYPES:
         value = int(text)
-    elif type_name in _FLOAT_TYPES or type_name.startswith(("numeric", "decimal")):
+    elif type_name in FLOAT_TYPES or type_name.startswith(("numeric", "decimal")):
         value = NumberText(text)
     elif type_name == "boolean":
         value = text in ("t", "true")  # boolean::text spells it out; the output function does not

@@ -30,7 +30,7 @@ def test_chunks_cover_a_table_once_in_key_order(pg_dsn: str) -> None:
     for bounds in chunks:
         rows = read_chunk(pg_dsn, table, bounds)
         assert len(rows.keys) == (128 if bounds.upto is not None else 1000 - 7 * 128)
-        keys += rows.keys
+        keys += rows.keys.to_pylist()
     assert len(keys) == len(set(keys)) == 1000
     # The key's text lists its columns in table order, as wal2json does.
     assert keys[0] is not None
@@ -53,7 +53,7 @@ def test_a_chunk_knows_which_transactions_it_saw(pg_dsn: str) -> None:
         unseen = int(row[0])
         rows = read_chunk(pg_dsn, table, ChunkBounds("public.s", 0, None, None))
         open_.commit()
-    assert [json.loads(k or "")["id"] for k in rows.keys] == [1, 2]
+    assert [json.loads(k or "")["id"] for k in rows.keys.to_pylist()] == [1, 2]
     assert rows.snapshot.saw(seen)
     assert not rows.snapshot.saw(unseen)
 

@@ -1,0 +1,182 @@
+//! The ``postgres`` connector's native half: rows read with ``COPY ... TO STDOUT`` rendered to
+//! the ``key`` and ``after`` JSON texts of the snapshot's ``op='r'`` rows, as Arrow arrays
+//! (imported as ``spark_ckpt.sources.postgres._native``).
+//!
+//! Python rendered about 10 us per row (parse each value, build a dict, ``json.dumps`` twice);
+//! the snapshot of a table of millions of rows spent most of its time there.
+
+use std::sync::Arc;
+
+use arrow_array::builder::StringBuilder;
+use arrow_array::{Array, ArrayRef};
+use arrow_data::ffi::FFI_ArrowArray;
+use arrow_schema::ffi::FFI_ArrowSchema;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+mod render;
+
+use render::{push_json_string, push_value, unescape_field, Kind};
+
+/// Renders ``COPY`` text rows of one table's columns (in column order) to JSON texts.
+///
+/// Parameters (Python): ``kinds``, each column's :class:`render::Kind` code; ``names``, the
+/// column names; ``key``, the positions of the key's columns in the order the key is written
+/// (empty: rows have no key, ``key`` is null).
+#[pyclass(module = "spark_ckpt.sources.postgres._native")]
+struct RowRenderer {
+    kinds: Vec<Kind>,
+    /// ``"name":`` of every column, escaped once.
+    labels: Vec<String>,
+    key: Vec<usize>,
+    keys: StringBuilder,
+    afters: StringBuilder,
+    /// An incomplete last row of the data fed so far.
+    pending: Vec<u8>,
+    rows: usize,
+}
+
+impl RowRenderer {
+    fn row(&mut self, line: &[u8], row: &mut String, key: &mut String) -> Result<(), String> {
+        let fields: Vec<&[u8]> = line.split(|b| *b == b'\t').collect();
+        if fields.len() != self.kinds.len() {
+            return Err(format!(
+                "a COPY row has {} fields, the table {} columns",
+                fields.len(),
+                self.kinds.len()
+            ));
+        }
+        row.clear();
+        row.push('{');
+        let mut texts = Vec::with_capacity(fields.len());
+        for (index, raw) in fields.iter().enumerate() {
+            let text = unescape_field(raw)?;
+            if index > 0 {
+                row.push(',');
+            }
+            row.push_str(&self.labels[index]);
+            push_value(row, self.kinds[index], text.as_deref())?;
+            texts.push(text);
+        }
+        row.push('}');
+        self.afters.append_value(row.as_str());
+        if self.key.is_empty() {
+            self.keys.append_null();
+        } else {
+            key.clear();
+            key.push('{');
+            for (n, &index) in self.key.iter().enumerate() {
+                if n > 0 {
+                    key.push(',');
+                }
+                key.push_str(&self.labels[index]);
+                push_value(key, self.kinds[index], texts[index].as_deref())?;
+            }
+            key.push('}');
+            self.keys.append_value(key.as_str());
+        }
+        self.rows += 1;
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl RowRenderer {
+    #[new]
+    fn new(kinds: Vec<u8>, names: Vec<String>, key: Vec<usize>) -> PyResult<Self> {
+        if kinds.len() != names.len() || key.iter().any(|&k| k >= names.len()) {
+            return Err(PyValueError::new_err(
+                "kinds, names and key do not fit together",
+            ));
+        }
+        let kinds = kinds
+            .into_iter()
+            .map(|code| {
+                Kind::from_code(code).ok_or_else(|| PyValueError::new_err(format!("kind {code}")))
+            })
+            .collect::<PyResult<Vec<Kind>>>()?;
+        let labels = names
+            .iter()
+            .map(|name| {
+                let mut label = String::new();
+                push_json_string(&mut label, name);
+                label.push(':');
+                label
+            })
+            .collect();
+        Ok(RowRenderer {
+            kinds,
+            labels,
+            key,
+            keys: StringBuilder::new(),
+            afters: StringBuilder::new(),
+            pending: Vec::new(),
+            rows: 0,
+        })
+    }
+
+    /// Render the whole rows of ``data`` (``COPY`` text output, rows ending in a newline); an
+    /// incomplete last row waits for the rest. Executors (chunks) or the snapshot's reader
+    /// thread, per block of rows read.
+    fn feed(&mut self, data: &[u8]) -> PyResult<()> {
+        let mut buffer = std::mem::take(&mut self.pending);
+        let input: &[u8] = if buffer.is_empty() {
+            data
+        } else {
+            buffer.extend_from_slice(data);
+            &buffer
+        };
+        let mut row = String::new();
+        let mut key = String::new();
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', input) {
+            self.row(&input[start..end], &mut row, &mut key)
+                .map_err(PyValueError::new_err)?;
+            start = end + 1;
+        }
+        self.pending = input[start..].to_vec();
+        Ok(())
+    }
+
+    /// Rows rendered since the last call.
+    #[getter]
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// ``(keys, afters)`` of the rows rendered since the last call, as ``pyarrow.StringArray``
+    /// (``keys`` null for a table without a key); the renderer starts over empty.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        if !self.pending.is_empty() {
+            return Err(PyValueError::new_err("COPY data ended inside a row"));
+        }
+        self.rows = 0;
+        let keys: ArrayRef = Arc::new(self.keys.finish());
+        let afters: ArrayRef = Arc::new(self.afters.finish());
+        Ok((
+            to_pyarrow(py, keys.as_ref())?,
+            to_pyarrow(py, afters.as_ref())?,
+        ))
+    }
+}
+
+/// Hand ``array`` to pyarrow through the Arrow C data interface (pyarrow takes the buffers).
+fn to_pyarrow<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'py, PyAny>> {
+    let data = array.to_data();
+    let mut ffi_array = FFI_ArrowArray::new(&data);
+    let mut ffi_schema = FFI_ArrowSchema::try_from(data.data_type())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    py.import("pyarrow")?.getattr("Array")?.call_method1(
+        "_import_from_c",
+        (
+            std::ptr::addr_of_mut!(ffi_array) as usize,
+            std::ptr::addr_of_mut!(ffi_schema) as usize,
+        ),
+    )
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<RowRenderer>()?;
+    Ok(())
+}
