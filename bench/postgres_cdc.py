@@ -135,18 +135,27 @@ def work_per_change(rows: list[tuple[str, int, str]]) -> tuple[float, float]:
     return grouping / len(texts) * 1e6, decoding / len(texts) * 1e6
 
 
-def connector_run(spark: Any, control: Any, dsn: str, slot: str, workdir: Path, cap: int) -> Timed:
-    """One availableNow run of the connector into delta-2pc."""
+def connector_run(
+    spark: Any, control: Any, dsn: str, slot: str, workdir: Path, **options: str
+) -> Timed:
+    """One availableNow run of the connector into delta-2pc.
+
+    ``options`` add to or override the defaults (this bench's tables, ``snapshot=never``).
+    """
     cpu, began = busy_cpu_seconds(), time.perf_counter()
+    reader = spark.readStream.format("txn-cdc")
+    settings = {
+        "connector": "postgres",
+        "dsn": dsn,
+        "slot": slot,
+        "tables": ",".join(TABLES),
+        "snapshot": "never",
+        **options,
+    }
+    for name, value in settings.items():
+        reader = reader.option(name, value)
     query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "postgres")
-        .option("dsn", dsn)
-        .option("slot", slot)
-        .option("tables", ",".join(TABLES))
-        .option("snapshot", "never")
-        .option("maxChangesPerTrigger", str(cap))
-        .load()
+        reader.load()
         .writeStream.format("delta-2pc")
         .option("path", str(workdir / "table"))
         .option("checkpointLocation", str(workdir / "ckpt"))
@@ -204,7 +213,7 @@ def main() -> None:
                 cluster.dsn(),
                 f"run_{pair}",
                 workdir,
-                args.max_changes_per_trigger,
+                maxChangesPerTrigger=str(args.max_changes_per_trigger),
             )
             if not raw_changes == run.rows == written:
                 raise SystemExit(f"counts differ: {written} written, {raw_changes}/{run.rows} read")

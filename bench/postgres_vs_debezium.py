@@ -15,8 +15,9 @@ Two phases, each its own ratio (Debezium's time over ours; above 1: ours is fast
 - *stream*: ``--transactions`` committed transactions (inserts and an update each) read from a
   slot created before them (ours ``snapshot=never``; Debezium ``snapshot.mode=no_data``);
 - *snapshot*: the initial snapshot of a table of ``--snapshot-rows`` rows, each side creating
-  its own slot (ours ``snapshot=`` ``--snapshot-mode``, ``incremental`` by default: chunks read
-  in parallel; Debezium ``snapshot.mode=initial``).
+  its own slot: ours ``snapshot=initial`` (the default: one transaction-consistent read, like
+  Debezium's ``snapshot.mode=initial``), or ``--snapshot-mode incremental`` (chunks read in
+  parallel, resumable).
 
 Our side runs once unmeasured first (the JVM's warm-up); each peer run is a JVM of its own, as
 a Debezium Server or Kafka Connect worker restart would be. Each side's time is its whole run,
@@ -40,9 +41,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from passthrough import Timed, busy_cpu_seconds
 from pg_cluster import PASSWORD, USER, PgCluster
-from postgres_cdc import TABLES, write_workload
+from postgres_cdc import TABLES, connector_run, write_workload
 
 PEER = Path(__file__).resolve().parent / "peers" / "debezium"
 SNAPSHOT_TABLE = "public.accounts"
@@ -104,46 +104,12 @@ def run_peer(
     return seconds, figures
 
 
-def run_ours(
-    spark: Any,
-    control: Any,
-    dsn: str,
-    *,
-    slot: str,
-    publication: str,
-    tables: str,
-    snapshot: str,
-    workdir: Path,
-) -> Timed:
-    """One availableNow run of txn-cdc (postgres, pgoutput) into delta-2pc."""
-    cpu, began = busy_cpu_seconds(), time.perf_counter()
-    query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "postgres")
-        .option("dsn", dsn)
-        .option("slot", slot)
-        .option("plugin", "pgoutput")
-        .option("publication", publication)
-        .option("tables", tables)
-        .option("snapshot", snapshot)
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("path", str(workdir / "table"))
-        .option("checkpointLocation", str(workdir / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    return Timed(control, query, began, cpu)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=40_000)
     parser.add_argument("--rows-per-transaction", type=int, default=6)
     parser.add_argument("--snapshot-rows", type=int, default=3_000_000)
-    parser.add_argument(
-        "--snapshot-mode", choices=("incremental", "initial"), default="incremental"
-    )
+    parser.add_argument("--snapshot-mode", choices=("initial", "incremental"), default="initial")
     parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args()
 
@@ -186,15 +152,8 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         warmup = root / "warmup"
         warmup.mkdir()
-        run_ours(
-            spark,
-            control,
-            dsn,
-            slot="warmup",
-            publication="bench_stream",
-            tables=",".join(TABLES),
-            snapshot="never",
-            workdir=warmup,
+        connector_run(
+            spark, control, dsn, "warmup", warmup, plugin="pgoutput", publication="bench_stream"
         )
         ratios: dict[str, list[float]] = {"stream": [], "snapshot": []}
         seconds: dict[str, list[float]] = {}
@@ -209,15 +168,16 @@ def main() -> None:
                     slot = f"{phase}_{side}_{pair}"
                     expect = written if stream else args.snapshot_rows
                     if side == "ours":
-                        run = run_ours(
+                        run = connector_run(
                             spark,
                             control,
                             dsn,
-                            slot=slot,
+                            slot,
+                            workdir,
+                            plugin="pgoutput",
                             publication=f"bench_{phase}",
                             tables=",".join(TABLES) if stream else SNAPSHOT_TABLE,
                             snapshot="never" if stream else args.snapshot_mode,
-                            workdir=workdir,
                         )
                         if run.rows != expect:
                             raise SystemExit(f"ours read {run.rows} changes, not {expect}")
