@@ -13,7 +13,7 @@ say "cargo fmt, clippy and test (the connectors' native parts)"
 for NATIVE in "$ROOT"/sources/*/native/Cargo.toml; do
   cargo fmt --manifest-path "$NATIVE" --check
   cargo clippy --quiet --manifest-path "$NATIVE" --all-targets -- -D warnings
-  cargo test --quiet --manifest-path "$NATIVE"
+  cargo test --quiet --release --manifest-path "$NATIVE"  # reuses the release build of pip install
 done
 
 say "mypy --strict on the installed packages"

@@ -83,7 +83,7 @@ impl Table<'_> {
         }
     }
 
-    /// ``namespace.name``, as the Python reader spelled it.
+    /// ``namespace.name`` (the ``table`` column).
     pub fn qualified(&self) -> String {
         match &self.namespace {
             None => self.name.clone().into_owned(),
@@ -436,8 +436,8 @@ fn change<'a>(
     })
 }
 
-/// ``schema.table`` (or ``db.table``) from the ``source`` block, as the Python reader spelled it
-/// (None without a table).
+/// ``schema.table`` (or ``db.table``) from the ``source`` block, read with Python's truthiness
+/// as before the decoder was native (an empty or missing ``table``: None).
 fn table_of<'a>(source: &SourceFields<'a>) -> Option<Table<'a>> {
     let name = truthy_str(source.table)?;
     let namespace = truthy_str(source.schema).or_else(|| truthy_str(source.db));
