@@ -19,10 +19,12 @@ from spark_ckpt.errors import TableCaptureError
 
 from .wal2json import NumberText, normalize_value
 
-__all__ = ["TableInfo", "describe_tables", "parse_text_value"]
+__all__ = ["FLOAT_TYPES", "INTEGER_TYPES", "TableInfo", "describe_tables", "parse_text_value"]
 
 INTEGER_TYPES = frozenset({"smallint", "integer", "bigint", "oid"})
+"""Column types whose values are JSON integers (``format_type`` spelling)."""
 FLOAT_TYPES = frozenset({"real", "double precision"})
+"""Column types whose values are JSON floats (NaN and the infinities as strings)."""
 
 
 @dataclass(frozen=True)
