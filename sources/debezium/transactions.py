@@ -96,10 +96,6 @@ class TransactionAssembler:
         """Why nothing more can be emitted now, in words (None when nothing is held back)."""
         return self._native.holdup()
 
-    def open_items(self) -> list[tuple[str, LogPosition]]:
-        """Transactions read (at least in part) but not emitted, as ``(id, first position)``."""
-        return [(txn_id, LogPosition(*first)) for txn_id, first in self._native.open_items()]
-
     # -- planning (driver): released transactions are kept as units until delivered ---------
 
     def unit_sizes(self) -> list[int]:

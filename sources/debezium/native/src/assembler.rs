@@ -677,19 +677,6 @@ impl Assembler {
         self.next_order
     }
 
-    /// Transactions read (at least in part) but not emitted, as ``(id, (file, byte, line))``.
-    fn open_items(&self) -> Vec<(&str, (&str, u64, u64))> {
-        self.open
-            .values()
-            .map(|t| {
-                (
-                    t.txn_id.as_str(),
-                    (&*t.first.file, t.first.byte, t.first.line),
-                )
-            })
-            .collect()
-    }
-
     /// Change events read but not emitted.
     #[getter]
     fn held_events(&self) -> i64 {
