@@ -65,6 +65,15 @@ def make_slots(dsn: str, names: list[str]) -> None:
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'wal2json')", (name,))
 
 
+def create_tables(conn: Any) -> None:
+    """Create the tables :func:`write_workload` writes to (:data:`TABLES`)."""
+    conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, note text)")
+    conn.execute(
+        "CREATE TABLE items (order_id bigint, line int, sku text, price numeric, "
+        "PRIMARY KEY (order_id, line))"
+    )
+
+
 def write_workload(dsn: str, transactions: int, rows_per_txn: int) -> int:
     """Committed transactions of ``rows_per_txn`` inserts and one update; returns changes."""
     import psycopg
@@ -185,11 +194,7 @@ def main() -> None:
         import psycopg
 
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
-            conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, note text)")
-            conn.execute(
-                "CREATE TABLE items (order_id bigint, line int, sku text, price numeric, "
-                "PRIMARY KEY (order_id, line))"
-            )
+            create_tables(conn)
         slots = [f"raw_{i}" for i in range(args.pairs)] + [f"run_{i}" for i in range(args.pairs)]
         make_slots(cluster.dsn(), slots)
         written = write_workload(cluster.dsn(), args.transactions, args.rows_per_transaction)

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pg_cluster import PASSWORD, USER, PgCluster
-from postgres_cdc import TABLES, connector_run, write_workload
+from postgres_cdc import TABLES, connector_run, create_tables, write_workload
 
 PEER = Path(__file__).resolve().parent / "peers" / "debezium"
 SNAPSHOT_TABLE = "public.accounts"
@@ -123,11 +123,7 @@ def main() -> None:
     try:
         dsn = cluster.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, note text)")
-            conn.execute(
-                "CREATE TABLE items (order_id bigint, line int, sku text, price numeric, "
-                "PRIMARY KEY (order_id, line))"
-            )
+            create_tables(conn)
             conn.execute(
                 "CREATE TABLE accounts (id bigint PRIMARY KEY, balance numeric, owner text, "
                 "opened date)"
