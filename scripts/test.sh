@@ -19,6 +19,8 @@ done
 say "mypy --strict on the installed packages"
 # Checked as installed: sources/ and sinks/ only exist as spark_ckpt.sources / .sinks there.
 (cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" -p spark_ckpt)
+# The workers' launcher is a top-level module of the standard library only: checked as a file.
+(cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" "$ROOT/spark_ckpt_python.py")
 
 say "pytest (integration, then unit)"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"

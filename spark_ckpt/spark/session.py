@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import JavaNotFoundError
@@ -21,6 +23,7 @@ __all__ = [
     "JavaNotFoundError",
     "check_java",
     "local_session",
+    "worker_python",
 ]
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
@@ -85,6 +88,20 @@ def check_java() -> int:
     return major
 
 
+def worker_python() -> str:
+    """The executable for Spark's Python workers: ``spark-ckpt-python``, else this interpreter.
+
+    Runs on the driver, once per session. The launcher must sit in this interpreter's scripts
+    directory (it runs it); a missing one (a source checkout run without installing) falls back
+    to the interpreter itself, which works the same, only slower to start.
+    """
+    scripts = Path(sysconfig.get_path("scripts"))
+    launcher = scripts / "spark-ckpt-python"
+    if launcher.is_file() and os.access(launcher, os.X_OK):
+        return str(launcher)
+    return sys.executable
+
+
 def local_session(
     app_name: str = "spark-ckpt",
     *,
@@ -97,9 +114,12 @@ def local_session(
     """Build (or get) a local SparkSession ready for spark-ckpt and Delta Lake.
 
     Runs on the driver, once per process. Sets ``PYSPARK_PYTHON`` to the running interpreter
-    (so Python workers can import spark-ckpt) and ``PYTHONSAFEPATH`` (so they import the
-    installed package, not a source checkout in the working directory); adds Delta's SQL
-    extension, catalog and jar (resolved from Maven Central on first use and cached under
+    (so Python workers can import spark-ckpt), started through ``spark-ckpt-python`` when it is
+    installed beside it (:mod:`spark_ckpt_python`: workers import the installed PySpark with its
+    cached bytecode instead of compiling the copy in ``pyspark.zip``, about 0.7 s saved per
+    process Spark starts, one per streaming query at least), and ``PYTHONSAFEPATH`` (so they
+    import the installed package, not a source checkout in the working directory); adds Delta's
+    SQL extension, catalog and jar (resolved from Maven Central on first use and cached under
     ``~/.ivy2*``); turns the UI and the console progress bar off and keeps shuffles small.
 
     Parameters
@@ -122,7 +142,7 @@ def local_session(
         and a Connect server cannot share one Python process.
     """
     check_java()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = worker_python()
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Python workers start as ``python -m pyspark.daemon`` in the driver's working directory,
     # which puts that directory first on their sys.path. Started inside a source checkout, they

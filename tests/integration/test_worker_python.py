@@ -1,0 +1,82 @@
+"""Spark's Python processes import the installed pyspark, not the copy in pyspark.zip."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark import cloudpickle
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+# Functions and classes here reach the workers by value: this module is not installed there.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _origin(_: Any) -> str:
+    import pyspark
+
+    return pyspark.__file__ or ""
+
+
+def test_task_workers_import_pyspark_with_cached_bytecode(spark: SparkSession) -> None:
+    """local_session starts workers through spark-ckpt-python (the daemon and its forks)."""
+    origins = spark.sparkContext.parallelize([0, 1], 2).map(_origin).collect()
+    assert len(origins) == 2
+    assert all(".zip" not in origin for origin in origins), origins
+
+
+def test_a_streaming_source_runner_imports_pyspark_with_cached_bytecode(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The process each streaming query starts for a Python source (its offsets show it)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+        def initialOffset(self) -> dict[str, str]:
+            import pyspark  # runs in the streaming source runner, a process of its own
+
+            return {"pyspark": pyspark.__file__ or ""}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def latestOffset(self, start: dict[str, str], limit: Any) -> dict[str, str]:
+            return self.initialOffset()
+
+        def partitions(self, start: Any, end: Any) -> list[Any]:
+            return [InputPartition(0)]
+
+        def read(self, partition: Any) -> Any:
+            return iter(())
+
+    class Origin(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "pyspark-origin"
+
+        def schema(self) -> str:
+            return "x int"
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader()
+
+    spark.dataSource.register(Origin)
+    query = (
+        spark.readStream.format("pyspark-origin")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "the query did not finish within 120 s"
+    progress = query.recentProgress
+    assert progress, "the query made no progress"
+    offset = progress[-1]["sources"][0]["endOffset"]
+    assert "pyspark" in offset, offset
+    assert ".zip" not in offset, offset
