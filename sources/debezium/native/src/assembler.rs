@@ -113,6 +113,18 @@ pub struct Assembler {
 
 type Failure = (Problem, Where);
 
+/// One line of a chunk: its text, the bytes it takes (newline included), and whether it is an
+/// unterminated tail.
+type Line<'a> = (&'a [u8], usize, bool);
+
+/// Where a feed has got to: the position after the last line consumed, the changes released
+/// so far, and whether that line was an unterminated tail.
+struct Cursor {
+    pos: Position,
+    released: i64,
+    closed_tail: bool,
+}
+
 /// A position as Python sees it: ``(file, byte, line)``.
 type RawPosition = (String, u64, u64);
 
@@ -408,6 +420,42 @@ impl Assembler {
             .collect()
     }
 
+    /// Feed one block of lines, decoded ahead (``decoded``, last line first) or here; returns
+    /// whether the budget stopped it. Driver and executors, once per block of a chunk.
+    fn consume<'a>(
+        &mut self,
+        block: &[Line<'a>],
+        mut decoded: Vec<Result<Record<'a>, Problem>>,
+        cursor: &mut Cursor,
+        only: Option<&FxHashSet<String>>,
+        budget: Option<i64>,
+    ) -> Result<bool, Failure> {
+        for &(text, consumed, tail) in block {
+            let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
+            let start = cursor.pos.clone();
+            cursor.pos.byte += consumed as u64;
+            cursor.pos.line += 1;
+            cursor.closed_tail = tail;
+            let out = self.feed_record(record, &start, only)?;
+            if out.is_empty() {
+                continue;
+            }
+            cursor.released += out.iter().map(|t| t.size).sum::<i64>();
+            if let Some(emitted) = self.emitted.as_mut() {
+                for txn in &out {
+                    emitted.add(txn);
+                }
+            } else if !self.keep {
+                let open_after = self.open_positions();
+                self.planned.add_group(cursor.pos.clone(), out, open_after);
+            }
+            if budget.is_some_and(|b| cursor.released >= b) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn planned(&self) -> PyResult<&PlannedUnits> {
         if self.keep {
             return Err(PyValueError::new_err(
@@ -415,6 +463,20 @@ impl Assembler {
             ));
         }
         Ok(&self.planned)
+    }
+}
+
+/// A planning block's lines decoded on every core, last line first (popped in order); empty
+/// (decode as fed) for executors and for blocks too small to be worth the threads.
+fn decode_ahead<'a>(block: &[Line<'a>], planning: bool) -> Vec<Result<Record<'a>, Problem>> {
+    if planning && block.len() >= PARALLEL_LINES {
+        block
+            .par_iter()
+            .map(|(text, _, _)| parse_line(text, false))
+            .rev()
+            .collect()
+    } else {
+        Vec::new()
     }
 }
 
@@ -521,10 +583,10 @@ impl Assembler {
     /// Raises the typed ``spark_ckpt.errors`` error of the first bad line.
     #[pyo3(signature = (data, file, byte, line, tail_is_line = false, only = None, budget = None))]
     #[allow(clippy::too_many_arguments)]
-    fn feed(
+    fn feed<'a>(
         &mut self,
         py: Python<'_>,
-        data: &[u8],
+        data: &'a [u8],
         file: &str,
         byte: u64,
         line: u64,
@@ -532,16 +594,14 @@ impl Assembler {
         only: Option<FxHashSet<String>>,
         budget: Option<i64>,
     ) -> PyResult<(u64, u64, bool)> {
-        let mut pos = Position {
+        let pos = Position {
             file: Arc::from(file),
             byte,
             line,
         };
-        let mut released: i64 = 0;
-        let mut closed_tail = false;
         // The lines, each with the bytes it takes (its newline included) and whether it is an
         // unterminated tail.
-        let mut lines: Vec<(&[u8], usize, bool)> = Vec::new();
+        let mut lines: Vec<Line<'a>> = Vec::new();
         let mut rest = data;
         loop {
             match memchr::memchr(b'\n', rest) {
@@ -556,46 +616,49 @@ impl Assembler {
                 None => break,
             }
         }
-        // Planning decodes a block of lines on every core (Spark's tasks wait for the plan);
-        // executors decode in their task's thread, as they go. Blocks bound what a budget
-        // leaves decoded but unused (a small maxChangesPerTrigger reads on from there next time).
-        'blocks: for block in lines.chunks(PARALLEL_BLOCK) {
-            let mut decoded: Vec<Result<Record<'_>, Problem>> =
-                if self.keep || block.len() < PARALLEL_LINES {
-                    Vec::new()
+        // Planning decodes a block of lines on every core (Spark's tasks wait for the plan),
+        // the next block while this thread assembles the current one; executors decode in
+        // their task's thread, as they go. Blocks bound what a budget leaves decoded but unused
+        // (a small maxChangesPerTrigger reads on from there next time).
+        let planning = !self.keep;
+        let decode = |block: &[Line<'a>]| decode_ahead(block, planning);
+        let blocks: Vec<&[Line<'a>]> = lines.chunks(PARALLEL_BLOCK).collect();
+        let mut cursor = Cursor {
+            pos,
+            released: 0,
+            closed_tail: false,
+        };
+        // Without the GIL: the planner reads its next chunk meanwhile (``read_ahead``).
+        let only = only.as_ref();
+        let failed = py.detach(|| -> Option<Failure> {
+            let mut decoded = blocks.first().map(|b| decode(b)).unwrap_or_default();
+            for (index, block) in blocks.iter().enumerate() {
+                let current = std::mem::take(&mut decoded);
+                let next = blocks.get(index + 1);
+                let (outcome, ahead) = if planning && next.is_some() {
+                    rayon::join(
+                        || self.consume(block, current, &mut cursor, only, budget),
+                        || next.map(|b| decode(b)).unwrap_or_default(),
+                    )
                 } else {
-                    block
-                        .par_iter()
-                        .map(|(text, _, _)| parse_line(text, false))
-                        .rev()
-                        .collect()
+                    let outcome = self.consume(block, current, &mut cursor, only, budget);
+                    (outcome, Vec::new())
                 };
-            for &(text, consumed, tail) in block {
-                let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
-                let start = pos.clone();
-                pos.byte += consumed as u64;
-                pos.line += 1;
-                closed_tail = tail;
-                let out = self
-                    .feed_record(record, &start, only.as_ref())
-                    .map_err(|(p, at)| p.into_py(py, &at.file, at.line))?;
-                if out.is_empty() {
-                    continue;
-                }
-                released += out.iter().map(|t| t.size).sum::<i64>();
-                if let Some(emitted) = self.emitted.as_mut() {
-                    for txn in &out {
-                        emitted.add(txn);
-                    }
-                } else if !self.keep {
-                    let open_after = self.open_positions();
-                    self.planned.add_group(pos.clone(), out, open_after);
-                }
-                if budget.is_some_and(|b| released >= b) {
-                    break 'blocks;
+                decoded = ahead;
+                match outcome {
+                    Err(failure) => return Some(failure),
+                    Ok(true) => break,
+                    Ok(false) => {}
                 }
             }
+            None
+        });
+        if let Some((problem, at)) = failed {
+            return Err(problem.into_py(py, &at.file, at.line));
         }
+        let Cursor {
+            pos, closed_tail, ..
+        } = cursor;
         Ok((pos.byte, pos.line, closed_tail))
     }
 
