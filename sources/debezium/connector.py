@@ -62,6 +62,7 @@ from .log_files import (
     list_log_files,
     newest_modified,
     position_key,
+    read_ahead,
     read_chunks,
 )
 from .transactions import TransactionAssembler
@@ -277,7 +278,7 @@ class _Planner:
         self.files = listing
         if want is not None and self.pending_changes >= want:
             return
-        for chunk in read_chunks(self.log, listing, self.head, stop, self.order):
+        for chunk in read_ahead(read_chunks(self.log, listing, self.head, stop, self.order)):
             budget = None if want is None else want - self.pending_changes
             fed = self.assembler.feed(chunk, budget=budget)
             if fed.end.file != self.head.file:

@@ -19,8 +19,10 @@ object-store prefix. Pure Python; runs in the driver (planning) and on executors
 from __future__ import annotations
 
 import functools
+import queue
 import re
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Generator, Iterator, Sequence
 from typing import Literal, NamedTuple
 
 from spark_ckpt.errors import LogRewrittenError, SourcePathError, StateFormatError, StorageError
@@ -38,6 +40,7 @@ __all__ = [
     "list_log_files",
     "newest_modified",
     "position_key",
+    "read_ahead",
     "read_chunks",
     "read_lines",
 ]
@@ -221,7 +224,7 @@ def read_chunks(
     start: LogPosition,
     stop: LogPosition | None = None,
     order: FileOrder = "name",
-) -> Iterator[LogChunk]:
+) -> Generator[LogChunk, None, None]:
     """Yield the whole lines from ``start`` onwards, in log order, in chunks of up to 8 MiB.
 
     Runs on the driver and on executors. Each file is read up to its listed size, never
@@ -274,9 +277,55 @@ def read_chunks(
         yield from _file_chunks(directory.child(name), LogPosition(name, byte, line), limit, closed)
 
 
+def read_ahead(chunks: Generator[LogChunk, None, None]) -> Iterator[LogChunk]:
+    """Yield ``chunks`` while a thread reads the next one (driver, once per planning scan).
+
+    The planner's decoding releases the GIL, so reading (an object-store request, or copying
+    from the page cache) overlaps it instead of following it. At most one chunk waits ahead;
+    an error of the reads is raised here, at the chunk it stopped. Leaving the loop early
+    stops the thread after its current read.
+    """
+    slots: queue.Queue[tuple[LogChunk | None, BaseException | None]] = queue.Queue(maxsize=1)
+    closed = threading.Event()
+
+    def offer(item: tuple[LogChunk | None, BaseException | None]) -> bool:
+        while not closed.is_set():
+            try:
+                slots.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                if not offer((chunk, None)):
+                    return
+            offer((None, None))
+        except BaseException as error:  # handed to the consumer, which raises it
+            offer((None, error))
+        finally:
+            chunks.close()
+
+    reader = threading.Thread(target=produce, name="spark-ckpt-log-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            chunk, error = slots.get()
+            if error is not None:
+                raise error
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        closed.set()
+        reader.join()
+
+
 def _file_chunks(
     target: Location, start: LogPosition, limit: int, closed: bool
-) -> Iterator[LogChunk]:
+) -> Generator[LogChunk, None, None]:
     path = target.url
     try:
         handle = target.open_input()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ from spark_ckpt.sources.debezium.log_files import (
     LogPosition,
     file_key,
     list_log_files,
+    read_ahead,
+    read_chunks,
     read_lines,
 )
 from spark_ckpt.state.storage import Location, StorageOptions
@@ -126,6 +130,48 @@ def test_a_listed_file_that_disappeared_is_a_rewrite(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").unlink()
     with pytest.raises(LogRewrittenError, match="deleted"):
         list(read_lines(Location(str(tmp_path)), listing, START))
+
+
+def _read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "spark-ckpt-log-read-ahead"]
+
+
+def test_read_ahead_yields_the_chunks_in_order(tmp_path: Path) -> None:
+    for i in range(5):
+        write(tmp_path / f"{i:02d}.jsonl", f"{i}a\n{i}b\n")
+    directory = Location(str(tmp_path))
+    listing = list_log_files(directory)
+    plain = list(read_chunks(directory, listing, START))
+    assert len(plain) == 5
+    assert list(read_ahead(read_chunks(directory, listing, START))) == plain
+    assert not _read_ahead_threads(), "the reading thread outlived the loop"
+
+
+def test_read_ahead_raises_the_reads_error_at_the_chunk_it_stopped(tmp_path: Path) -> None:
+    """A file deleted after listing: the chunks before it arrive, then the typed error."""
+    write(tmp_path / "a.jsonl", "1\n")
+    write(tmp_path / "b.jsonl", "2\n")
+    directory = Location(str(tmp_path))
+    listing = list_log_files(directory)
+    (tmp_path / "b.jsonl").unlink()
+    chunks = read_ahead(read_chunks(directory, listing, START))
+    assert next(chunks).data == b"1\n"
+    with pytest.raises(LogRewrittenError, match="deleted"):
+        next(chunks)
+    assert not _read_ahead_threads()
+
+
+def test_leaving_a_read_ahead_early_stops_its_thread(tmp_path: Path) -> None:
+    for i in range(20):
+        write(tmp_path / f"{i:02d}.jsonl", f"{i}\n")
+    directory = Location(str(tmp_path))
+    chunks = read_ahead(read_chunks(directory, list_log_files(directory), START))
+    assert next(chunks).data == b"0\n"
+    chunks.close()  # what breaking out of the planner's loop does
+    deadline = time.monotonic() + 10
+    while _read_ahead_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _read_ahead_threads(), "the reading thread still runs 10 s after the loop ended"
 
 
 @pytest.mark.parametrize(
