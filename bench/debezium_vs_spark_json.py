@@ -48,12 +48,16 @@ SPARK_JSON_SCHEMA = (
 )
 
 
-def run_ours(spark: Any, control: Any, log: Path, out: Path, sink: str, cap: int) -> Timed:
-    """txn-cdc into ``noop`` or ``delta-2pc``."""
+def run_ours(
+    spark: Any, control: Any, log: Path, out: Path, sink: str, cap: int, per_partition: int = 0
+) -> Timed:
+    """txn-cdc into ``noop`` or ``delta-2pc`` (``cap``, ``per_partition``: 0 for the default)."""
     cpu, began = busy_cpu_seconds(), time.perf_counter()
     reader = spark.readStream.format("txn-cdc").option("connector", "debezium-json")
     if cap:
         reader = reader.option("maxChangesPerTrigger", str(cap))
+    if per_partition:
+        reader = reader.option("changesPerPartition", str(per_partition))
     writer = (
         reader.load(str(log))
         .writeStream.option("checkpointLocation", str(out / "ckpt"))
@@ -89,6 +93,9 @@ def main() -> None:
     parser.add_argument(
         "--cap", type=int, default=0, help="maxChangesPerTrigger (0: unset, the default)"
     )
+    parser.add_argument(
+        "--changes-per-partition", type=int, default=0, help="txn-cdc's (0: its default)"
+    )
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
@@ -106,7 +113,9 @@ def main() -> None:
         log = Path(tmp) / "log"
         write_log(str(log), records, sorted(rng.sample(range(len(records)), 20)))
         # Warm-up, and the rows the pass-through replays: ours into delta-2pc, once.
-        rows = run_ours(spark, control, log, Path(tmp) / "rows", "delta", args.cap)
+        rows = run_ours(
+            spark, control, log, Path(tmp) / "rows", "delta", args.cap, args.changes_per_partition
+        )
         run_spark_json(spark, control, log, Path(tmp) / "warmup-json", "noop")
         for pair in range(args.pairs):
             for sink in ("noop", "delta"):
@@ -114,8 +123,9 @@ def main() -> None:
                 timed: dict[str, Timed] = {}
                 for system in ("ours", "json") if ours_first else ("json", "ours"):
                     out = Path(tmp) / f"{system}-{sink}-{pair}"
+                    per_partition = args.changes_per_partition
                     timed[system] = (
-                        run_ours(spark, control, log, out, sink, args.cap)
+                        run_ours(spark, control, log, out, sink, args.cap, per_partition)
                         if system == "ours"
                         else run_spark_json(spark, control, log, out, sink)
                     )
@@ -143,6 +153,7 @@ def main() -> None:
         "lines": len(records),
         "transactions": len(expected),
         "max_changes_per_trigger": args.cap or None,
+        "changes_per_partition": args.changes_per_partition or None,
         "pairs": args.pairs,
         "ratio_over_spark_json_noop": round(statistics.median(ratios["noop"]), 3),
         "ratio_over_spark_json_delta": round(statistics.median(ratios["delta"]), 3),

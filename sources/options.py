@@ -55,6 +55,9 @@ class ConnectorOptions(abc.ABC):
     NAMES: ClassVar[tuple[str, ...]]
     """The connector's own options, in their documented spelling."""
 
+    CHANGES_PER_PARTITION: ClassVar[int] = 50_000
+    """The connector's default for ``changesPerPartition``."""
+
     @classmethod
     @abc.abstractmethod
     def parse(cls, options: OptionReader) -> ConnectorOptions:
@@ -134,7 +137,7 @@ class SourceOptions:
         for name in names:
             if name not in COMMON_OPTIONS and name not in own.NAMES:
                 reader.forbid(name, f"no value: the {connector} connector does not read it")
-        per_partition = reader.positive_int("changesPerPartition", 50_000)
+        per_partition = reader.positive_int("changesPerPartition", own.CHANGES_PER_PARTITION)
         assert per_partition is not None
         return cls(
             connector=connector,

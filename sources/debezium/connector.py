@@ -65,6 +65,7 @@ from .log_files import (
     read_ahead,
     read_chunks,
 )
+from .options import DebeziumOptions
 from .transactions import TransactionAssembler
 from .types import typed_batch
 
@@ -381,7 +382,7 @@ class DebeziumJsonConnector(ChangeConnector):
     def __init__(
         self,
         log: Location,
-        changes_per_partition: int = 50_000,
+        changes_per_partition: int = DebeziumOptions.CHANGES_PER_PARTITION,
         file_order: FileOrder = "name",
         column_types: bool = False,
     ) -> None:
