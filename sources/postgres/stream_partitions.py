@@ -4,7 +4,7 @@ A partition holds transactions (or parts of large ones) and the chunks of their 
 
 The driver groups a batch's transactions into partitions (:func:`fill_partitions`), each naming
 the chunk parts that hold its changes (:func:`chunk_spans`); an executor decodes one chunk part
-at a time (:func:`stream_rows`), with wal2json's column-wise decoder or pgoutput's.
+at a time (:func:`stream_rows`), with wal2json's native decoder or pgoutput's.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _render_pgoutput(
     ]
     columns = list(zip(*rendered, strict=True)) if rendered else [()] * 5
     table, op, key, before, after = (pa.array(list(c), pa.string()) for c in columns)
-    return ChangeColumns(table, op, key, before, after, fallback_rows=len(rendered))
+    return ChangeColumns(table, op, key, before, after)
 
 
 def _pgoutput_types(indexes: pa.Array, relations: tuple[Relation, ...]) -> pa.Array:

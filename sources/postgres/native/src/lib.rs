@@ -1,20 +1,23 @@
-//! The ``postgres`` connector's native half: rows read with ``COPY ... TO STDOUT`` rendered to
-//! the ``key`` and ``after`` JSON texts of the snapshot's ``op='r'`` rows, as Arrow arrays
-//! (imported as ``spark_ckpt.sources.postgres._native``).
+//! The ``postgres`` connector's native half (imported as ``spark_ckpt.sources.postgres._native``):
+//! rows read with ``COPY ... TO STDOUT`` rendered to the ``key`` and ``after`` JSON texts of the
+//! snapshot's ``op='r'`` rows, and wal2json's row changes decoded to the stream's output columns,
+//! both as Arrow arrays and by the same value rules (:mod:`render`).
 //!
 //! Python rendered about 10 us per row (parse each value, build a dict, ``json.dumps`` twice);
-//! the snapshot of a table of millions of rows spent most of its time there.
+//! the snapshot of a table of millions of rows spent most of its time there, and so did the
+//! executors decoding the stream.
 
 use std::sync::Arc;
 
 use arrow_array::builder::StringBuilder;
-use arrow_array::{Array, ArrayRef};
+use arrow_array::{Array, ArrayRef, StringArray};
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 mod render;
+mod wal2json;
 
 use render::{push_json_string, push_value, unescape_field, Kind};
 
@@ -175,8 +178,130 @@ fn to_pyarrow<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'py, Py
     )
 }
 
+/// A ``pyarrow.StringArray`` taken through the Arrow C data interface (no copy).
+fn from_pyarrow(array: &Bound<'_, PyAny>) -> PyResult<StringArray> {
+    let mut ffi_array = FFI_ArrowArray::empty();
+    let mut ffi_schema = FFI_ArrowSchema::empty();
+    array.call_method1(
+        "_export_to_c",
+        (
+            std::ptr::addr_of_mut!(ffi_array) as usize,
+            std::ptr::addr_of_mut!(ffi_schema) as usize,
+        ),
+    )?;
+    // SAFETY: pyarrow has just filled both structures with a valid exported array.
+    let data = unsafe { arrow_array::ffi::from_ffi(ffi_array, &ffi_schema) }
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if data.data_type() != &arrow_schema::DataType::Utf8 {
+        return Err(PyValueError::new_err(format!(
+            "wal2json changes must be a string array, not {}",
+            data.data_type()
+        )));
+    }
+    Ok(StringArray::from(data))
+}
+
+type Columns<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+);
+
+/// wal2json row changes (a ``pyarrow.StringArray``) -> the ``(table, op, key, before, after)``
+/// string arrays of the output schema. Executors, once per chunk of changes.
+///
+/// Raises ``spark_ckpt.errors.ChangeDecodeError`` for the first row that is not a row change,
+/// naming it.
+#[pyfunction]
+fn decode_wal2json<'py>(py: Python<'py>, texts: &Bound<'py, PyAny>) -> PyResult<Columns<'py>> {
+    let texts = from_pyarrow(texts)?;
+    let decoded = py.detach(|| -> Result<[ArrayRef; 5], (usize, String)> {
+        let capacity = texts.len();
+        let mut table = StringBuilder::with_capacity(capacity, 16 * capacity);
+        let mut op = StringBuilder::with_capacity(capacity, capacity);
+        let mut key = StringBuilder::with_capacity(capacity, 16 * capacity);
+        let mut before = StringBuilder::with_capacity(capacity, 0);
+        let mut after = StringBuilder::with_capacity(capacity, texts.value_data().len());
+        for index in 0..texts.len() {
+            if texts.is_null(index) {
+                return Err((index, "a null change".to_string()));
+            }
+            let change = wal2json::decode(texts.value(index)).map_err(|e| (index, e))?;
+            table.append_value(&change.table);
+            op.append_value(change.op);
+            key.append_option(change.key);
+            before.append_option(change.before);
+            after.append_option(change.after);
+        }
+        Ok([
+            Arc::new(table.finish()),
+            Arc::new(op.finish()),
+            Arc::new(key.finish()),
+            Arc::new(before.finish()),
+            Arc::new(after.finish()),
+        ])
+    });
+    match decoded {
+        Ok([table, op, key, before, after]) => Ok((
+            to_pyarrow(py, table.as_ref())?,
+            to_pyarrow(py, op.as_ref())?,
+            to_pyarrow(py, key.as_ref())?,
+            to_pyarrow(py, before.as_ref())?,
+            to_pyarrow(py, after.as_ref())?,
+        )),
+        Err((index, problem)) => {
+            let text = if texts.is_null(index) {
+                ""
+            } else {
+                texts.value(index)
+            };
+            let shown: String = text.chars().take(200).collect();
+            let error = py
+                .import("spark_ckpt.errors")?
+                .getattr("ChangeDecodeError")?
+                .call1((format!(
+                    "a wal2json row that is not a row change ({problem}): {}",
+                    py_repr(&shown)
+                ),))?;
+            Err(PyErr::from_value(error))
+        }
+    }
+}
+
+/// Python's ``repr`` of a string, as the connector's Python messages show texts.
+fn py_repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowRenderer>()?;
+    m.add_function(wrap_pyfunction!(decode_wal2json, m)?)?;
     Ok(())
 }

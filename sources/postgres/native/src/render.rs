@@ -39,6 +39,13 @@ impl Kind {
 
 /// ``text`` as a JSON string, escaped as Python's ``json.dumps(..., ensure_ascii=False)`` does.
 pub fn push_json_string(out: &mut String, text: &str) {
+    if !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.reserve(text.len() + 2);
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
     out.push('"');
     for c in text.chars() {
         match c {
