@@ -70,13 +70,22 @@ class Workload(threading.Thread):
     """Random transactions on ``table`` until stopped: updates, inserts, deletes, key moves.
 
     ``table`` has columns ``(id, v text, n int)`` and ids 1..``rows``; new ids count up from
-    there, so inserts and key moves never collide.
+    there, so inserts and key moves never collide. With ``synchronous_commit=False`` a commit
+    returns (and is visible to other sessions) before the WAL writer has flushed it.
     """
 
-    def __init__(self, dsn: str, rows: int, seed: int, table: str = "big") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        rows: int,
+        seed: int,
+        table: str = "big",
+        synchronous_commit: bool = True,
+    ) -> None:
         super().__init__(daemon=True)
         self.dsn, self.rows, self.rng = dsn, rows, random.Random(seed)
         self.table = table
+        self.synchronous_commit = synchronous_commit
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.transactions = 0
@@ -96,6 +105,9 @@ class Workload(threading.Thread):
         try:
             next_id = self.rows + 1
             with psycopg.connect(self.dsn) as conn:
+                if not self.synchronous_commit:
+                    conn.execute("SET synchronous_commit = off")
+                    conn.commit()
                 while not self.stop_event.is_set():
                     with conn.transaction():
                         for _ in range(self.rng.randint(1, 4)):

@@ -169,24 +169,26 @@ def read_chunk(dsn: str, table: TableInfo, bounds: ChunkBounds) -> ChunkRows:
     """Read a chunk's rows in a transaction of its own (executor or driver, once per chunk).
 
     The snapshot is taken by the first statement (``pg_current_snapshot()``), so the rows show
-    exactly the transactions it lists as seen; the high watermark is read after the rows.
-    Rows are rendered as the snapshot phase renders them (``op='r'`` rows: key, after).
+    exactly the transactions it lists as seen. The same statement reads the high watermark, the
+    WAL insert position: a record boundary, and past the commit record of every transaction the
+    snapshot saw (a commit is inserted before it becomes visible). Rows are rendered as the
+    snapshot phase renders them (``op='r'`` rows: key, after).
     """
     select = table.select_text() + _where(table, bounds.after, bounds.upto) + _order(table)
     with connect(dsn, autocommit=False) as conn:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
-        row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+        row = conn.execute(
+            "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text"
+        ).fetchone()
         assert row is not None
-        snapshot_text = str(row[0])
+        snapshot_text, mark = str(row[0]), str(row[1])
         read_at = int(time.time() * 1_000_000)
         keys, afters = next(copy_rows(conn, table, select), _NO_ROWS)
-        mark = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        assert mark is not None
         racing = conn.execute(
             "SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) x "
             "WHERE pg_xact_status(x) = 'committed'"
         ).fetchall()
         conn.rollback()
-    snapshot = ChunkSnapshot.parse(snapshot_text, parse_lsn(mark[0]))
+    snapshot = ChunkSnapshot.parse(snapshot_text, parse_lsn(mark))
     return ChunkRows(keys, afters, snapshot, read_at, tuple(int(r[0]) % (1 << 32) for r in racing))

@@ -88,6 +88,7 @@ __all__ = ["PostgresConnector"]
 
 _log = logging.getLogger(__name__)
 _READ_AHEAD_MIN = 20_000  # peek at least this many rows ahead, to serve several small batches
+_FLUSH_WAIT_S = 60.0  # the WAL writer flushes within 3 * wal_writer_delay (at most 10 s)
 
 Phase = Literal["snapshot", "stream"]
 
@@ -422,7 +423,8 @@ class PostgresConnector(ChangeConnector):
         if snapshotting and self._target is not None:
             # A bounded run finishes the snapshot: its chunks' watermarks lie beyond the
             # target fixed when it started, so the target follows the WAL until then.
-            self._target = max(self._target, self._insert_lsn())
+            assert offset.incremental is not None
+            self._target = max(self._target, self._flushed_past(offset.incremental))
             self._cache_complete_to = None
         self._cache = [t for t in self._cache if t.end_lsn > lsn]
         cached = sum(t.size for t in self._cache)
@@ -460,10 +462,41 @@ class PostgresConnector(ChangeConnector):
         state = offset.incremental
         return state is not None and not state.finished(len(self._tables))
 
-    def _insert_lsn(self) -> int:
-        row = self.slot.connection().execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    def _flush_lsn(self) -> int:
+        """The WAL flushed so far: what a peek started now can decode (driver).
+
+        Not the insert or write position: a commit is inserted before it is flushed (long
+        before, with ``synchronous_commit=off``), and a peek decodes flushed WAL only.
+        """
+        row = self.slot.connection().execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
         assert row is not None
         return parse_lsn(row[0])
+
+    def _flushed_past(self, state: IncrementalState) -> int:
+        """The flushed WAL position, once past the read chunks' watermarks (driver, per trigger).
+
+        For a bounded run only, which ends at the first trigger that offers nothing, so it
+        must not ask while a read chunk waits for its watermark to be flushed. An asynchronous
+        commit is flushed by the WAL writer within ``3 * wal_writer_delay``, any synchronous
+        commit flushes everything before it; only the WAL of a transaction left open on a
+        server where nothing commits stays unflushed (a warning, after a minute).
+        """
+        needed = self._chunk_planner().watermark(state)
+        flushed = self._flush_lsn()
+        deadline = time.monotonic() + _FLUSH_WAIT_S
+        while needed is not None and flushed < needed and time.monotonic() < deadline:
+            time.sleep(0.05)
+            flushed = self._flush_lsn()
+        if needed is not None and flushed < needed:
+            _log.warning(
+                "postgres slot %s: the WAL is flushed up to %s only, short of a snapshot chunk's "
+                "high watermark %s after %.0f s; this bounded run may end before the snapshot",
+                self.slot_name,
+                format_lsn(flushed),
+                format_lsn(needed),
+                _FLUSH_WAIT_S,
+            )
+        return flushed
 
     def _chunk_planner(self) -> ChunkPlanner:
         if self._planner is None:
@@ -494,17 +527,17 @@ class PostgresConnector(ChangeConnector):
         """
         assert start.incremental is not None
         stream_end = taken[-1].end_lsn if taken else lsn
-        position = stream_end
+        reach = stream_end
         if all_taken and self._complete_lsn is not None:
-            position = max(position, self._complete_lsn)
+            reach = max(reach, self._complete_lsn)
         checkpoint = start.checkpoint + 1
         work = self._chunk_planner().plan(
-            start.incremental, lsn, position, checkpoint, start.emitted + len(taken)
+            start.incremental, lsn, stream_end, reach, checkpoint, start.emitted + len(taken)
         )
         if not taken and not work.emitted and work.state == start.incremental:
             return None  # nothing to read or emit yet
         state = None if work.state.finished(len(self._tables)) else work.state
-        end_lsn = position if work.emitted else stream_end
+        end_lsn = work.position if work.emitted else stream_end
         end = PgOffset(
             checkpoint, start.emitted + len(taken) + len(work.emits), "stream", end_lsn, state
         )
@@ -577,7 +610,7 @@ class PostgresConnector(ChangeConnector):
         rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
         # Read before the peek: a peek that returns everything covers the WAL up to here. Only
         # the incremental snapshot places chunks by it; other queries skip the round trip.
-        insert_lsn = self._insert_lsn() if self.snapshot == "incremental" else None
+        flushed = self._flush_lsn() if self.snapshot == "incremental" else None
         rows, txns, store = self._read(self._target, rows_wanted, lsn)
         if self._store is not None:
             self._retired.append(self._store)  # a planned batch may still read it
@@ -586,7 +619,7 @@ class PostgresConnector(ChangeConnector):
         # A short peek read everything the server had (up to the availableNow target).
         exhausted = rows_wanted is None or rows < rows_wanted
         self._cache_complete_to = lsn if exhausted else None
-        reach = insert_lsn
+        reach = flushed
         if reach is not None and self._target is not None:
             reach = min(reach, self._target)
         self._complete_lsn = reach if exhausted else None
@@ -696,18 +729,18 @@ class PostgresConnector(ChangeConnector):
         return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
 
     def prepare_available_now(self) -> None:
-        """Stop ``Trigger.availableNow`` (or a drain) at the server's current WAL position.
+        """Stop ``Trigger.availableNow`` (or a drain) at the server's flushed WAL position.
 
-        A snapshot phase still to come is waited for rather than declined (a bounded run ends
-        at the first trigger that offers nothing).
+        Every commit acknowledged with ``synchronous_commit`` on is flushed; an asynchronous
+        commit not flushed yet is for the next run. A snapshot phase still to come is waited
+        for rather than declined (a bounded run ends at the first trigger that offers nothing).
         """
-        row = self.slot.connection().execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        assert row is not None
-        self._target = target = parse_lsn(row[0])
+        self._target = target = self._flush_lsn()
         # A drain fixes the target mid-run: transactions read ahead beyond it are not offered,
         # and a peek that found nothing more back then says nothing about the target.
         self._cache = [t for t in self._cache if t.end_lsn <= target]
         self._cache_complete_to = None
+        self._complete_lsn = None
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed ``end``: confirm the slot up to it (driver, per batch)."""

@@ -53,12 +53,17 @@ class ChunkWork:
         Partitions reading chunks.
     emitted
         The chunks emitted (for deleting their files once the batch commits).
+    position
+        Where the emitted chunks are placed in the stream, the batch's end when it emits any:
+        the stream part's end, or the highest watermark among the chunks ready (a record
+        boundary, and no further than the stream was read).
     """
 
     state: IncrementalState
     emits: list[ChunkEmitPartition]
     reads: list[ChunkReadPartition]
     emitted: list[PendingChunk]
+    position: int
 
     @property
     def partitions(self) -> list[object]:
@@ -123,18 +128,32 @@ class ChunkPlanner:
         self,
         state: IncrementalState,
         start_lsn: int,
-        position: int,
+        stream_end: int,
+        reach: int,
         checkpoint: int,
         first_order: int,
     ) -> ChunkWork:
-        """A new batch's snapshot work, its stream part ending at ``position`` (driver)."""
+        """A new batch's snapshot work (driver, per batch).
+
+        Parameters
+        ----------
+        stream_end
+            The end of the batch's last transaction (its start when it has none).
+        reach
+            How far the stream is known to hold nothing more for the batch (``>= stream_end``):
+            the WAL a complete peek decoded, when the batch takes every transaction read.
+        """
         reads = {c: load_read(self.directory, c) for c in state.pending}  # once per chunk
-        # Emittable: read, and the stream is past its high watermark.
+        # Emittable: read, and the stream is read past its high watermark.
         ready = [
             (c, read)
             for c, read in reads.items()
-            if read is not None and read.snapshot.high_watermark <= position
+            if read is not None and read.snapshot.high_watermark <= reach
         ]
+        # Placed where the last of them may be, not at the reach: the reach may fall inside a
+        # record (the flushed position), the slot is confirmed up to the position, and a
+        # transaction whose commit record starts before that is skipped by the server.
+        position = max([stream_end, *(read.snapshot.high_watermark for _, read in ready)])
         emits, rereads, emitted, rows = self._emits(ready, position, first_order)
         # A chunk whose read left nothing (its spill was lost) is read again.
         rereads += [c for c, read in reads.items() if read is None]
@@ -148,7 +167,15 @@ class ChunkPlanner:
         )
         state = self._plan_reads(state, start_lsn, checkpoint)
         to_read = [self._read(c) for c in state.pending if c.read_in == checkpoint]
-        return ChunkWork(state, emits, to_read, emitted)
+        return ChunkWork(state, emits, to_read, emitted, position)
+
+    def watermark(self, state: IncrementalState) -> int | None:
+        """The highest high watermark among the read pending chunks (None: none read; driver).
+
+        The stream must be read past it before they can all be emitted.
+        """
+        reads = [load_read(self.directory, c) for c in state.pending]
+        return max((r.snapshot.high_watermark for r in reads if r is not None), default=None)
 
     def replan(
         self,
@@ -174,7 +201,7 @@ class ChunkPlanner:
             ready.append((chunk, read))
         emits, _, emitted, _ = self._emits(ready, position, first_order, check_racing=False)
         reads = [self._read(c) for c in end.pending if c.read_in == checkpoint]
-        return ChunkWork(end, emits, reads, emitted)
+        return ChunkWork(end, emits, reads, emitted, position)
 
     def _emits(
         self,

@@ -8,9 +8,13 @@ transaction is visible to it unless its xid is ``>= xmax`` or listed in ``xip``.
 DBLog's two watermark writes and their timing window, the rule is exact:
 
     The chunk's rows are placed in the stream at a position P after every transaction the
-    snapshot saw (after its high watermark: the WAL insert position read once the rows were
-    read). A row is emitted unless its key was changed by a transaction before P that the
+    snapshot saw (at or after its high watermark: the WAL insert position read with the
+    snapshot). A row is emitted unless its key was changed by a transaction before P that the
     snapshot did *not* see; for such a key the stream itself carries the newer state.
+
+P is a record boundary the slot has decoded up to: a peek decodes flushed WAL only, and a
+commit is inserted before it is flushed (with ``synchronous_commit=off``, visible too), so the
+connector places chunks no further than the flushed position it read before a complete peek.
 
 Then, for every key, the transactions before P are reflected in the row (or the row is left
 out), and those after P come after it: a consumer never sees a state older than one it has
@@ -45,7 +49,7 @@ class ChunkSnapshot:
     xip
         Transactions in progress when the snapshot was taken (32-bit).
     high_watermark
-        The WAL insert position read after the rows: every transaction the snapshot saw
+        The WAL insert position read with the snapshot: every transaction the snapshot saw
         committed before it.
     """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -109,3 +110,19 @@ def pg_dsn(pg_server: PgCluster) -> Iterator[str]:
             "WHERE database = %s AND NOT active",
             (name,),
         )
+
+
+@contextlib.contextmanager
+def slow_wal_writer(server: PgCluster, delay: str) -> Iterator[None]:
+    """Let the WAL writer flush asynchronous commits only every ``delay`` (restored after)."""
+    import psycopg
+
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET wal_writer_delay = '{delay}'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET wal_writer_delay")
+            conn.execute("SELECT pg_reload_conf()")

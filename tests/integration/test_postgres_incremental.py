@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from conftest import wait_until
+from conftest import slow_wal_writer, wait_until
 from pg_incremental_crash import Workload
 from test_postgres_cdc import plain_query
 
 import spark_ckpt
 
 if TYPE_CHECKING:
+    from pg_cluster import PgCluster
     from pyspark.sql import SparkSession
 
 ROWS = 12_000
@@ -127,3 +128,79 @@ def test_an_incremental_snapshot_with_a_live_workload_and_a_restart_is_exact(
     assert all(r["count"] == r.txn_size for r in sizes)
     # The restart resumed: the second run's first progress had the chunks done before.
     assert halfway >= 4
+
+
+def test_an_incremental_snapshot_is_exact_while_commits_wait_for_their_wal_flush(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    pg_server: PgCluster,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """Asynchronous commits (``synchronous_commit=off``) are visible before they are flushed.
+
+    A peek decodes the WAL only up to the flushed position, so a commit inserted but not yet
+    flushed is in no peek yet. The connector places chunks only where a peek read everything
+    (up to the flushed position read before it): were it the insert position, a batch would end
+    past such commits, they would never be streamed, and a chunk read without them would be
+    emitted whole. A slow WAL writer keeps that gap open for most of each second. The workload
+    runs until every chunk is emitted, then a bounded run catches up right after its last
+    commits (not flushed yet either).
+    """
+    rows = 4_000
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE inc (id int PRIMARY KEY, v text, n int)")
+        conn.execute(f"INSERT INTO inc SELECT g, md5(g::text), 0 FROM generate_series(1, {rows}) g")
+    table = str(tmp_path / "table")
+    options = {"snapshot": "incremental", "snapshotChunkRows": "250", "snapshotParallelism": "2"}
+
+    def phase(query: Any) -> str | None:
+        if not query.recentProgress:
+            return None
+        return str(json.loads(query.recentProgress[-1].sources[0].latestOffset)["status"]["phase"])
+
+    with slow_wal_writer(pg_server, "1s"):
+        writer = Workload(pg_dsn, rows, seed=5, table="inc", synchronous_commit=False)
+        writer.start()
+        query = plain_query(
+            spark,
+            pg_dsn,
+            tmp_path,
+            "cdc_async_commit",
+            "public.inc",
+            "pgoutput",
+            {"processingTime": "200 milliseconds"},
+            **options,
+        )
+        try:
+            wait_until(lambda: phase(query) == "stream", 240, "the snapshot did not finish")
+            streamed_during = sum(p.numInputRows for p in query.recentProgress)
+        finally:
+            writer.stop_event.set()
+            query.stop()
+        writer.join(60)
+        assert writer.error is None, writer.error
+        assert writer.transactions > 50
+        assert streamed_during > 0
+        # A synchronous commit flushes the WAL before it: the bounded run is to see all of it.
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE flushed ()")
+        bounded = plain_query(
+            spark,
+            pg_dsn,
+            tmp_path,
+            "cdc_async_commit",
+            "public.inc",
+            "pgoutput",
+            {"availableNow": True},
+            **options,
+        )
+        assert control.await_termination(bounded, 240), "the catch-up run did not end"
+    with psycopg.connect(pg_dsn) as conn:
+        truth = {
+            r[0]: {"id": r[0], "v": r[1], "n": r[2]}
+            for r in conn.execute("SELECT id, v, n FROM inc").fetchall()
+        }
+    mirror = folded(spark, table)
+    differ = sorted(k for k in truth.keys() | mirror.keys() if truth.get(k) != mirror.get(k))
+    assert not differ, f"{len(differ)} keys differ from the table, e.g. {differ[:10]}"
