@@ -573,13 +573,15 @@ class PostgresConnector(ChangeConnector):
                             relation = self._relations.versions[relation_of[i].as_py()]
                             table, op, key, before = _pgoutput_keys(data, relation)
                         if op == "t":
-                            found.append((txn.xid, table, ALL_KEYS, None))
+                            found.append((txn.end_lsn, txn.xid, table, ALL_KEYS, None))
                             continue
                         assert key is not None
                         old = None
                         if before is not None and keys.get(table):
                             old = json_text({k: before.get(k) for k in keys[table]})
-                        found.append((txn.xid, table, key, old if old != key else None))
+                        found.append(
+                            (txn.end_lsn, txn.xid, table, key, old if old != key else None)
+                        )
         finally:
             store.discard()
         return found

@@ -35,8 +35,8 @@ from .visibility import dropped_keys
 
 __all__ = ["ChunkPlanner", "ChunkWork", "WindowChange"]
 
-WindowChange = tuple[int, str, str, str | None]
-"""``(xid, table, key text, old key text)`` of one change in a chunk's window."""
+WindowChange = tuple[int, int, str, str, str | None]
+"""``(commit end LSN, xid, table, key text, old key text)`` of one change in a chunk's window."""
 
 
 @dataclass(frozen=True)
@@ -218,12 +218,14 @@ class ChunkPlanner:
         rereads: list[PendingChunk] = []
         emitted: list[PendingChunk] = []
         total = 0
-        window_xids = {xid for xid, *_ in changes}
         for chunk, read in ready:
-            mine = [
-                (xid, key, old) for xid, table, key, old in changes if table == chunk.bounds.table
-            ]
-            if check_racing and not set(read.racing) <= window_xids:
+            # Each chunk's own window, from its own start: a batch re-run after a restart
+            # reads the window from another start (the chunks it emits may differ from those
+            # that were ready), and must leave out the same keys.
+            own = [c for c in changes if c[0] > chunk.since]
+            table_name = chunk.bounds.table
+            mine = [(xid, key, old) for _, xid, table, key, old in own if table == table_name]
+            if check_racing and not set(read.racing) <= {c[1] for c in own}:
                 # A transaction committed before the window yet unseen by the read (a stalled
                 # synchronous commit): the window cannot say what it changed. Read again.
                 rereads.append(chunk)

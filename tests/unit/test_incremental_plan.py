@@ -1,0 +1,87 @@
+"""The incremental snapshot's planner on spilled chunks and a given window (no database)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.ipc
+
+from spark_ckpt.sources.postgres.chunks import ChunkBounds
+from spark_ckpt.sources.postgres.incremental import (
+    ChunkRead,
+    IncrementalState,
+    PendingChunk,
+    chunk_files,
+)
+from spark_ckpt.sources.postgres.incremental_plan import ChunkPlanner, WindowChange
+from spark_ckpt.sources.postgres.tables import TableInfo
+from spark_ckpt.sources.postgres.visibility import ChunkSnapshot
+from spark_ckpt.state.storage import Location
+
+TABLE = TableInfo("public.t", "public", "t", (("id", "integer"),), ("id",))
+SCHEMA = pa.schema([("key", pa.string()), ("after", pa.string())])
+
+
+def spill(directory: Location, chunk: PendingChunk, ids: list[int], read: ChunkRead) -> None:
+    """What an executor's read of ``chunk`` leaves: its rows, then its read."""
+    keys = [f'{{"id":{i}}}' for i in ids]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, SCHEMA) as writer:
+        writer.write_batch(pa.record_batch([pa.array(keys), pa.array(keys)], schema=SCHEMA))
+    rows_file, read_file = chunk_files(directory, chunk)
+    rows_file.write_bytes(sink.getvalue().to_pybytes())
+    read_file.write_bytes(read.to_bytes())
+
+
+def planner(directory: Location, window: list[WindowChange]) -> ChunkPlanner:
+    def changes(since: int, upto: int) -> list[WindowChange]:
+        # As the slot gives them: transactions committing in (since, upto].
+        return [c for c in window if since < c[0] <= upto]
+
+    def no_connection() -> psycopg.Connection[Any]:
+        raise AssertionError("no chunk is planned in these tests")
+
+    return ChunkPlanner("dsn", "postgres:s", "s", [TABLE], directory, 2, 2, no_connection, changes)
+
+
+def test_each_chunk_is_reconciled_with_its_own_window(tmp_path: Path) -> None:
+    """A re-run of the batch drops the same keys, whichever chunks were ready with it.
+
+    Chunk B's window starts at 200. Transaction 7 committed at 150 (before B's window) and B's
+    read did not see it (a commit that became visible late): B must be read again, not emitted
+    with 7's key reconciled by chance through chunk A's earlier window. Transaction 9 (at 250,
+    unseen by B) drops key 12 from B, and only from B.
+    """
+    directory = Location(str(tmp_path))
+    a = PendingChunk(ChunkBounds("public.t", 0, None, ("10",)), since=100, read_in=1)
+    b = PendingChunk(ChunkBounds("public.t", 1, ("10",), None), since=200, read_in=2)
+    seen_all_but = ChunkSnapshot.parse("5:20:7,9", high_watermark=300)
+    spill(directory, a, [1, 2, 3], ChunkRead(3, ChunkSnapshot.parse("5:20:", 300), 0))
+    spill(directory, b, [11, 12, 13], ChunkRead(3, seen_all_but, 0, racing=(7,)))
+    window: list[WindowChange] = [
+        (150, 7, "public.t", '{"id":11}', None),
+        (250, 9, "public.t", '{"id":12}', None),
+    ]
+    work = planner(directory, window).plan(
+        IncrementalState(table=1, pending=(a, b)), 300, 300, 400, 3, 0
+    )
+    assert [c.name for c in work.emitted] == [a.name]  # B waits for a new read
+    assert work.emits[0].dropped == frozenset()  # A saw both transactions
+    assert [(c.name, c.since) for c in work.state.pending] == [(b.name, 300)]
+
+    # Now A must be read again (a racing transaction outside any window) and B is emitted
+    # without key 12. Were B reconciled with the batch's window from A's start, 7 would drop
+    # key 11 too; the batch re-run after a restart (B alone gone from the pending chunks) must
+    # drop exactly the same keys as the first run.
+    spill(directory, a, [1, 2, 3], ChunkRead(3, ChunkSnapshot.parse("5:20:", 300), 0, (99,)))
+    spill(directory, b, [11, 12, 13], ChunkRead(3, seen_all_but, 0))
+    state = IncrementalState(table=1, pending=(a, b))
+    first = planner(directory, window).plan(state, 300, 300, 400, 3, 0)
+    assert [c.name for c in first.emitted] == [b.name]
+    again = planner(directory, window).replan(state, first.state, first.position, 3, 0)
+    assert first.emits[0].dropped == again.emits[0].dropped == frozenset({'{"id":12}'})
+    assert first.emits[0].size == again.emits[0].size == 2
+    assert first.position == again.position == 300
