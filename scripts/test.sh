@@ -9,8 +9,8 @@ say "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 
-say "cargo fmt, clippy and test (the connectors' native parts)"
-for NATIVE in "$ROOT"/sources/*/native/Cargo.toml; do
+say "cargo fmt, clippy and test (the connectors' native parts and what they share)"
+for NATIVE in "$ROOT"/sources/native/Cargo.toml "$ROOT"/sources/*/native/Cargo.toml; do
   cargo fmt --manifest-path "$NATIVE" --check
   cargo clippy --quiet --manifest-path "$NATIVE" --all-targets -- -D warnings
   cargo test --quiet --release --manifest-path "$NATIVE"  # reuses the release build of pip install

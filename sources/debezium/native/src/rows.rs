@@ -7,9 +7,8 @@ use arrow_array::builder::{
     ArrayBuilder, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow_array::{Array, ArrayRef, StructArray};
-use arrow_data::ffi::FFI_ArrowArray;
-use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::{ArrowError, Field, Fields};
+use bridge::to_pyarrow;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -143,20 +142,4 @@ impl RowBuilder {
 
 fn arrow_error(e: ArrowError) -> PyErr {
     PyValueError::new_err(e.to_string())
-}
-
-/// Hand ``array`` to pyarrow through the C data interface: pyarrow takes ownership of the
-/// buffers (the exported structs are released and dropped here).
-fn to_pyarrow<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'py, PyAny>> {
-    let data = array.to_data();
-    let mut ffi_array = FFI_ArrowArray::new(&data);
-    let mut ffi_schema = FFI_ArrowSchema::try_from(data.data_type()).map_err(arrow_error)?;
-    let imported = py.import("pyarrow")?.getattr("Array")?.call_method1(
-        "_import_from_c",
-        (
-            std::ptr::addr_of_mut!(ffi_array) as usize,
-            std::ptr::addr_of_mut!(ffi_schema) as usize,
-        ),
-    )?;
-    Ok(imported)
 }

@@ -82,34 +82,7 @@ pub fn py_repr(value: &Value) -> String {
     }
 }
 
-/// Python's ``repr`` of a string: single quotes unless the text has one and no double quote.
-pub fn py_repr_str(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
+pub use bridge::py_repr_str;
 
 /// A string shown as Python's ``repr`` shows it, rendered only when a message is formatted.
 pub struct Quoted<'a>(pub &'a str);

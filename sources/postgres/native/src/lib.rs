@@ -13,6 +13,7 @@ use arrow_array::builder::StringBuilder;
 use arrow_array::{Array, ArrayRef, StringArray};
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
+use bridge::{py_repr_str, to_pyarrow};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -163,21 +164,6 @@ impl RowRenderer {
     }
 }
 
-/// Hand ``array`` to pyarrow through the Arrow C data interface (pyarrow takes the buffers).
-fn to_pyarrow<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'py, PyAny>> {
-    let data = array.to_data();
-    let mut ffi_array = FFI_ArrowArray::new(&data);
-    let mut ffi_schema = FFI_ArrowSchema::try_from(data.data_type())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    py.import("pyarrow")?.getattr("Array")?.call_method1(
-        "_import_from_c",
-        (
-            std::ptr::addr_of_mut!(ffi_array) as usize,
-            std::ptr::addr_of_mut!(ffi_schema) as usize,
-        ),
-    )
-}
-
 /// A ``pyarrow.StringArray`` taken through the Arrow C data interface (no copy).
 fn from_pyarrow(array: &Bound<'_, PyAny>) -> PyResult<StringArray> {
     let mut ffi_array = FFI_ArrowArray::empty();
@@ -263,40 +249,11 @@ fn decode_wal2json<'py>(py: Python<'py>, texts: &Bound<'py, PyAny>) -> PyResult<
                 .getattr("ChangeDecodeError")?
                 .call1((format!(
                     "a wal2json row that is not a row change ({problem}): {}",
-                    py_repr(&shown)
+                    py_repr_str(&shown)
                 ),))?;
             Err(PyErr::from_value(error))
         }
     }
-}
-
-/// Python's ``repr`` of a string, as the connector's Python messages show texts.
-fn py_repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push(quote);
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
 }
 
 #[pymodule]
