@@ -154,7 +154,11 @@ class CheckpointListener(StreamingQueryListener):
     def _submit(self, query_id: str, batch_id: int | None, run_id: str | None) -> Future[None]:
         future = self._worker.submit(self._run_hooks, query_id, batch_id, run_id)
         if batch_id is None:
-            future.add_done_callback(lambda _: self.finished(query_id).set())
+            # The signal of the run that ended, taken now: a later run of the same query (same
+            # checkpoint, same id) arms a new one as it starts, and this run's final publish,
+            # still running then, must not tell that run's waiters its tail is published.
+            done = self.finished(query_id)
+            future.add_done_callback(lambda _: done.set())
         return future
 
     # -- history of queries no supervisor watches (worker thread) ----------------------------

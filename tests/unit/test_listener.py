@@ -20,9 +20,9 @@ QUERY = str(uuid.UUID(int=7))
 RUN = str(uuid.UUID(int=8))
 
 
-def started() -> QueryStartedEvent:
+def started(run: str = RUN) -> QueryStartedEvent:
     return QueryStartedEvent.fromJson(
-        {"id": QUERY, "runId": RUN, "name": None, "timestamp": "2026-11-21T00:00:00.000Z"}
+        {"id": QUERY, "runId": run, "name": None, "timestamp": "2026-11-21T00:00:00.000Z"}
     )
 
 
@@ -44,9 +44,9 @@ def progress(batch_id: int) -> QueryProgressEvent:
     )
 
 
-def terminated(exception: str | None = None) -> QueryTerminatedEvent:
+def terminated(exception: str | None = None, run: str = RUN) -> QueryTerminatedEvent:
     return QueryTerminatedEvent.fromJson(
-        {"id": QUERY, "runId": RUN, "exception": exception, "errorClassOnException": None}
+        {"id": QUERY, "runId": run, "exception": exception, "errorClassOnException": None}
     )
 
 
@@ -118,3 +118,36 @@ def test_registration_is_idempotent(state: ControlState) -> None:
     """Registering the same component again changes nothing."""
     state.register(Registration("delta-2pc", QUERY, {"path": "/t"}))
     assert state.registrations(QUERY) == [Registration("delta-2pc", QUERY, {"path": "/t"})]
+
+
+def test_a_runs_final_publish_does_not_signal_the_next_run_of_the_query(
+    state: ControlState,
+) -> None:
+    """Stopped, then started again on its checkpoint (same query id) while its tail publishes.
+
+    The first run's final hook ends after the second run started: the second run's waiters
+    (``Control.await_termination``) must still wait for the second run's own final hook.
+    """
+    second = str(uuid.UUID(int=9))
+    release = threading.Event()
+    finals: list[str | None] = []
+
+    def hook(registration: Registration, batch_id: int | None, run_id: str | None) -> None:
+        if batch_id is None:
+            if run_id == RUN:
+                assert release.wait(10), "the test never released the first run's final hook"
+            finals.append(run_id)
+
+    listener = CheckpointListener(state, {"delta-2pc": hook})
+    listener.onQueryStarted(started())
+    listener.onQueryTerminated(terminated())
+    first_done = listener.finished(QUERY)
+    listener.onQueryStarted(started(second))
+    second_done = listener.finished(QUERY)
+    release.set()
+    assert first_done.wait(10), "the first run's final hook did not finish"
+    assert finals == [RUN]
+    assert not second_done.is_set(), "the second run was signalled by the first run's hook"
+    listener.onQueryTerminated(terminated(run=second))
+    assert second_done.wait(10), "the second run's final hook did not finish"
+    assert finals == [RUN, second]
