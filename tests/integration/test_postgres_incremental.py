@@ -57,6 +57,22 @@ def folded(spark: SparkSession, table: str) -> dict[int, dict[str, Any]]:
     return state
 
 
+def table_state(dsn: str) -> dict[int, dict[str, Any]]:
+    """``inc`` as PostgreSQL holds it now, by id: what the folded change log must equal."""
+    with psycopg.connect(dsn) as conn:
+        return {
+            r[0]: {"id": r[0], "v": r[1], "n": r[2]}
+            for r in conn.execute("SELECT id, v, n FROM inc").fetchall()
+        }
+
+
+def phase(query: Any) -> str | None:
+    """The connector's phase in the query's last progress (None before any)."""
+    if not query.recentProgress:
+        return None
+    return str(json.loads(query.recentProgress[-1].sources[0].latestOffset)["status"]["phase"])
+
+
 def test_an_incremental_snapshot_with_a_live_workload_and_a_restart_is_exact(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -100,11 +116,7 @@ def test_an_incremental_snapshot_with_a_live_workload_and_a_restart_is_exact(
         assert writer.error is None, writer.error
         assert writer.transactions > 50
         wait_until(
-            lambda: (
-                not query.recentProgress
-                or json.loads(query.recentProgress[-1].sources[0].latestOffset)["status"]["phase"]
-                == "stream"
-            ),
+            lambda: not query.recentProgress or phase(query) == "stream",
             240,
             "the incremental snapshot did not finish",
         )
@@ -112,11 +124,7 @@ def test_an_incremental_snapshot_with_a_live_workload_and_a_restart_is_exact(
         query.stop()
     bounded = incremental_query(spark, pg_dsn, tmp_path, pg_plugin, {"availableNow": True})
     assert control.await_termination(bounded, 240), "the catch-up run did not end"
-    with psycopg.connect(pg_dsn) as conn:
-        truth = {
-            r[0]: {"id": r[0], "v": r[1], "n": r[2]}
-            for r in conn.execute("SELECT id, v, n FROM inc").fetchall()
-        }
+    truth = table_state(pg_dsn)
     mirror = folded(spark, table)
     assert mirror == truth
     frame = spark.read.format("delta").load(table)
@@ -154,24 +162,14 @@ def test_an_incremental_snapshot_is_exact_while_commits_wait_for_their_wal_flush
     table = str(tmp_path / "table")
     options = {"snapshot": "incremental", "snapshotChunkRows": "250", "snapshotParallelism": "2"}
 
-    def phase(query: Any) -> str | None:
-        if not query.recentProgress:
-            return None
-        return str(json.loads(query.recentProgress[-1].sources[0].latestOffset)["status"]["phase"])
+    def start(trigger: dict[str, Any]) -> Any:
+        slot, tables = "cdc_async_commit", "public.inc"
+        return plain_query(spark, pg_dsn, tmp_path, slot, tables, "pgoutput", trigger, **options)
 
     with slow_wal_writer(pg_server, "1s"):
         writer = Workload(pg_dsn, rows, seed=5, table="inc", synchronous_commit=False)
         writer.start()
-        query = plain_query(
-            spark,
-            pg_dsn,
-            tmp_path,
-            "cdc_async_commit",
-            "public.inc",
-            "pgoutput",
-            {"processingTime": "200 milliseconds"},
-            **options,
-        )
+        query = start({"processingTime": "200 milliseconds"})
         try:
             wait_until(lambda: phase(query) == "stream", 240, "the snapshot did not finish")
             streamed_during = sum(p.numInputRows for p in query.recentProgress)
@@ -185,22 +183,9 @@ def test_an_incremental_snapshot_is_exact_while_commits_wait_for_their_wal_flush
         # A synchronous commit flushes the WAL before it: the bounded run is to see all of it.
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE flushed ()")
-        bounded = plain_query(
-            spark,
-            pg_dsn,
-            tmp_path,
-            "cdc_async_commit",
-            "public.inc",
-            "pgoutput",
-            {"availableNow": True},
-            **options,
-        )
+        bounded = start({"availableNow": True})
         assert control.await_termination(bounded, 240), "the catch-up run did not end"
-    with psycopg.connect(pg_dsn) as conn:
-        truth = {
-            r[0]: {"id": r[0], "v": r[1], "n": r[2]}
-            for r in conn.execute("SELECT id, v, n FROM inc").fetchall()
-        }
+    truth = table_state(pg_dsn)
     mirror = folded(spark, table)
     differ = sorted(k for k in truth.keys() | mirror.keys() if truth.get(k) != mirror.get(k))
     assert not differ, f"{len(differ)} keys differ from the table, e.g. {differ[:10]}"
