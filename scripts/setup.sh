@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared setup for the README's commands: a virtualenv in .venv with spark-ckpt installed,
-# a Java check and, for the tests, PostgreSQL 15 with wal2json from Debian's packages.
-# Source it: `source scripts/setup.sh [extra]` (extra: "test" for test tools and PostgreSQL).
+# a Java check and, for the tests, PostgreSQL 15 with wal2json and MariaDB from Debian's packages.
+# Source it: `source scripts/setup.sh [extra]` (extra: "test" for test tools, PostgreSQL, MariaDB).
 # Safe to run again: everything it does is idempotent and quick once done.
 set -euo pipefail
 
@@ -39,6 +39,27 @@ fi
 command -v cargo >/dev/null 2>&1 \
   || die "building spark-ckpt needs Rust's cargo (the connectors' decoders are partly native code): install a Rust toolchain (rustup, or Debian: apt-get install cargo) and run again"
 
+# --- Debian packages: apt-get update once per run, then a non-interactive install -------------
+# The tests run their servers themselves, never the packages' services. Without systemd (a
+# container), a package's postinst starts its service through invoke-rc.d and fails the install
+# if that start fails (mariadb-server does): there, unless the image already has one, a
+# policy-rc.d that refuses every start is in place for the install only, as Docker's images do.
+APT_UPDATED=0
+apt_install() {
+  local policy=/usr/sbin/policy-rc.d placed=0 status=0
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$APT_UPDATED" = 0 ]; then
+    apt-get update -qq || die "apt-get update failed"
+    APT_UPDATED=1
+  fi
+  if [ ! -d /run/systemd/system ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && placed=1
+  fi
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null || status=$?
+  if [ "$placed" = 1 ]; then rm -f "$policy"; fi
+  [ "$status" = 0 ] || die "apt-get install $* failed"
+}
+
 # --- PostgreSQL with wal2json (tests and the postgres benchmark) -------------------------------
 ensure_postgres() {
   local lib
@@ -48,12 +69,22 @@ ensure_postgres() {
     die "the tests need PostgreSQL 15 with wal2json: as root, apt-get install postgresql-15 postgresql-15-wal2json"
   fi
   say "installing PostgreSQL 15 and wal2json from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq || die "apt-get update failed"
-  apt-get install -y -qq --no-install-recommends postgresql-15 postgresql-15-wal2json >/dev/null \
-    || die "apt-get install postgresql-15 postgresql-15-wal2json failed"
+  apt_install postgresql-15 postgresql-15-wal2json
 }
 if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_POSTGRES:-}" = "1" ]; then ensure_postgres; fi
+
+# --- MariaDB (tests: bench/mariadb_server.py) --------------------------------------------------
+# Only the binaries are used: the tests' server has its own port, socket, data directory and
+# option file, so the system's MariaDB service (which the package may start) is never needed.
+ensure_mariadb() {
+  if [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" != 0 ]; then
+    die "the tests need MariaDB: as root, apt-get install mariadb-server mariadb-client"
+  fi
+  say "installing MariaDB from Debian's packages"
+  apt_install mariadb-server mariadb-client
+}
+if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_MARIADB:-}" = "1" ]; then ensure_mariadb; fi
 
 # --- virtualenv and packages -------------------------------------------------------------------
 if [ ! -x "$VENV/bin/python" ]; then
