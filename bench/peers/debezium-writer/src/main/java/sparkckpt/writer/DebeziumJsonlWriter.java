@@ -1,0 +1,528 @@
+package sparkckpt.writer;
+
+import io.debezium.engine.ChangeEvent;
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.format.Json;
+
+import java.io.BufferedWriter;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStreamWriter;
+import java.io.PrintStream;
+import java.nio.channels.ClosedByInterruptException;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * A real Debezium producer for the tests: Debezium's embedded engine (PostgreSQL connector, or
+ * the MySQL connector: see README.md for MariaDB) converting every record with Kafka Connect's
+ * JsonConverter and writing its <em>value</em> as one line of JSONL files, the way an
+ * object-store sink writes them.
+ *
+ * <p>Lines go to an in-progress file {@code .NNNNNNNNNN.jsonl.inprogress} in the output
+ * directory, which is fsynced and atomically renamed to {@code NNNNNNNNNN.jsonl} once it holds
+ * {@code --roll-records} records or {@code --roll-ms} passed since its first record. Records are
+ * marked processed with the engine (so their offsets may be flushed) only once their file was
+ * published: a SIGKILL loses the unpublished tail and Debezium repeats it, and possibly more,
+ * from its last flushed offset (at-least-once). A restart deletes a leftover in-progress file and
+ * continues the sequence after the highest published file.
+ *
+ * <p>Stdout carries only the writer's JSON lines: {@code {"ready": true}} once the connector's
+ * task started, then one {@code {"file": "...", "records": N}} per published file. Everything
+ * else goes to stderr. SIGTERM publishes the in-progress file and closes the engine gracefully
+ * (exit 0). Exit codes: 3 engine failed, 64 bad usage.
+ */
+public final class DebeziumJsonlWriter {
+
+    private static final String USAGE = String.join("\n",
+            "usage: java -jar debezium-writer.jar --connector postgres|mariadb|mysql --out DIR",
+            "         --offsets-file PATH --host H --port P --user U",
+            "         (--password PW | --password-env VAR) --database DB [--tables T1,T2]",
+            "  [--schemas true|false]         JsonConverter schemas.enable (default true)",
+            "  [--tombstones true|false]      tombstones.on.delete (default true)",
+            "  [--snapshot-mode MODE]         default initial",
+            "  [--topic-prefix P]             default dbz",
+            "  [--roll-records N]             default 500",
+            "  [--roll-ms MS]                 default 500",
+            "  [--offset-flush-ms MS]         offset.flush.interval.ms, default 1000",
+            "  [--slot S] [--publication P]   postgres, default dbz_writer / dbz_writer_pub",
+            "  [--server-id N]                mariadb/mysql, default random in 5400-6400",
+            "  [--history-file PATH]          mariadb/mysql, default <offsets-file>.history",
+            "  [--prop key=value]...          add/override any engine or connector property");
+
+    private static final Pattern FINAL_NAME = Pattern.compile("(\\d{10})\\.jsonl");
+
+    private static final PrintStream OUT = System.out;
+
+    /** Repeated after an engine failure (the start of the log may be out of a reader's view). */
+    private static volatile String failureHint;
+
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> args = new LinkedHashMap<>();
+        Properties extra = new Properties();
+        for (int i = 0; i < argv.length; i++) {
+            String key = argv[i];
+            if (key.equals("--help") || key.equals("-h")) {
+                System.err.println(USAGE);
+                System.exit(0);
+            }
+            if (!key.startsWith("--") || i + 1 >= argv.length) {
+                usage("bad argument: " + key);
+            }
+            String value = argv[++i];
+            if (key.equals("--prop")) {
+                int eq = value.indexOf('=');
+                if (eq <= 0) {
+                    usage("--prop wants key=value, got: " + value);
+                }
+                extra.setProperty(value.substring(0, eq), value.substring(eq + 1));
+            } else {
+                args.put(key.substring(2), value);
+            }
+        }
+        for (String required : new String[] {"connector", "out", "offsets-file", "host", "port",
+                "user", "database"}) {
+            if (!args.containsKey(required)) {
+                usage("missing --" + required);
+            }
+        }
+        String password = args.get("password");
+        if (password == null && args.containsKey("password-env")) {
+            password = System.getenv(args.get("password-env"));
+            if (password == null) {
+                usage("environment variable " + args.get("password-env") + " is not set");
+            }
+        }
+        if (password == null) {
+            usage("missing --password or --password-env");
+        }
+        String connector = args.get("connector").toLowerCase(Locale.ROOT);
+        boolean schemas = bool(args, "schemas", true);
+        boolean tombstones = bool(args, "tombstones", true);
+        int rollRecords = positive(args, "roll-records", 500);
+        long rollMs = positive(args, "roll-ms", 500);
+        long flushMs = positive(args, "offset-flush-ms", 1000);
+        Path out = Paths.get(args.get("out")).toAbsolutePath();
+        Path offsets = Paths.get(args.get("offsets-file")).toAbsolutePath();
+
+        Properties props = new Properties();
+        props.setProperty("name", "debezium-writer");
+        props.setProperty("topic.prefix", args.getOrDefault("topic-prefix", "dbz"));
+        props.setProperty("database.hostname", args.get("host"));
+        props.setProperty("database.port", args.get("port"));
+        props.setProperty("database.user", args.get("user"));
+        props.setProperty("database.password", password);
+        if (args.containsKey("tables")) {
+            props.setProperty("table.include.list", args.get("tables"));
+        }
+        props.setProperty("snapshot.mode", args.getOrDefault("snapshot-mode", "initial"));
+        props.setProperty("provide.transaction.metadata", "true");
+        props.setProperty("decimal.handling.mode", "precise");
+        props.setProperty("tombstones.on.delete", Boolean.toString(tombstones));
+        props.setProperty("heartbeat.interval.ms", "0");
+        props.setProperty("converter.schemas.enable", Boolean.toString(schemas));
+        props.setProperty("offset.storage", "org.apache.kafka.connect.storage.FileOffsetBackingStore");
+        props.setProperty("offset.storage.file.filename", offsets.toString());
+        props.setProperty("offset.flush.interval.ms", Long.toString(flushMs));
+        switch (connector) {
+            case "postgres":
+            case "postgresql":
+                props.setProperty("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
+                props.setProperty("database.dbname", args.get("database"));
+                props.setProperty("plugin.name", "pgoutput");
+                props.setProperty("slot.name", args.getOrDefault("slot", "dbz_writer"));
+                props.setProperty("slot.drop.on.stop", "false");
+                props.setProperty("publication.name", args.getOrDefault("publication", "dbz_writer_pub"));
+                props.setProperty("publication.autocreate.mode", "filtered");
+                break;
+            case "mariadb":
+            case "mysql":
+                // No debezium-connector-mariadb 3.6.1.Final exists on Maven Central (its last
+                // release is 3.5.0.Final, and it does not run on the 3.6.1 core): "mariadb" uses
+                // the MySQL connector, which 3.6.1 only lets talk to MySQL (see README.md).
+                if (connector.equals("mariadb")) {
+                    failureHint = "writer: note: --connector mariadb runs Debezium's MySQL "
+                            + "connector (no MariaDB connector 3.6.1.Final is published); against a "
+                            + "MariaDB server 3.6.1 fails its 'SHOW BINARY LOG STATUS' check";
+                    System.err.println(failureHint);
+                }
+                props.setProperty("connector.class", "io.debezium.connector.mysql.MySqlConnector");
+                props.setProperty("database.include.list", args.get("database"));
+                props.setProperty("database.server.id", args.getOrDefault("server-id",
+                        Integer.toString(ThreadLocalRandom.current().nextInt(5400, 6401))));
+                props.setProperty("schema.history.internal",
+                        "io.debezium.storage.file.history.FileSchemaHistory");
+                props.setProperty("schema.history.internal.file.filename",
+                        args.containsKey("history-file")
+                                ? Paths.get(args.get("history-file")).toAbsolutePath().toString()
+                                : offsets + ".history");
+                break;
+            default:
+                usage("--connector must be postgres, mariadb or mysql, got: " + connector);
+        }
+        props.putAll(extra);
+
+        Files.createDirectories(out);
+        if (offsets.getParent() != null) {
+            Files.createDirectories(offsets.getParent());
+        }
+        FileRoller roller = new FileRoller(out, rollRecords, rollMs);
+        new DebeziumJsonlWriter(props, roller).run();
+    }
+
+    private final Properties props;
+    private final FileRoller roller;
+    private final CountDownLatch completed = new CountDownLatch(1);
+    private final AtomicBoolean failed = new AtomicBoolean();
+    private final AtomicBoolean stopping = new AtomicBoolean();
+    private final AtomicReference<DebeziumEngine<ChangeEvent<String, String>>> engineRef =
+            new AtomicReference<>();
+
+    private DebeziumJsonlWriter(Properties props, FileRoller roller) {
+        this.props = props;
+        this.roller = roller;
+    }
+
+    private void run() throws InterruptedException {
+        DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
+                .using(props)
+                .using(new DebeziumEngine.ConnectorCallback() {
+                    @Override
+                    public void taskStarted() {
+                        emit("{\"ready\": true}");
+                    }
+                })
+                .using((success, message, error) -> {
+                    if (!success) {
+                        failed.set(true);
+                        System.err.println("writer: the engine failed: " + message);
+                        if (error != null) {
+                            error.printStackTrace(System.err);
+                        }
+                        if (failureHint != null) {
+                            System.err.println(failureHint);
+                        }
+                        System.err.flush();
+                    }
+                    completed.countDown();
+                })
+                .notifying(roller)
+                .build();
+        engineRef.set(engine);
+
+        ScheduledExecutorService timer =
+                Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "roll-timer"));
+        long tick = Math.max(5, Math.min(50, roller.rollMs / 5));
+        timer.scheduleWithFixedDelay(roller::rollIfDue, tick, tick, TimeUnit.MILLISECONDS);
+
+        Runtime.getRuntime().addShutdownHook(new Thread(this::shutdown, "writer-shutdown"));
+
+        ExecutorService executor =
+                Executors.newSingleThreadExecutor(r -> daemon(r, "debezium-engine"));
+        executor.execute(engine);
+        completed.await();
+        if (stopping.get()) {
+            // SIGTERM: the shutdown hook drives the rest and halts the JVM.
+            Thread.sleep(Long.MAX_VALUE);
+        }
+        if (failed.get()) {
+            System.err.flush();
+            Runtime.getRuntime().halt(3);
+        }
+        // The engine completed on its own (e.g. snapshot.mode initial_only): publish what is left
+        // (its offsets can no longer be committed: a restart repeats it, at-least-once).
+        try {
+            roller.publishUnmarked();
+        } catch (IOException | InterruptedException e) {
+            System.err.println("writer: could not publish the last file: " + e);
+            Runtime.getRuntime().halt(3);
+        }
+        OUT.flush();
+        System.err.flush();
+        Runtime.getRuntime().halt(0);
+    }
+
+    /** SIGTERM: publish the in-progress file, close the engine (offsets flushed), exit 0. */
+    private void shutdown() {
+        if (completed.getCount() == 0 || !stopping.compareAndSet(false, true)) {
+            return; // the engine already stopped by itself: run() decides the exit code
+        }
+        roller.closing = true;
+        int code = 0;
+        try {
+            roller.publishNow();
+        } catch (Exception e) {
+            System.err.println("writer: could not publish the in-progress file: " + e);
+            code = 3;
+        }
+        DebeziumEngine<ChangeEvent<String, String>> engine = engineRef.get();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (engine != null) {
+            try {
+                engine.close();
+                break;
+            } catch (IllegalStateException e) {
+                // Tasks still starting (close refused until they run), or already stopping.
+                String message = String.valueOf(e.getMessage());
+                if (!message.contains("starting") || System.nanoTime() > deadline) {
+                    break;
+                }
+                sleep(100);
+            } catch (Exception e) {
+                System.err.println("writer: closing the engine failed: " + e);
+                code = 3;
+                break;
+            }
+        }
+        try {
+            if (!completed.await(60, TimeUnit.SECONDS)) {
+                System.err.println("writer: the engine did not stop within 60 s");
+                code = 3;
+            }
+            // Normally empty; a batch cut short by the close is published without its offsets
+            // (it will be repeated after a restart: at-least-once).
+            roller.publishUnmarked();
+        } catch (Exception e) {
+            System.err.println("writer: shutdown: " + e);
+            code = 3;
+        }
+        if (failed.get()) {
+            code = 3;
+        }
+        OUT.flush();
+        System.err.flush();
+        Runtime.getRuntime().halt(code);
+    }
+
+    /** Writes batches into rolling files; marks records processed once their file is published. */
+    static final class FileRoller implements DebeziumEngine.ChangeConsumer<ChangeEvent<String, String>> {
+        final Path dir;
+        final int rollRecords;
+        final long rollMs;
+        volatile boolean closing;
+
+        private final ReentrantLock lock = new ReentrantLock();
+        private final List<ChangeEvent<String, String>> pending = new ArrayList<>();
+        private DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer;
+        private long sequence;
+        private Path inProgress;
+        private FileOutputStream stream;
+        private BufferedWriter writer;
+        private long firstRecordNanos;
+
+        FileRoller(Path dir, int rollRecords, long rollMs) throws IOException {
+            this.dir = dir;
+            this.rollRecords = rollRecords;
+            this.rollMs = rollMs;
+            long highest = 0;
+            try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
+                for (Path entry : entries) {
+                    String name = entry.getFileName().toString();
+                    Matcher m = FINAL_NAME.matcher(name);
+                    if (m.matches()) {
+                        highest = Math.max(highest, Long.parseLong(m.group(1)));
+                    } else if (name.startsWith(".") && name.endsWith(".inprogress")) {
+                        // A crashed sink's unpublished file: lost, as with an object store.
+                        Files.delete(entry);
+                        System.err.println("writer: deleted the leftover " + name);
+                    }
+                }
+            }
+            this.sequence = highest + 1;
+        }
+
+        @Override
+        public void handleBatch(List<ChangeEvent<String, String>> records,
+                DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer)
+                throws InterruptedException {
+            lock.lock();
+            try {
+                this.committer = committer;
+                for (ChangeEvent<String, String> record : records) {
+                    append(record);
+                    if (pending.size() >= rollRecords || due()) {
+                        publish(true);
+                    }
+                }
+                if (closing) {
+                    publish(true);
+                }
+                committer.markBatchFinished();
+            } catch (IOException e) {
+                throw new RuntimeException("writing " + inProgress + " failed", e);
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        /** The timer's check: publish the in-progress file once it is old enough. */
+        void rollIfDue() {
+            lock.lock();
+            try {
+                if (due()) {
+                    publish(true);
+                    committer.markBatchFinished();
+                }
+            } catch (Exception e) {
+                System.err.println("writer: publishing " + inProgress + " failed: " + e);
+                e.printStackTrace(System.err);
+                System.err.flush();
+                Runtime.getRuntime().halt(3);
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        void publishNow() throws IOException, InterruptedException {
+            lock.lock();
+            try {
+                if (!pending.isEmpty()) {
+                    publish(true);
+                    committer.markBatchFinished();
+                }
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        void publishUnmarked() throws IOException, InterruptedException {
+            lock.lock();
+            try {
+                publish(false);
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private boolean due() {
+            return !pending.isEmpty()
+                    && System.nanoTime() - firstRecordNanos >= TimeUnit.MILLISECONDS.toNanos(rollMs);
+        }
+
+        private void append(ChangeEvent<String, String> record) throws IOException {
+            if (writer == null) {
+                inProgress = dir.resolve("." + finalName(sequence) + ".inprogress");
+                stream = new FileOutputStream(inProgress.toFile());
+                writer = new BufferedWriter(new OutputStreamWriter(stream, StandardCharsets.UTF_8), 1 << 16);
+                firstRecordNanos = System.nanoTime();
+            }
+            String value = record.value();
+            writer.write(value == null ? "null" : value);
+            writer.write('\n');
+            pending.add(record);
+        }
+
+        private void publish(boolean mark) throws IOException, InterruptedException {
+            if (pending.isEmpty()) {
+                return;
+            }
+            writer.flush();
+            stream.getFD().sync();
+            writer.close();
+            String name = finalName(sequence);
+            Files.move(inProgress, dir.resolve(name), StandardCopyOption.ATOMIC_MOVE);
+            syncDirectory();
+            int count = pending.size();
+            emit("{\"file\": \"" + name + "\", \"records\": " + count + "}");
+            if (mark) {
+                for (ChangeEvent<String, String> record : pending) {
+                    committer.markProcessed(record);
+                }
+            }
+            pending.clear();
+            writer = null;
+            stream = null;
+            inProgress = null;
+            sequence++;
+        }
+
+        private void syncDirectory() throws IOException {
+            try (FileChannel channel = FileChannel.open(dir, StandardOpenOption.READ)) {
+                channel.force(true);
+            } catch (ClosedByInterruptException e) {
+                // The engine interrupts its polling thread on close: the rename is done either way.
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    private static String finalName(long sequence) {
+        return String.format(Locale.ROOT, "%010d.jsonl", sequence);
+    }
+
+    private static synchronized void emit(String line) {
+        OUT.println(line);
+        OUT.flush();
+    }
+
+    private static Thread daemon(Runnable r, String name) {
+        Thread t = new Thread(r, name);
+        t.setDaemon(true);
+        return t;
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private static boolean bool(Map<String, String> args, String key, boolean fallback) {
+        String value = args.get(key);
+        if (value == null) {
+            return fallback;
+        }
+        if (!value.equals("true") && !value.equals("false")) {
+            usage("--" + key + " wants true or false, got: " + value);
+        }
+        return Boolean.parseBoolean(value);
+    }
+
+    private static int positive(Map<String, String> args, String key, int fallback) {
+        String value = args.get(key);
+        if (value == null) {
+            return fallback;
+        }
+        try {
+            int n = Integer.parseInt(value);
+            if (n > 0) {
+                return n;
+            }
+        } catch (NumberFormatException e) {
+            // reported below
+        }
+        usage("--" + key + " wants a positive integer, got: " + value);
+        return fallback;
+    }
+
+    private static void usage(String message) {
+        System.err.println("writer: " + message);
+        System.err.println(USAGE);
+        System.exit(64);
+    }
+}
