@@ -1,0 +1,603 @@
+"""A real Debezium producer for tests and benchmarks: the ``debezium-writer`` peer, run from Python.
+
+``bench/peers/debezium-writer`` is a small Java program around Debezium 3.6.1.Final's embedded
+engine (PostgreSQL connector; the MySQL connector for ``"mariadb"``/``"mysql"``) that writes
+every record's value, as Kafka Connect's JsonConverter renders it, as one line of JSONL files
+published by atomic rename, the way an object-store sink writes them (see its README.md).
+Records are marked processed with the engine only once their file is published, so a SIGKILL
+makes Debezium repeat the unpublished tail and possibly more: at-least-once, which is what the
+tests provoke.
+
+``writer_jar()`` builds the shaded jar once (Maven, with the project-local repository
+``.cache/maven``) and ``DebeziumWriter`` runs it::
+
+    writer = DebeziumWriter("postgres", out_dir, state_dir, host="127.0.0.1", port=cluster.port,
+                            user="spark", password=pw, database="postgres",
+                            tables="public.orders,public.items")
+    writer.start()                 # returns once the connector's task runs ({"ready": true})
+    ...                            # transactions
+    writer.wait_idle(1.0)          # no new file for a second
+    writer.kill()                  # SIGKILL: the in-progress file is lost, offsets lag
+    writer.restart()               # Debezium repeats from its last flushed offset
+    writer.stop()                  # SIGTERM: publish, flush offsets, exit 0
+
+The password goes to the JVM through its environment, never its command line, and never appears
+in a message this module raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["DebeziumWriter", "writer_jar"]
+
+PROJECT = Path(__file__).resolve().parent / "peers" / "debezium-writer"
+JAR = PROJECT / "target" / "debezium-writer.jar"
+CACHE = Path(__file__).resolve().parents[1] / ".cache"
+MAVEN_REPO = CACHE / "maven"
+PASSWORD_ENV = "DEBEZIUM_WRITER_PASSWORD"
+FINAL_NAME = re.compile(r"^\d{10}\.jsonl$")
+
+_BUILD_TIMEOUT_S = 1800.0
+_LOG_TAIL_CHARS = 4000
+
+
+def _newest_source_mtime() -> float:
+    sources = [PROJECT / "pom.xml", *(p for p in (PROJECT / "src").rglob("*") if p.is_file())]
+    return max(p.stat().st_mtime for p in sources)
+
+
+def _jar_fresh() -> bool:
+    return JAR.exists() and JAR.stat().st_mtime >= _newest_source_mtime()
+
+
+def writer_jar() -> Path:
+    """The runnable writer jar, built first if it is missing or older than its sources.
+
+    Builds with ``mvn -q -B -Dmaven.repo.local=<repo>/.cache/maven -DskipTests package`` under an
+    exclusive file lock, so concurrent callers (pytest-xdist workers, benchmarks) build once.
+
+    Returns
+    -------
+    Path
+        ``bench/peers/debezium-writer/target/debezium-writer.jar``.
+
+    Raises
+    ------
+    RuntimeError
+        If ``mvn`` or ``java`` is missing, or the build fails (with the end of Maven's output).
+    """
+    if _jar_fresh():
+        return JAR
+    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
+    if missing:
+        raise RuntimeError(
+            f"cannot build the Debezium writer: {' and '.join(missing)} not found on PATH "
+            "(Debian: apt-get install openjdk-17-jdk-headless maven)"
+        )
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "debezium-writer.build.lock").open("w") as lock:
+        deadline = time.monotonic() + _BUILD_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"another process held the writer's build lock for "
+                        f"{_BUILD_TIMEOUT_S:.0f}s ({lock.name})"
+                    ) from None
+                time.sleep(0.5)
+        try:
+            if _jar_fresh():  # built by whoever held the lock before us
+                return JAR
+            command = [
+                "mvn",
+                "-q",
+                "-B",
+                f"-Dmaven.repo.local={MAVEN_REPO}",
+                "-DskipTests",
+                "package",
+            ]
+            try:
+                result = subprocess.run(
+                    command,
+                    cwd=PROJECT,
+                    capture_output=True,
+                    text=True,
+                    timeout=_BUILD_TIMEOUT_S,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired as e:
+                raise RuntimeError(
+                    f"building the Debezium writer took over {_BUILD_TIMEOUT_S:.0f}s"
+                ) from e
+            if result.returncode != 0 or not JAR.exists():
+                output = (result.stdout + result.stderr).strip()[-_LOG_TAIL_CHARS:]
+                raise RuntimeError(
+                    f"building the Debezium writer failed ({' '.join(command)} in {PROJECT}, "
+                    f"exit {result.returncode}):\n{output}"
+                )
+            return JAR
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class DebeziumWriter:
+    """One ``debezium-writer`` JVM capturing a database into JSONL files (start, kill, restart).
+
+    Parameters
+    ----------
+    connector
+        ``"postgres"``, or ``"mariadb"``/``"mysql"``: Debezium's MySQL connector, because no MariaDB
+        connector 3.6.1.Final is published; 3.6.1's MySQL connector refuses a MariaDB server
+        (its ``SHOW BINARY LOG STATUS`` check fails), so ``"mariadb"`` fails at start.
+        See the writer's README.md.
+    out_dir
+        Where the published ``NNNNNNNNNN.jsonl`` files appear (created).
+    state_dir
+        Offsets (``offsets.dat``), MariaDB's schema history (``schema-history.dat``) and the
+        JVM's stderr (``writer.log``, appended across restarts) (created). Keep it across
+        ``kill()``/``restart()``: it is what makes Debezium resume instead of starting over.
+    host, port, user, password, database
+        The database to capture; ``password`` reaches the JVM through its environment only.
+    tables
+        Debezium's ``table.include.list`` (``"public.orders,public.items"``, or for MariaDB
+        ``"shop.orders"``); ``None`` captures every table Debezium sees.
+    schemas
+        JsonConverter's ``schemas.enable``: values as ``{"schema": ..., "payload": ...}`` or bare.
+    tombstones
+        ``tombstones.on.delete``: a ``null`` line after each delete.
+    snapshot_mode
+        Debezium's ``snapshot.mode`` (``initial``, ``no_data``, ...).
+    roll_records, roll_ms
+        A file is published when it holds this many records or this long after its first one.
+    offset_flush_ms
+        ``offset.flush.interval.ms``.
+    topic_prefix
+        ``topic.prefix`` (appears in ``source.name`` and transaction ids' topics).
+    slot, publication
+        PostgreSQL replication slot and publication (defaults ``dbz_writer``/``dbz_writer_pub``).
+    server_id
+        MariaDB/MySQL replica server id (default: the writer picks one in 5400-6400).
+    props
+        Extra or overriding Debezium/engine properties (``--prop key=value``).
+    heap
+        The JVM's ``-Xmx``.
+    """
+
+    def __init__(
+        self,
+        connector: str,
+        out_dir: str | os.PathLike[str],
+        state_dir: str | os.PathLike[str],
+        *,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        database: str,
+        tables: str | None = None,
+        schemas: bool = True,
+        tombstones: bool = True,
+        snapshot_mode: str = "initial",
+        roll_records: int = 500,
+        roll_ms: int = 500,
+        offset_flush_ms: int = 1000,
+        topic_prefix: str = "dbz",
+        slot: str | None = None,
+        publication: str | None = None,
+        server_id: int | None = None,
+        props: Mapping[str, str] | None = None,
+        heap: str = "256m",
+    ) -> None:
+        if connector not in ("postgres", "mariadb", "mysql"):
+            raise ValueError(
+                f"connector must be 'postgres', 'mariadb' or 'mysql', got {connector!r}"
+            )
+        self.connector = connector
+        self.out_dir = Path(out_dir)
+        self.state_dir = Path(state_dir)
+        self.offsets_file = self.state_dir / "offsets.dat"
+        self.history_file = self.state_dir / "schema-history.dat"
+        self.log_file = self.state_dir / "writer.log"
+        self._password = password
+        args = [
+            "--connector", connector,
+            "--out", str(self.out_dir),
+            "--offsets-file", str(self.offsets_file),
+            "--host", host,
+            "--port", str(port),
+            "--user", user,
+            "--password-env", PASSWORD_ENV,
+            "--database", database,
+            "--schemas", str(schemas).lower(),
+            "--tombstones", str(tombstones).lower(),
+            "--snapshot-mode", snapshot_mode,
+            "--roll-records", str(roll_records),
+            "--roll-ms", str(roll_ms),
+            "--offset-flush-ms", str(offset_flush_ms),
+            "--topic-prefix", topic_prefix,
+        ]  # fmt: skip
+        if tables:
+            args += ["--tables", tables]
+        if slot:
+            args += ["--slot", slot]
+        if publication:
+            args += ["--publication", publication]
+        if connector != "postgres":
+            args += ["--history-file", str(self.history_file)]
+            if server_id is not None:
+                args += ["--server-id", str(server_id)]
+        for key, value in (props or {}).items():
+            args += ["--prop", f"{key}={value}"]
+        self._args = args
+        self._heap = heap
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._changed = threading.Condition()
+        self._ready = False
+        self._eof = False
+        self._files: dict[str, int] = {}
+        self._last_file_at = time.monotonic()
+        self.startup_seconds: float | None = None
+        """Seconds from launching the JVM to ``{"ready": true}`` on the last ``start()``."""
+
+    # -- process control ---------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the JVM is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        """The last JVM's exit status (``None`` while it runs or before the first start)."""
+        return None if self._process is None else self._process.poll()
+
+    def start(self, timeout: float = 120.0) -> DebeziumWriter:
+        """Launch the JVM and wait (bounded) until the connector's task runs.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait for ``{"ready": true}``.
+
+        Returns
+        -------
+        DebeziumWriter
+            ``self``.
+
+        Raises
+        ------
+        RuntimeError
+            If the writer is already running, or the JVM exits or stays unready for
+            ``timeout`` seconds (the message carries the end of its log; the JVM is killed).
+        """
+        if self.running:
+            raise RuntimeError("the Debezium writer is already running")
+        jar = writer_jar()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._scan_out_dir()
+        command = ["java", f"-Xmx{self._heap}", "-XX:+UseSerialGC", "-jar", str(jar), *self._args]
+        env = {**os.environ, PASSWORD_ENV: self._password}
+        with self.log_file.open("a", encoding="utf-8") as log:
+            log.write(f"--- debezium-writer start at {time.strftime('%H:%M:%S')} ---\n")
+            log.flush()
+            began = time.monotonic()
+            self._ready = False
+            self._eof = False
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                text=True,
+                encoding="utf-8",
+                start_new_session=True,  # a test's SIGKILL of its own process group spares it
+            )
+        _RUNNING.add(self)
+        stdout = self._process.stdout
+        assert stdout is not None
+        self._reader = threading.Thread(
+            target=self._read_stdout, args=(stdout,), name="debezium-writer-stdout", daemon=True
+        )
+        self._reader.start()
+        deadline = began + timeout
+        with self._changed:
+            while not self._ready:
+                if self._eof or self._process.poll() is not None:
+                    code = self._process.wait()
+                    raise RuntimeError(
+                        f"the Debezium writer exited with {code} before it was ready; "
+                        f"log {self.log_file}:\n{self.log_tail()}"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self.kill()
+                    raise RuntimeError(
+                        f"the Debezium writer was not ready within {timeout:.0f}s (killed); "
+                        f"log {self.log_file}:\n{self.log_tail()}"
+                    )
+                self._changed.wait(min(remaining, 0.5))
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the JVM and reap it: its in-progress file is lost, its offsets lag."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.send_signal(signal.SIGKILL)
+        self._reap(30.0)
+
+    def stop(self, timeout: float = 90.0) -> None:
+        """SIGTERM: the writer publishes its in-progress file, flushes offsets and exits.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait for the exit; after that the JVM is killed.
+
+        Raises
+        ------
+        RuntimeError
+            If the JVM did not exit in time or exited with a non-zero status.
+        """
+        if self._process is None or self._process.poll() is not None:
+            self._reap(5.0)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self._process.send_signal(signal.SIGTERM)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError(
+                f"the Debezium writer did not stop within {timeout:.0f}s of SIGTERM (killed); "
+                f"log {self.log_file}:\n{self.log_tail()}"
+            ) from None
+        self._reap(10.0)
+        if self._process.returncode != 0:
+            raise RuntimeError(
+                f"the Debezium writer exited with {self._process.returncode} on SIGTERM; "
+                f"log {self.log_file}:\n{self.log_tail()}"
+            )
+
+    def restart(self, timeout: float = 120.0) -> DebeziumWriter:
+        """Stop the JVM if it runs (gracefully), then ``start(timeout)`` again."""
+        if self.running:
+            self.stop()
+        return self.start(timeout)
+
+    def close(self) -> None:
+        """Stop gracefully if running, killing it if that fails; never raises for the JVM."""
+        if self.running:
+            try:
+                self.stop()
+            except RuntimeError:
+                self.kill()
+
+    def __enter__(self) -> DebeziumWriter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reap(self, timeout: float) -> None:
+        process = self._process
+        if process is None:
+            return
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        if self._reader is not None:
+            self._reader.join(timeout)
+        _RUNNING.discard(self)
+
+    # -- what it published -------------------------------------------------------------------
+
+    def _read_stdout(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # the writer prints nothing else; ignore rather than die
+            with self._changed:
+                if message.get("ready"):
+                    self._ready = True
+                elif "file" in message:
+                    self._files[str(message["file"])] = int(message["records"])
+                    self._last_file_at = time.monotonic()
+                self._changed.notify_all()
+        with self._changed:
+            self._eof = True
+            self._changed.notify_all()
+
+    def _scan_out_dir(self) -> None:
+        # Files published before this object started (another run, another object) count too.
+        with self._changed:
+            for path in self.out_dir.iterdir():
+                if FINAL_NAME.match(path.name) and path.name not in self._files:
+                    with path.open("rb") as f:
+                        self._files[path.name] = sum(1 for _ in f)
+
+    def files(self) -> list[Path]:
+        """The published files, in write order."""
+        with self._changed:
+            names = sorted(self._files)
+        return [self.out_dir / name for name in names]
+
+    def published_records(self) -> int:
+        """Records (lines) in all published files, across restarts."""
+        with self._changed:
+            return sum(self._files.values())
+
+    def read_values(self) -> Iterator[Any]:
+        """Every published line, parsed (``None`` for a tombstone), in write order."""
+        for path in self.files():
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    yield json.loads(line)
+
+    def wait_for_records(self, n: int, timeout: float = 60.0) -> int:
+        """Block until at least ``n`` records are published; return the count.
+
+        Raises
+        ------
+        RuntimeError
+            If the JVM exits first, or ``timeout`` seconds pass (with the count and log tail).
+        """
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                count = sum(self._files.values())
+                if count >= n:
+                    return count
+                self._check_alive(f"while waiting for {n} records (have {count})")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RuntimeError(
+                        f"the Debezium writer published {count} of {n} records within "
+                        f"{timeout:.0f}s; log {self.log_file}:\n{self.log_tail()}"
+                    )
+                self._changed.wait(min(remaining, 0.5))
+
+    def wait_idle(self, quiet_s: float = 2.0, timeout: float = 60.0) -> int:
+        """Block until no new file was published for ``quiet_s`` seconds; return the count.
+
+        Raises
+        ------
+        RuntimeError
+            If the JVM exits first, or it keeps publishing for ``timeout`` seconds.
+        """
+        began = time.monotonic()
+        deadline = began + timeout
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                quiet_since = max(self._last_file_at, began)
+                if now - quiet_since >= quiet_s:
+                    return sum(self._files.values())
+                self._check_alive("while waiting for it to go idle")
+                if now > deadline:
+                    raise RuntimeError(
+                        f"the Debezium writer was still publishing after {timeout:.0f}s "
+                        f"({sum(self._files.values())} records); log {self.log_file}:\n"
+                        f"{self.log_tail()}"
+                    )
+                self._changed.wait(min(quiet_s - (now - quiet_since), deadline - now) + 0.01)
+
+    def _check_alive(self, doing: str) -> None:
+        # Dead once the JVM exited *and* its last stdout lines were read (EOF).
+        if self._process is None or (self._eof and self._process.poll() is not None):
+            code = None if self._process is None else self._process.returncode
+            raise RuntimeError(
+                f"the Debezium writer is not running (exit {code}) {doing}; "
+                f"log {self.log_file}:\n{self.log_tail()}"
+            )
+
+    def log_tail(self, chars: int = _LOG_TAIL_CHARS) -> str:
+        """The end of the JVM's stderr log, the password masked."""
+        try:
+            with self.log_file.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - chars))
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        return text.replace(self._password, "***") if self._password else text
+
+    def __repr__(self) -> str:  # never the password
+        return (
+            f"DebeziumWriter({self.connector!r}, out_dir={str(self.out_dir)!r}, "
+            f"running={self.running})"
+        )
+
+
+_RUNNING: set[DebeziumWriter] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    # A test that forgot to stop its writer must not leave a JVM behind.
+    for writer in list(_RUNNING):
+        writer.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a writer in the foreground until Ctrl-C (manual use); see ``--help``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build-only", action="store_true", help="build the jar, print its path")
+    parser.add_argument("--connector", choices=["postgres", "mariadb", "mysql"], default="postgres")
+    parser.add_argument("--out", help="output directory of the JSONL files")
+    parser.add_argument("--state", help="offsets, schema history and log directory")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--user")
+    parser.add_argument("--database")
+    parser.add_argument("--tables")
+    parser.add_argument("--no-schemas", action="store_true")
+    parser.add_argument("--snapshot-mode", default="initial")
+    parser.add_argument("--prop", action="append", default=[], help="key=value, repeatable")
+    args = parser.parse_args(argv)
+    if args.build_only:
+        print(writer_jar())
+        return 0
+    for name in ("out", "state", "port", "user", "database"):
+        if getattr(args, name) is None:
+            parser.error(f"--{name} is required (the password comes from ${PASSWORD_ENV})")
+    password = os.environ.get(PASSWORD_ENV)
+    if password is None:
+        parser.error(f"set ${PASSWORD_ENV} to the database password")
+    writer = DebeziumWriter(
+        args.connector,
+        args.out,
+        args.state,
+        host=args.host,
+        port=args.port,
+        user=args.user,
+        password=password,
+        database=args.database,
+        tables=args.tables,
+        schemas=not args.no_schemas,
+        snapshot_mode=args.snapshot_mode,
+        props=dict(p.split("=", 1) for p in args.prop),
+    ).start()
+    print(f"ready after {writer.startup_seconds:.1f}s; writing to {writer.out_dir}", flush=True)
+    seen = 0
+    try:
+        while writer.running:
+            time.sleep(0.5)
+            count = writer.published_records()
+            if count != seen:
+                print(f"{count} records in {len(writer.files())} files", flush=True)
+                seen = count
+    except KeyboardInterrupt:
+        writer.stop()
+    return 0 if writer.returncode in (0, None) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
