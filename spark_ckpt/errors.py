@@ -29,6 +29,7 @@ __all__ = [
     "MirrorChangeError",
     "MirrorSchemaError",
     "PublishError",
+    "RepeatedSnapshotError",
     "ReplicationSlotError",
     "RestoreError",
     "SavepointError",
@@ -179,6 +180,15 @@ class EventCountMismatchError(ChangeLogError):
 
 class DuplicateTransactionError(ChangeLogError):
     """A transaction id was begun, ended or written to again after it was complete."""
+
+
+class RepeatedSnapshotError(ChangeLogError):
+    """Debezium wrote its initial snapshot again after the first one was delivered.
+
+    Debezium repeats its snapshot when its offsets are lost or reset. Delivered after changes
+    that were streamed since the first snapshot, it would put rows back that were deleted or
+    changed in between; the ``debezium-json`` option ``resnapshot=accept`` delivers it anyway.
+    """
 
 
 class LogRewrittenError(SparkCkptError, RuntimeError):

@@ -3,10 +3,18 @@
 from typing import Any
 
 _Position = tuple[str, int, int]
-_Unit = tuple[int, str, int, _Position, _Position, list[tuple[str, _Position]]]
+_Delivered = tuple[str | None, tuple[str | None, bool] | None]
+_Unit = tuple[int, str, int, _Position, _Position, list[tuple[str, _Position]], _Delivered]
 
 class Assembler:
-    def __init__(self, first_order: int = 0, *, keep_events: bool = True) -> None: ...
+    def __init__(
+        self,
+        first_order: int = 0,
+        *,
+        keep_events: bool = True,
+        delivered: _Delivered = (None, None),
+        accept_resnapshot: bool = False,
+    ) -> None: ...
     def emit_rows(
         self,
         start_emitted: int,
@@ -39,3 +47,9 @@ class Assembler:
     @property
     def held_events(self) -> int: ...
     def holdup(self) -> str | None: ...
+    @property
+    def held_transactions(self) -> int: ...
+    def oldest_open(self) -> tuple[str, _Position] | None: ...
+    @property
+    def delivered(self) -> _Delivered: ...
+    def skipped(self) -> list[tuple[str, int]]: ...

@@ -7,13 +7,16 @@ offset log::
 
     {"v": 1, "checkpoint": 7, "emitted": 120, "partial": 0,
      "scan": ["0003.jsonl", 52311, 804], "consumed": [2, 104858],
-     "open": [["tx-981", "0003.jsonl", 50022, 790], ...]}
+     "open": [["tx-981", "0003.jsonl", 50022, 790], ...],
+     "delivered": {"high": "pg:...:...", "snapshot": ["pg:...", true]}}
 
 ``emitted`` transactions (in END order) are before the cut, plus ``partial`` events of the next
 one (always 0 unless the gate is off). ``scan`` is how far the log was consumed; ``consumed``
 counts the files before ``scan``'s file and their bytes; ``open`` lists the transactions consumed
-in part but not emitted, with the position of their first record. With ``fileOrder=natural`` a
-last key ``"order": "natural"`` records the file order. To resume at an offset, the log is
+in part but not emitted, with the position of their first record. ``delivered`` (absent while
+empty) is what recognises Debezium's repeats after the cut: the furthest source position
+delivered, and whether an initial snapshot was delivered and changes after it. With
+``fileOrder=natural`` a last key ``"order": "natural"`` records the file order. To resume at an offset, the log is
 re-read from the earliest open record to ``scan`` keeping only records of the open transactions,
 then normally from ``scan``: the same ``(start, end)`` always yields the same rows, because the
 log is append-only.
@@ -66,7 +69,7 @@ from .log_files import (
     read_chunks,
 )
 from .options import DebeziumOptions
-from .transactions import TransactionAssembler
+from .transactions import NOTHING_DELIVERED, Delivered, TransactionAssembler
 from .types import typed_batch
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
@@ -94,6 +97,8 @@ class LogOffset:
         ordered by first position.
     order
         The file order the offset's positions are in.
+    delivered
+        What was delivered before the cut, to recognise Debezium's repeats after it.
     """
 
     checkpoint: int
@@ -103,6 +108,7 @@ class LogOffset:
     consumed: tuple[int, int] | None
     open: tuple[tuple[str, LogPosition], ...]
     order: FileOrder = "name"
+    delivered: Delivered = NOTHING_DELIVERED
 
     @property
     def resume(self) -> LogPosition:
@@ -118,6 +124,12 @@ class LogOffset:
         body["open"] = [[txn_id, *first.to_json()] for txn_id, first in self.open]
         if self.order != "name":
             body["order"] = self.order
+        if self.delivered != NOTHING_DELIVERED:
+            high, snapshot = self.delivered
+            body["delivered"] = {
+                "high": high,
+                "snapshot": None if snapshot is None else list(snapshot),
+            }
         return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
 
     @classmethod
@@ -140,6 +152,14 @@ class LogOffset:
         order = value.get("order", "name")
         if order not in ("name", "natural"):
             raise StateFormatError(f"unknown file order {order!r}")
+        delivered = NOTHING_DELIVERED
+        if "delivered" in value:
+            high = value["delivered"]["high"]
+            snapshot = value["delivered"]["snapshot"]
+            delivered = Delivered(
+                None if high is None else str(high),
+                None if snapshot is None else (snapshot[0], bool(snapshot[1])),
+            )
         return cls(
             header.checkpoint,
             header.emitted,
@@ -148,6 +168,7 @@ class LogOffset:
             None if consumed is None else (int(consumed[0]), int(consumed[1])),
             open_items,
             order,
+            delivered,
         )
 
 
@@ -165,13 +186,18 @@ class _Planner:
     listing is checked against them (:meth:`check_listing`) before anything new is read.
     """
 
-    def __init__(self, log: Location, base: LogOffset) -> None:
+    def __init__(self, log: Location, base: LogOffset, accept_resnapshot: bool = False) -> None:
         self.log = log
         self.directory = log.url  # for messages
         self.order: FileOrder = base.order
         self.base = base
         # Released transactions stay in the assembler as units until a batch delivers them.
-        self.assembler = TransactionAssembler(base.emitted, keep_events=False)
+        self.assembler = TransactionAssembler(
+            base.emitted,
+            keep_events=False,
+            delivered=base.delivered,
+            accept_resnapshot=accept_resnapshot,
+        )
         self.files = list_log_files(log, self.order)
         self.finished = self._check_consumed(base)
         self.closed_tail: LogFile | None = None
@@ -334,9 +360,23 @@ class _Planner:
         else:
             emitted = unit.order
             partial = (self.base.partial if cut.unit == 0 else 0) + cut.within
+        # A cut inside a unit (gate off) has not delivered it whole: what was delivered is
+        # what the unit before it left, which the base records for the first unit.
+        delivered = unit.delivered if cut.at_boundary else self._delivered_before(cut.unit)
         return LogOffset(
-            checkpoint, emitted, partial, unit.scan, consumed, tuple(still_open), self.order
+            checkpoint,
+            emitted,
+            partial,
+            unit.scan,
+            consumed,
+            tuple(still_open),
+            self.order,
+            delivered,
         )
+
+    def _delivered_before(self, index: int) -> Delivered:
+        """What was delivered before planned unit ``index``."""
+        return self.base.delivered if index == 0 else self.assembler.unit(index - 1).delivered
 
     def truncate(self, units: int) -> None:
         """Forget planned units beyond the first ``units``."""
@@ -375,6 +415,8 @@ class DebeziumJsonConnector(ChangeConnector):
         How file names order the log (option ``fileOrder``).
     column_types
         Add the ``column_types`` column, from Kafka Connect envelopes (option ``columnTypes``).
+    accept_resnapshot
+        Deliver a repeated initial snapshot instead of refusing it (option ``resnapshot``).
     """
 
     name = "debezium-json"
@@ -385,8 +427,11 @@ class DebeziumJsonConnector(ChangeConnector):
         changes_per_partition: int = DebeziumOptions.CHANGES_PER_PARTITION,
         file_order: FileOrder = "name",
         column_types: bool = False,
+        *,
+        accept_resnapshot: bool = False,
     ) -> None:
         self.log = log
+        self.accept_resnapshot = accept_resnapshot
         self.column_types = column_types
         self.directory = log.url  # for messages
         self.changes_per_partition = changes_per_partition
@@ -449,11 +494,11 @@ class DebeziumJsonConnector(ChangeConnector):
                     f"truncated or rewritten since (files may only be appended). Restore the "
                     f"file, or start over with a new checkpointLocation"
                 )
-        self._planner = _Planner(self.log, restored)
+        self._planner = _Planner(self.log, restored, self.accept_resnapshot)
 
     def _planner_at(self, start: LogOffset) -> _Planner:
         if self._planner is None or self._planner.base != start:
-            self._planner = _Planner(self.log, start)
+            self._planner = _Planner(self.log, start, self.accept_resnapshot)
         return self._planner
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
@@ -515,7 +560,7 @@ class DebeziumJsonConnector(ChangeConnector):
     def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
         """Re-plan a logged batch after a restart: rebuild the units of ``(start, end]``."""
         first, last = self._parse(start), self._parse(end)
-        planner = _Planner(self.log, first)
+        planner = _Planner(self.log, first, self.accept_resnapshot)
         planner.scan(None, last.scan)
         total = last.emitted - first.emitted
         needed = total + (1 if last.partial else 0)
@@ -566,7 +611,16 @@ class DebeziumJsonConnector(ChangeConnector):
             partition.source,
             partition.files,
             self.column_types,
+            accept_resnapshot=self.accept_resnapshot,
         )
+
+    def status(self) -> dict[str, Any] | None:
+        """Records skipped so far by this run's planner (driver, per trigger): changes dropped as
+        Debezium's repeats, tombstones, heartbeats and schema changes."""
+        planner = self._planner
+        if planner is None:
+            return None
+        return {"connector": self.name, "skipped": planner.assembler.skipped()}
 
 
 def read_range(
@@ -576,13 +630,16 @@ def read_range(
     source: str = "debezium-json",
     files: Sequence[LogFile] | None = None,
     column_types: bool = False,
+    *,
+    accept_resnapshot: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
     Runs on executors (once per partition) and in tests; one record batch per chunk of the log
     read. ``files`` is the listing the range was planned from (None: list the directory now).
     ``column_types`` adds the ``column_types`` column, from the lines' Kafka Connect envelopes
-    (:mod:`.types`).
+    (:mod:`.types`). Repeats are dropped as the planner dropped them: from what ``start``
+    records as delivered, with the same ``accept_resnapshot``.
 
     Raises
     ------
@@ -591,7 +648,12 @@ def read_range(
     """
     order = start.order
     listing = list_log_files(directory, order) if files is None else files
-    assembler = TransactionAssembler(start.emitted, keep_events=True)
+    assembler = TransactionAssembler(
+        start.emitted,
+        keep_events=True,
+        delivered=start.delivered,
+        accept_resnapshot=accept_resnapshot,
+    )
     assembler.emit_rows(
         (start.emitted, start.partial), (end.emitted, end.partial), source, column_types
     )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.storage import Location
 
 from ..options import ConnectorOptions
 from .log_files import FILE_ORDERS, FileOrder
+
+Resnapshot = Literal["fail", "accept"]
+RESNAPSHOT: tuple[Resnapshot, ...] = ("fail", "accept")
 
 if TYPE_CHECKING:
     from ..connector import ChangeConnector
@@ -28,9 +31,13 @@ class DebeziumOptions(ConnectorOptions):
         The change-log directory: a local path or an object-store URI.
     file_order
         How file names order the log (``name`` or ``natural``).
+    resnapshot
+        What a repeated initial snapshot gets: ``fail`` (a
+        :class:`~spark_ckpt.errors.RepeatedSnapshotError`) or ``accept`` (delivered as a unit
+        like the first).
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = ("path", "fileOrder")
+    NAMES: ClassVar[tuple[str, ...]] = ("path", "fileOrder", "resnapshot")
     # Spark runs each partition of a Python source as a task costing about 35 ms of wall time on
     # two cores beyond its rows (bench: 20 partitions of 2,000 changes take 0.9 s, one of
     # 40,000 takes 0.23 s); decoding 200k lines takes about 0.4 s, so the task's own cost
@@ -39,18 +46,20 @@ class DebeziumOptions(ConnectorOptions):
 
     path: str
     file_order: FileOrder = "name"
+    resnapshot: Resnapshot = "fail"
 
     @classmethod
     def parse(cls, options: OptionReader) -> DebeziumOptions:
-        """Read ``path`` and ``fileOrder`` (driver, once per query start)."""
+        """Read ``path``, ``fileOrder`` and ``resnapshot`` (driver, once per query start)."""
         path = options.required(
             "path",
             "the directory of *.jsonl change files (.option('path', '/data/changes') or "
             ".load('/data/changes'))",
         )
         order = options.choice("fileOrder", FILE_ORDERS, "name")
+        resnapshot = options.choice("resnapshot", RESNAPSHOT, "fail")
         Location(path)  # refuses a scheme no store supports, naming it
-        return cls(path, order)
+        return cls(path, order, resnapshot)
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
         """The connector, with its directory checked (driver, once per query run)."""
@@ -58,7 +67,11 @@ class DebeziumOptions(ConnectorOptions):
 
         log = Location(self.path, common.storage)
         connector = DebeziumJsonConnector(
-            log, common.changes_per_partition, self.file_order, common.column_types
+            log,
+            common.changes_per_partition,
+            self.file_order,
+            common.column_types,
+            accept_resnapshot=self.resnapshot == "accept",
         )
         connector.check()
         return connector

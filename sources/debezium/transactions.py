@@ -27,7 +27,28 @@ import pyarrow as pa
 from ._native import Assembler
 from .log_files import LogChunk, LogPosition
 
-__all__ = ["Feed", "PlannedUnit", "TransactionAssembler"]
+__all__ = ["Delivered", "Feed", "PlannedUnit", "TransactionAssembler"]
+
+
+class Delivered(NamedTuple):
+    """What was delivered up to a point, as far as recognising Debezium's repeats needs it.
+
+    Attributes
+    ----------
+    high
+        The furthest source position of a delivered transaction (:mod:`.native`'s
+        ``dialect.rs`` renders each connector's position as comparable text); a transaction at
+        or before it is a repeat. None before any, or for logs without positions.
+    snapshot
+        ``(position, streamed_after)`` once an initial snapshot was delivered: its position and
+        whether changes were delivered after it; None before.
+    """
+
+    high: str | None = None
+    snapshot: tuple[str | None, bool] | None = None
+
+
+NOTHING_DELIVERED = Delivered()
 
 
 class PlannedUnit(NamedTuple):
@@ -47,6 +68,8 @@ class PlannedUnit(NamedTuple):
         Where the log had been read to when it was released.
     open_after
         Transactions still open right after it (itself not included), as ``(id, first)``.
+    delivered
+        What was delivered up to and including it.
     """
 
     order: int
@@ -55,6 +78,7 @@ class PlannedUnit(NamedTuple):
     first: LogPosition
     scan: LogPosition
     open_after: list[tuple[str, LogPosition]]
+    delivered: Delivered
 
 
 class Feed(NamedTuple):
@@ -77,10 +101,27 @@ class TransactionAssembler:
         ``order`` of the next transaction emitted.
     keep_events
         Keep change-event payloads and build rows (executors) or only count them (driver).
+    delivered
+        What was delivered before ``first_order`` (an offset's record of it).
+    accept_resnapshot
+        Deliver a repeated initial snapshot instead of raising
+        :class:`~spark_ckpt.errors.RepeatedSnapshotError` (option ``resnapshot=accept``).
     """
 
-    def __init__(self, first_order: int = 0, *, keep_events: bool = True) -> None:
-        self._native = Assembler(first_order, keep_events=keep_events)
+    def __init__(
+        self,
+        first_order: int = 0,
+        *,
+        keep_events: bool = True,
+        delivered: Delivered = NOTHING_DELIVERED,
+        accept_resnapshot: bool = False,
+    ) -> None:
+        self._native = Assembler(
+            first_order,
+            keep_events=keep_events,
+            delivered=(delivered.high, delivered.snapshot),
+            accept_resnapshot=accept_resnapshot,
+        )
 
     @property
     def next_order(self) -> int:
@@ -96,6 +137,27 @@ class TransactionAssembler:
         """Why nothing more can be emitted now, in words (None when nothing is held back)."""
         return self._native.holdup()
 
+    @property
+    def held_transactions(self) -> int:
+        """Open transactions (an initial snapshot in progress counts as one)."""
+        return self._native.held_transactions
+
+    def oldest_open(self) -> tuple[str, LogPosition] | None:
+        """The oldest open transaction and the position of its first record, if any."""
+        oldest = self._native.oldest_open()
+        return None if oldest is None else (oldest[0], LogPosition(*oldest[1]))
+
+    @property
+    def delivered(self) -> Delivered:
+        """What was delivered so far."""
+        high, snapshot = self._native.delivered
+        return Delivered(high, snapshot)
+
+    def skipped(self) -> dict[str, int]:
+        """Records read and skipped so far: ``repeats`` (changes Debezium wrote again after a
+        restart, dropped), ``tombstones``, ``heartbeats`` and ``schemaChanges``."""
+        return dict(self._native.skipped())
+
     # -- planning (driver): released transactions are kept as units until delivered ---------
 
     def unit_sizes(self) -> list[int]:
@@ -109,7 +171,7 @@ class TransactionAssembler:
 
     def unit(self, index: int) -> PlannedUnit:
         """Planned unit ``index`` (counted from the first not yet delivered)."""
-        order, txn_id, size, first, scan, open_after = self._native.unit(index)
+        order, txn_id, size, first, scan, open_after, (high, snapshot) = self._native.unit(index)
         return PlannedUnit(
             order,
             txn_id,
@@ -117,6 +179,7 @@ class TransactionAssembler:
             LogPosition(*first),
             LogPosition(*scan),
             [(other, LogPosition(*position)) for other, position in open_after],
+            Delivered(high, snapshot),
         )
 
     def truncate_units(self, keep: int) -> None:

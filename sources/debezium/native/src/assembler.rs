@@ -17,9 +17,10 @@ use indexmap::IndexMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rayon::prelude::*;
-use rustc_hash::{FxBuildHasher, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
-use crate::event::{parse_line, Change, Marker, Payload, Record};
+use crate::dialect::SnapshotMark;
+use crate::event::{parse_line, Change, Marker, Payload, Record, Skipped};
 use crate::plan::PlannedUnits;
 use crate::problem::{ErrorKind, Problem};
 use crate::rows::{Emitted, RowBuilder};
@@ -27,6 +28,10 @@ use crate::text::{py_repr_str, Quoted};
 
 /// How many completed ids are remembered, to catch a transaction id reused soon after.
 const RECENT_WINDOW: usize = 100_000;
+
+/// The id of the unit that holds Debezium's initial snapshot (its records carry no
+/// transaction): from the ``first`` record to the ``last``, delivered whole.
+pub const SNAPSHOT_ID: &str = "snapshot";
 
 /// Planning decodes lines in blocks of this many, in parallel when a block has at least
 /// ``PARALLEL_LINES``.
@@ -69,7 +74,14 @@ struct Open {
     began: Option<Where>,
     end: Option<End>,
     count: i64,
-    orders: FxHashSet<i64>,
+    /// The total_orders read, each with the table and op of its event (to tell a repeat from
+    /// a second, different event under the same number).
+    orders: FxHashMap<i64, (String, &'static str)>,
+    /// The furthest source position among its records (None: its records carry none).
+    position: Option<String>,
+    /// Where its first record was read when its id had been emitted before (a repeat, or an
+    /// id reused: decided when it completes).
+    reused: Option<Where>,
     /// Change events per table, in first-seen order (few tables per transaction: a list).
     tables: Vec<(String, i64)>,
     events: Vec<Event>,
@@ -93,6 +105,34 @@ pub struct Transaction {
     pub commit_ts_ms: Option<i64>,
     /// In transaction order; empty when the assembler keeps no payloads.
     pub events: Vec<Event>,
+    /// What recognises repeats right after it (an offset there records it).
+    pub after: Delivered,
+}
+
+/// What was delivered up to a point, as far as recognising Debezium's repeats needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// The furthest source position of a delivered transaction: a transaction at or before
+    /// it is a repeat.
+    pub high: Option<String>,
+    /// Whether an initial snapshot was delivered, and whether changes followed it.
+    pub snapshot: Option<SnapshotDelivered>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotDelivered {
+    pub position: Option<String>,
+    pub streamed_after: bool,
+}
+
+/// Records read and skipped: changes dropped as Debezium's repeats, and the records that are no
+/// change (:class:`crate::event::Skipped`).
+#[derive(Clone, Copy, Default)]
+pub struct Skips {
+    pub repeats: i64,
+    pub tombstones: i64,
+    pub heartbeats: i64,
+    pub schema_changes: i64,
 }
 
 /// Feeds log lines in order and emits complete transactions in END order.
@@ -103,6 +143,10 @@ pub struct Transaction {
 pub struct Assembler {
     next_order: i64,
     keep: bool,
+    /// Deliver a repeated initial snapshot instead of refusing it (option ``resnapshot``).
+    accept_resnapshot: bool,
+    delivered: Delivered,
+    skips: Skips,
     open: IndexMap<String, Open, FxBuildHasher>,
     ended: VecDeque<String>,
     recent: FxHashSet<String>,
@@ -128,6 +172,10 @@ struct Cursor {
 /// A position as Python sees it: ``(file, byte, line)``.
 type RawPosition = (String, u64, u64);
 
+/// What was delivered as Python sees it: ``(high, snapshot)``, ``snapshot`` as
+/// ``(position, streamed_after)`` or None.
+type RawDelivered = (Option<String>, Option<(Option<String>, bool)>);
+
 /// A planned unit as Python sees it (:meth:`Assembler.unit`).
 type UnitTuple<'a> = (
     i64,
@@ -136,28 +184,43 @@ type UnitTuple<'a> = (
     RawPosition,
     RawPosition,
     Vec<(&'a str, RawPosition)>,
+    RawDelivered,
 );
+
+impl Delivered {
+    fn raw(&self) -> RawDelivered {
+        (
+            self.high.clone(),
+            self.snapshot
+                .as_ref()
+                .map(|s| (s.position.clone(), s.streamed_after)),
+        )
+    }
+
+    fn from_raw(raw: RawDelivered) -> Self {
+        Delivered {
+            high: raw.0,
+            snapshot: raw.1.map(|(position, streamed_after)| SnapshotDelivered {
+                position,
+                streamed_after,
+            }),
+        }
+    }
+}
 
 fn fail(kind: ErrorKind, at: &Where, problem: String, expected: &str) -> Failure {
     (Problem::new(kind, problem, expected.to_owned()), at.clone())
 }
 
 impl Assembler {
-    fn begin_txn(&mut self, txn_id: &str, pos: &Position, at: &Where) -> Result<(), Failure> {
+    fn begin_txn(&mut self, txn_id: &str, pos: &Position, at: &Where) {
         if self.open.contains_key(txn_id) {
-            return Ok(());
+            return;
         }
-        if self.recent.contains(txn_id) {
-            return Err(fail(
-                ErrorKind::DuplicateTransaction,
-                at,
-                format!(
-                    "a record of transaction {}, which was already complete and emitted",
-                    py_repr_str(txn_id)
-                ),
-                "each transaction id to be used by one transaction only",
-            ));
-        }
+        // A record of an id already emitted: Debezium repeating the transaction after a
+        // restart (dropped when it completes at or before the delivered position), or the id
+        // reused by another transaction (an error then).
+        let reused = (txn_id != SNAPSHOT_ID && self.recent.contains(txn_id)).then(|| at.clone());
         self.open.insert(
             txn_id.to_owned(),
             Open {
@@ -166,40 +229,40 @@ impl Assembler {
                 began: None,
                 end: None,
                 count: 0,
-                orders: FxHashSet::default(),
+                orders: FxHashMap::default(),
+                position: None,
+                reused,
                 tables: Vec::new(),
                 events: Vec::new(),
                 max_ts: None,
             },
         );
-        Ok(())
     }
 
     fn marker(&mut self, marker: Marker<'_>, pos: &Position, at: &Where) -> Result<(), Failure> {
-        self.begin_txn(&marker.txn_id, pos, at)?;
+        self.begin_txn(&marker.txn_id, pos, at);
         let quoted = Quoted(&marker.txn_id);
         let txn = self
             .open
             .get_mut(marker.txn_id.as_ref())
             .expect("begun above");
         if !marker.end {
-            if txn.began.is_some() || txn.end.is_some() {
-                let seen = txn
-                    .began
-                    .clone()
-                    .or_else(|| txn.end.as_ref().map(|e| e.at.clone()));
-                let seen = seen.unwrap_or_else(|| at.clone());
+            if let Some(end) = &txn.end {
                 return Err(fail(
                     ErrorKind::DuplicateTransaction,
                     at,
                     format!(
-                        "a second BEGIN of transaction {quoted} (already seen at {}:{})",
-                        seen.file, seen.line
+                        "a BEGIN of transaction {quoted} after its END at {}:{}",
+                        end.at.file, end.at.line
                     ),
                     "one BEGIN and one END per transaction id",
                 ));
             }
-            txn.began = Some(at.clone());
+            // A second BEGIN before the END is Debezium repeating the transaction's start
+            // after a restart inside it: its events that follow repeat too (same total_order).
+            if txn.began.is_none() {
+                txn.began = Some(at.clone());
+            }
             return Ok(());
         }
         if let Some(end) = &txn.end {
@@ -212,6 +275,34 @@ impl Assembler {
                 ),
                 "one BEGIN and one END per transaction id",
             ));
+        }
+        if let Some(reused) = txn.reused.clone() {
+            match (&marker.position, &self.delivered.high) {
+                // Debezium repeating an END it wrote before (it restarts from its last
+                // flushed offset, which may lie between a transaction's last event and its END):
+                // drop what was read of the repeat.
+                (Some(position), Some(high)) if position <= high => {
+                    let dropped = self
+                        .open
+                        .shift_remove(marker.txn_id.as_ref())
+                        .expect("begun above");
+                    self.skips.repeats += dropped.count;
+                    return Ok(());
+                }
+                // Without a position nothing tells a repeat from a reused id.
+                (None, _) if txn.count == 0 => {
+                    return Err(fail(
+                        ErrorKind::DuplicateTransaction,
+                        &reused,
+                        format!(
+                            "a record of transaction {quoted}, which was already complete and \
+                             emitted"
+                        ),
+                        "each transaction id to be used by one transaction only",
+                    ));
+                }
+                _ => {}
+            }
         }
         let count = marker.event_count;
         if txn.count > count {
@@ -226,7 +317,7 @@ impl Assembler {
                 "event_count to equal the number of change events of the transaction",
             ));
         }
-        if let Some(order) = txn.orders.iter().copied().filter(|&o| o > count).min() {
+        if let Some(order) = txn.orders.keys().copied().filter(|&o| o > count).min() {
             return Err(fail(
                 ErrorKind::EventCountMismatch,
                 at,
@@ -243,6 +334,7 @@ impl Assembler {
             ts_ms: marker.ts_ms,
             at: at.clone(),
         });
+        further(&mut txn.position, marker.position);
         self.ended.push_back(marker.txn_id.into_owned());
         check_collections(txn, at)
     }
@@ -254,10 +346,39 @@ impl Assembler {
         pos: &Position,
         at: &Where,
     ) -> Result<(), Failure> {
-        self.begin_txn(txn_id, pos, at)?;
+        self.begin_txn(txn_id, pos, at);
         let keep = self.keep;
         let txn = self.open.get_mut(txn_id).expect("begun above");
         let quoted = Quoted(txn_id);
+        if let (Some(reused), None) = (&txn.reused, &event.position) {
+            // Without a source position nothing tells a repeat from a reused id.
+            return Err(fail(
+                ErrorKind::DuplicateTransaction,
+                reused,
+                format!("a record of transaction {quoted}, which was already complete and emitted"),
+                "each transaction id to be used by one transaction only",
+            ));
+        }
+        if let Some(order) = event.total_order {
+            if let Some((table, op)) = txn.orders.get(&order) {
+                if event.table.is(table) && *op == event.op {
+                    // Debezium repeating the event after a restart inside the transaction.
+                    self.skips.repeats += 1;
+                    return Ok(());
+                }
+                return Err(fail(
+                    ErrorKind::EventCountMismatch,
+                    at,
+                    format!(
+                        "a second change event with total_order={order} in transaction \
+                         {quoted}, on {} ({}) where the first was on {table} ({op})",
+                        event.table.qualified(),
+                        event.op
+                    ),
+                    "each total_order to occur once per transaction",
+                ));
+            }
+        }
         if let Some(end) = &txn.end {
             if txn.count + 1 > end.event_count {
                 return Err(fail(
@@ -276,16 +397,6 @@ impl Assembler {
             }
         }
         if let Some(order) = event.total_order {
-            if txn.orders.contains(&order) {
-                return Err(fail(
-                    ErrorKind::EventCountMismatch,
-                    at,
-                    format!(
-                        "a second change event with total_order={order} in transaction {quoted}"
-                    ),
-                    "each total_order to occur once per transaction",
-                ));
-            }
             if let Some(end) = &txn.end {
                 if order > end.event_count {
                     return Err(fail(
@@ -299,9 +410,11 @@ impl Assembler {
                     ));
                 }
             }
-            txn.orders.insert(order);
+            txn.orders
+                .insert(order, (event.table.qualified(), event.op));
         }
         txn.count += 1;
+        further(&mut txn.position, event.position);
         match txn.tables.iter_mut().find(|(name, _)| event.table.is(name)) {
             Some((_, n)) => *n += 1,
             None => txn.tables.push((event.table.qualified(), 1)),
@@ -334,6 +447,17 @@ impl Assembler {
             line: pos.line + 1,
         };
         match record.map_err(|p| (p, at.clone()))? {
+            Record::Skip(kind) => {
+                if only.is_none() {
+                    let counter = match kind {
+                        Skipped::Tombstone => &mut self.skips.tombstones,
+                        Skipped::Heartbeat => &mut self.skips.heartbeats,
+                        Skipped::SchemaChange => &mut self.skips.schema_changes,
+                    };
+                    *counter += 1;
+                }
+                return Ok(Vec::new());
+            }
             Record::Marker(marker) => {
                 if only.is_some_and(|o| !o.contains(marker.txn_id.as_ref())) {
                     return Ok(Vec::new());
@@ -341,12 +465,23 @@ impl Assembler {
                 self.marker(marker, pos, &at)?;
             }
             Record::Change(mut change) => match change.txn_id.take() {
+                None if change.snapshot.in_initial() => {
+                    if only.is_some_and(|o| !o.contains(SNAPSHOT_ID)) {
+                        return Ok(Vec::new());
+                    }
+                    self.snapshot_record(change, pos, &at)?;
+                }
                 None => {
                     let txn_id = format!("{}:{}", at.file, at.line);
                     if only.is_some_and(|o| !o.contains(&txn_id)) {
                         return Ok(Vec::new());
                     }
-                    self.begin_txn(&txn_id, pos, &at)?;
+                    if change.snapshot == SnapshotMark::Incremental {
+                        // An incremental snapshot reads rows at no log position of its own:
+                        // never compared with the delivered position.
+                        change.position = None;
+                    }
+                    self.begin_txn(&txn_id, pos, &at);
                     let txn = self.open.get_mut(&txn_id).expect("begun above");
                     txn.end = Some(End {
                         event_count: 1,
@@ -365,10 +500,57 @@ impl Assembler {
                 }
             },
         }
-        Ok(self.release())
+        self.release()
     }
 
-    fn release(&mut self) -> Vec<Transaction> {
+    /// A record of Debezium's initial snapshot: all of them, ``first`` to ``last``, make one
+    /// unit. A ``first`` while a snapshot is open means Debezium started it over (it restarts
+    /// an unfinished snapshot from the beginning): the records read so far are dropped.
+    fn snapshot_record(
+        &mut self,
+        change: Change<'_>,
+        pos: &Position,
+        at: &Where,
+    ) -> Result<(), Failure> {
+        let mark = change.snapshot;
+        if mark == SnapshotMark::First {
+            let restarted = self
+                .open
+                .get(SNAPSHOT_ID)
+                .filter(|s| s.end.is_none())
+                .map(|s| s.count);
+            if let Some(dropped) = restarted {
+                self.open.shift_remove(SNAPSHOT_ID);
+                self.skips.repeats += dropped;
+            }
+        }
+        if self.open.get(SNAPSHOT_ID).is_some_and(|s| s.end.is_some()) {
+            // Records after a ``last`` that is still waiting to be released: a second
+            // snapshot started without a ``first`` mark.
+            return Err(fail(
+                ErrorKind::RepeatedSnapshot,
+                at,
+                "a snapshot record after the snapshot's last record, while it is not yet \
+                 delivered"
+                    .to_owned(),
+                "one initial snapshot, from its first record to its last",
+            ));
+        }
+        self.change(SNAPSHOT_ID, change, pos, at)?;
+        if mark == SnapshotMark::Last {
+            let snapshot = self.open.get_mut(SNAPSHOT_ID).expect("begun above");
+            snapshot.end = Some(End {
+                event_count: snapshot.count,
+                collections: None,
+                ts_ms: None,
+                at: at.clone(),
+            });
+            self.ended.push_back(SNAPSHOT_ID.to_owned());
+        }
+        Ok(())
+    }
+
+    fn release(&mut self) -> Result<Vec<Transaction>, Failure> {
         let mut out = Vec::new();
         while let Some(head_id) = self.ended.front() {
             if !self.open.get(head_id).is_some_and(Open::complete) {
@@ -379,9 +561,15 @@ impl Assembler {
                 .open
                 .shift_remove(&head_id)
                 .expect("ended transactions are open");
-            self.remember(head_id);
+            if head_id != SNAPSHOT_ID {
+                self.remember(head_id);
+            }
             if head.count == 0 {
                 continue; // an empty transaction changes nothing and is not emitted
+            }
+            if !self.deliverable(&head)? {
+                self.skips.repeats += head.count;
+                continue;
             }
             let end = head.end.as_ref().expect("complete");
             let ts = end.ts_ms.or(head.max_ts);
@@ -396,10 +584,82 @@ impl Assembler {
                 first: head.first,
                 commit_ts_ms: ts,
                 events,
+                after: self.delivered.clone(),
             });
             self.next_order += 1;
         }
-        out
+        Ok(out)
+    }
+
+    /// Whether a complete transaction is delivered (true) or dropped as Debezium's repeat of
+    /// what was delivered before (false); records what its delivery changes.
+    fn deliverable(&mut self, txn: &Open) -> Result<bool, Failure> {
+        let at = txn.end.as_ref().map_or_else(
+            || Where {
+                file: txn.first.file.clone(),
+                line: txn.first.line + 1,
+            },
+            |e| e.at.clone(),
+        );
+        if txn.txn_id == SNAPSHOT_ID {
+            if let Some(done) = &self.delivered.snapshot {
+                let same = !done.streamed_after && done.position == txn.position;
+                if same {
+                    return Ok(false); // the same snapshot again, nothing delivered since
+                }
+                if !self.accept_resnapshot {
+                    return Err(fail(
+                        ErrorKind::RepeatedSnapshot,
+                        &at,
+                        format!(
+                            "Debezium wrote its initial snapshot again ({} rows, first record \
+                             {}:{}) after the first one was delivered{}: its offsets were lost \
+                             or reset. Delivered now, it would bring back rows deleted or \
+                             changed since the first snapshot",
+                            txn.count,
+                            txn.first.file,
+                            txn.first.line + 1,
+                            if done.streamed_after {
+                                " and changes were streamed after it"
+                            } else {
+                                " at another source position"
+                            }
+                        ),
+                        "one initial snapshot per log: restore Debezium's offsets, or set the \
+                         option resnapshot=accept to deliver the new snapshot as it is, or start \
+                         over with a new checkpointLocation (and an empty table)",
+                    ));
+                }
+            }
+            self.delivered.snapshot = Some(SnapshotDelivered {
+                position: txn.position.clone(),
+                streamed_after: false,
+            });
+            return Ok(true);
+        }
+        if let (Some(position), Some(high)) = (&txn.position, &self.delivered.high) {
+            if position <= high {
+                return Ok(false);
+            }
+        }
+        if let Some(reused) = &txn.reused {
+            return Err(fail(
+                ErrorKind::DuplicateTransaction,
+                reused,
+                format!(
+                    "a record of transaction {}, which was already complete and emitted",
+                    py_repr_str(&txn.txn_id)
+                ),
+                "each transaction id to be used by one transaction only",
+            ));
+        }
+        if txn.position.is_some() {
+            self.delivered.high.clone_from(&txn.position);
+        }
+        if let Some(done) = self.delivered.snapshot.as_mut() {
+            done.streamed_after = true;
+        }
+        Ok(true)
     }
 
     fn remember(&mut self, txn_id: String) {
@@ -466,6 +726,15 @@ impl Assembler {
     }
 }
 
+/// Keep the furthest of two source positions.
+fn further(current: &mut Option<String>, candidate: Option<String>) {
+    if let Some(candidate) = candidate {
+        if current.as_ref().is_none_or(|c| candidate > *c) {
+            *current = Some(candidate);
+        }
+    }
+}
+
 /// A planning block's lines decoded on every core, last line first (popped in order); empty
 /// (decode as fed) for executors and for blocks too small to be worth the threads.
 fn decode_ahead<'a>(block: &[Line<'a>], planning: bool) -> Vec<Result<Record<'a>, Problem>> {
@@ -525,11 +794,19 @@ fn check_collections(txn: &Open, at: &Where) -> Result<(), Failure> {
 #[pymethods]
 impl Assembler {
     #[new]
-    #[pyo3(signature = (first_order = 0, *, keep_events = true))]
-    fn new(first_order: i64, keep_events: bool) -> Self {
+    #[pyo3(signature = (first_order = 0, *, keep_events = true, delivered = (None, None), accept_resnapshot = false))]
+    fn new(
+        first_order: i64,
+        keep_events: bool,
+        delivered: RawDelivered,
+        accept_resnapshot: bool,
+    ) -> Self {
         Assembler {
             next_order: first_order,
             keep: keep_events,
+            accept_resnapshot,
+            delivered: Delivered::from_raw(delivered),
+            skips: Skips::default(),
             open: IndexMap::default(),
             ended: VecDeque::new(),
             recent: FxHashSet::default(),
@@ -703,6 +980,7 @@ impl Assembler {
                 .iter()
                 .map(|(id, first)| (*id, raw(first)))
                 .collect(),
+            view.after.raw(),
         ))
     }
 
@@ -744,6 +1022,38 @@ impl Assembler {
     #[getter]
     fn held_events(&self) -> i64 {
         self.open.values().map(|t| t.count).sum()
+    }
+
+    /// Transactions (and an initial snapshot) read in part or waiting, not emitted.
+    #[getter]
+    fn held_transactions(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The oldest open transaction as ``(txn_id, (file, byte, line))`` of its first record;
+    /// None when none is open.
+    fn oldest_open(&self) -> Option<(&str, RawPosition)> {
+        let (_, oldest) = self.open.first()?;
+        let p = &oldest.first;
+        Some((&oldest.txn_id, (p.file.to_string(), p.byte, p.line)))
+    }
+
+    /// What was delivered so far (``(high, snapshot)``, see :meth:`unit`).
+    #[getter]
+    fn delivered(&self) -> RawDelivered {
+        self.delivered.raw()
+    }
+
+    /// Records skipped so far, as ``(name, count)``: ``repeats`` (changes dropped as
+    /// Debezium's repeats), ``tombstones``, ``heartbeats``, ``schemaChanges``.
+    fn skipped(&self) -> Vec<(&'static str, i64)> {
+        let s = self.skips;
+        vec![
+            ("repeats", s.repeats),
+            ("tombstones", s.tombstones),
+            ("heartbeats", s.heartbeats),
+            ("schemaChanges", s.schema_changes),
+        ]
     }
 
     /// Why nothing more can be emitted now, in words (None when nothing is held back).

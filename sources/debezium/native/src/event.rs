@@ -17,6 +17,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::dialect::{
+    event_position, postgres_position, transaction_key, SnapshotMark, SourcePosition,
+};
 use crate::problem::{ErrorKind, Problem};
 use crate::text::{
     int_or_none, py_repr, py_repr_raw, py_type_name, string_or_none, truthy_str, value_text,
@@ -30,10 +33,13 @@ or a transaction event {\"status\": \"BEGIN\"|\"END\", \"id\": ..., \"event_coun
 /// A transaction-metadata event.
 pub struct Marker<'a> {
     pub end: bool,
+    /// The transaction it names (:func:`crate::dialect::transaction_key`).
     pub txn_id: Cow<'a, str>,
     pub event_count: i64,
     pub collections: Option<IndexMap<String, i64, FxBuildHasher>>,
     pub ts_ms: Option<i64>,
+    /// The transaction's commit position, when the END carries one (PostgreSQL).
+    pub position: Option<String>,
 }
 
 /// A row change, with its payload as text when the reader keeps it. Strings without escapes
@@ -45,6 +51,10 @@ pub struct Change<'a> {
     pub op: &'static str,
     pub ts_ms: Option<i64>,
     pub payload: Option<Payload>,
+    /// Where the event stands in Debezium's snapshot phase.
+    pub snapshot: SnapshotMark,
+    /// Its position in the source's log (:func:`crate::dialect::event_position`).
+    pub position: Option<String>,
 }
 
 /// What a row of the output takes from a change event (executors only).
@@ -60,6 +70,22 @@ pub struct Payload {
 pub enum Record<'a> {
     Marker(Marker<'a>),
     Change(Change<'a>),
+    /// A record that is no change and no transaction boundary: counted and skipped.
+    Skip(Skipped),
+}
+
+/// The records Debezium writes besides changes and transaction markers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skipped {
+    /// A ``null`` value: Kafka's tombstone after a delete (``tombstones.on.delete``), for log
+    /// compaction; the delete itself is the change event before it.
+    Tombstone,
+    /// A heartbeat (``heartbeat.interval.ms``): ``{"ts_ms": ...}``, schema
+    /// ``io.debezium.connector.common.Heartbeat``.
+    Heartbeat,
+    /// A schema change event (MySQL, MariaDB, SQL Server, Oracle, Db2 with
+    /// ``include.schema.changes``): ``databaseName``, ``ddl``, ``tableChanges``.
+    SchemaChange,
 }
 
 /// A change's table: ``namespace.name`` (the ``source`` block's ``schema`` or ``db``, and
@@ -109,6 +135,10 @@ struct Fields<'a> {
     // Decoded in the same pass as the line (it is on every change event).
     source: Option<MaybeObject<SourceFields<'a>>>,
     transaction: Option<&'a RawValue>,
+    ddl: Option<&'a RawValue>,
+    table_changes: Option<&'a RawValue>,
+    /// A transaction marker's commit LSN (PostgreSQL, newer Debezium releases).
+    commit_lsn: Option<&'a RawValue>,
 }
 
 /// A value read as ``T``'s fields when it is a JSON object, else None (and skipped).
@@ -161,6 +191,40 @@ struct SourceFields<'a> {
     schema: Option<&'a RawValue>,
     db: Option<&'a RawValue>,
     ts_ms: Option<&'a RawValue>,
+    snapshot: Option<&'a RawValue>,
+    connector: Option<&'a RawValue>,
+    lsn: Option<&'a RawValue>,
+    sequence: Option<&'a RawValue>,
+    file: Option<&'a RawValue>,
+    pos: Option<&'a RawValue>,
+    row: Option<&'a RawValue>,
+    commit_lsn: Option<&'a RawValue>,
+    change_lsn: Option<&'a RawValue>,
+    event_serial_no: Option<&'a RawValue>,
+    commit_scn: Option<&'a RawValue>,
+    scn: Option<&'a RawValue>,
+    sec: Option<&'a RawValue>,
+    ord: Option<&'a RawValue>,
+}
+
+impl<'a> SourceFields<'a> {
+    fn position_fields(&self) -> SourcePosition<'a> {
+        SourcePosition {
+            connector: self.connector,
+            lsn: self.lsn,
+            sequence: self.sequence,
+            file: self.file,
+            pos: self.pos,
+            row: self.row,
+            commit_lsn: self.commit_lsn,
+            change_lsn: self.change_lsn,
+            event_serial_no: self.event_serial_no,
+            commit_scn: self.commit_scn,
+            scn: self.scn,
+            sec: self.sec,
+            ord: self.ord,
+        }
+    }
 }
 
 /// The fields read from the ``transaction`` block.
@@ -168,6 +232,7 @@ struct SourceFields<'a> {
 struct TxnFields<'a> {
     id: Option<&'a RawValue>,
     total_order: Option<&'a RawValue>,
+    commit_lsn: Option<&'a RawValue>,
 }
 
 /// Field names that need no allocation to match (escaped names are decoded first).
@@ -197,7 +262,10 @@ names! {
     "schema" => 1, "payload" => 2, "status" => 3, "id" => 4, "event_count" => 5,
     "data_collections" => 6, "ts_ms" => 7, "op" => 8, "before" => 9, "after" => 10, "key" => 11,
     "source" => 12, "transaction" => 13, "name" => 14, "table" => 15, "db" => 16,
-    "total_order" => 17,
+    "total_order" => 17, "ddl" => 18, "tableChanges" => 19, "snapshot" => 20,
+    "connector" => 21, "lsn" => 22, "sequence" => 23, "file" => 24, "pos" => 25, "row" => 26,
+    "commit_lsn" => 27, "change_lsn" => 28, "event_serial_no" => 29, "commit_scn" => 30,
+    "scn" => 31, "sec" => 32, "ord" => 33,
 }
 
 macro_rules! object_visitor {
@@ -232,9 +300,24 @@ macro_rules! object_visitor {
 object_visitor!(Fields {
     1 => schema, 2 => payload, 3 => status, 4 => id, 5 => event_count, 6 => data_collections,
     7 => ts_ms, 8 => op, 9 => before, 10 => after, 11 => key, 12 => source, 13 => transaction,
+    18 => ddl, 19 => table_changes, 27 => commit_lsn,
 });
-object_visitor!(SourceFields { 14 => name, 15 => table, 1 => schema, 16 => db, 7 => ts_ms });
-object_visitor!(TxnFields { 4 => id, 17 => total_order });
+object_visitor!(SourceFields {
+    14 => name, 15 => table, 1 => schema, 16 => db, 7 => ts_ms, 20 => snapshot,
+    21 => connector, 22 => lsn, 23 => sequence, 24 => file, 25 => pos, 26 => row,
+    27 => commit_lsn, 28 => change_lsn, 29 => event_serial_no, 30 => commit_scn, 31 => scn,
+    32 => sec, 33 => ord,
+});
+object_visitor!(TxnFields { 4 => id, 17 => total_order, 27 => commit_lsn });
+
+/// The schema name Debezium gives heartbeat records.
+const HEARTBEAT_SCHEMA: &str = "io.debezium.connector.common.Heartbeat";
+
+/// The ``name`` of a Kafka Connect schema (the envelope's ``schema``), if it has one.
+fn schema_name(schema: &RawValue) -> Option<String> {
+    let value: Value = serde_json::from_str(schema.get()).ok()?;
+    value.get("name")?.as_str().map(str::to_owned)
+}
 
 fn is_object(raw: &RawValue) -> bool {
     raw.get().starts_with('{')
@@ -244,7 +327,10 @@ fn is_object(raw: &RawValue) -> bool {
 pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
     let text = std::str::from_utf8(data)
         .map_err(|e| Problem::malformed(format!("not valid JSON (not UTF-8 text: {e})")))?;
-    let trimmed = text.trim_start_matches([' ', '\t', '\r', '\n']);
+    let trimmed = text.trim_matches([' ', '\t', '\r', '\n']);
+    if trimmed == "null" {
+        return Ok(Record::Skip(Skipped::Tombstone));
+    }
     if !trimmed.starts_with('{') {
         // Not an object: either not JSON at all or the wrong kind of JSON.
         serde_json::from_str::<IgnoredAny>(text)
@@ -257,7 +343,14 @@ pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
     let mut fields: Fields = serde_json::from_str(text)
         .map_err(|e| Problem::malformed(format!("not valid JSON ({e})")))?;
     let mut schema = None;
+    let mut envelope = None;
     if let (Some(payload), Some(envelope_schema)) = (fields.payload, fields.schema) {
+        if payload.get() == "null" {
+            // Kafka Connect's JSON converter writes a null value with schemas as
+            // {"schema": null, "payload": null}: a tombstone.
+            return Ok(Record::Skip(Skipped::Tombstone));
+        }
+        envelope = Some(envelope_schema);
         schema = is_object(envelope_schema).then(|| envelope_schema.get().to_owned());
         if !is_object(payload) {
             return Err(Problem::malformed(format!(
@@ -273,12 +366,28 @@ pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
         Some("END") => return marker(&fields, true).map(Record::Marker),
         _ => {}
     }
+    if fields.op.is_none() {
+        if fields.ddl.is_some() || fields.table_changes.is_some() {
+            return Ok(Record::Skip(Skipped::SchemaChange));
+        }
+        let only_ts = fields.ts_ms.is_some()
+            && fields.before.is_none()
+            && fields.after.is_none()
+            && fields.source.is_none()
+            && fields.id.is_none();
+        // Read only here: a schema is parsed once per line that is no change or marker.
+        let heartbeat_schema =
+            || envelope.and_then(schema_name).as_deref() == Some(HEARTBEAT_SCHEMA);
+        if only_ts || heartbeat_schema() {
+            return Ok(Record::Skip(Skipped::Heartbeat));
+        }
+    }
     change(&fields, keep, schema).map(Record::Change)
 }
 
 fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {
     let status = if end { "END" } else { "BEGIN" };
-    let txn_id = match string_or_none(fields.id) {
+    let written = match string_or_none(fields.id) {
         Some(id) if !id.is_empty() => id,
         _ => {
             return Err(Problem::malformed(format!(
@@ -286,6 +395,7 @@ fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {
             )))
         }
     };
+    let (txn_id, lsn) = key_of(written);
     let ts_ms = int_or_none(fields.ts_ms);
     if !end {
         return Ok(Marker {
@@ -294,8 +404,12 @@ fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {
             event_count: 0,
             collections: None,
             ts_ms,
+            position: None,
         });
     }
+    // PostgreSQL's END names the transaction's commit LSN (``txId:lsn``).
+    let commit = int_or_none(fields.commit_lsn).and_then(|n| u64::try_from(n).ok());
+    let position = commit.or(lsn).map(|c| postgres_position(c, 0));
     let event_count = match int_or_none(fields.event_count) {
         Some(n) if n >= 0 => n,
         _ => {
@@ -317,7 +431,22 @@ fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {
         event_count,
         collections,
         ts_ms,
+        position,
     })
+}
+
+/// The transaction a written id names, and the LSN of PostgreSQL's ``txId:lsn`` form.
+fn key_of(written: Cow<'_, str>) -> (Cow<'_, str>, Option<u64>) {
+    match written {
+        Cow::Borrowed(id) => {
+            let (key, lsn) = transaction_key(id);
+            (Cow::Borrowed(key), lsn)
+        }
+        Cow::Owned(id) => {
+            let (key, lsn) = transaction_key(&id);
+            (Cow::Owned(key.to_owned()), lsn)
+        }
+    }
 }
 
 fn collections(
@@ -379,6 +508,7 @@ fn change<'a>(
     };
     let mut txn_id = None;
     let mut total_order = None;
+    let mut commit_lsn = None;
     if let Some(raw) = fields.transaction.filter(|r| r.get() != "null") {
         let block: Option<TxnFields> = if is_object(raw) {
             serde_json::from_str(raw.get()).ok()
@@ -396,6 +526,7 @@ fn change<'a>(
             )));
         };
         total_order = int_or_none(block.total_order);
+        commit_lsn = int_or_none(block.commit_lsn).and_then(|n| u64::try_from(n).ok());
         if let Some(given) = block.total_order {
             if total_order.is_none_or(|n| n < 1) {
                 return Err(Problem::malformed(format!(
@@ -404,7 +535,7 @@ fn change<'a>(
                 )));
             }
         }
-        txn_id = Some(id);
+        txn_id = Some(key_of(id).0);
     }
     let source: Option<&SourceFields<'a>> = fields.source.as_ref().and_then(|s| s.0.as_ref());
     let Some(table) = source.and_then(table_of) else {
@@ -426,6 +557,8 @@ fn change<'a>(
         after: value_text(fields.after),
         schema,
     });
+    let snapshot = SnapshotMark::read(source.and_then(|s| s.snapshot));
+    let position = source.and_then(|s| event_position(&s.position_fields(), commit_lsn));
     Ok(Change {
         txn_id,
         total_order,
@@ -433,6 +566,8 @@ fn change<'a>(
         op,
         ts_ms,
         payload,
+        snapshot,
+        position,
     })
 }
 

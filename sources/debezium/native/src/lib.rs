@@ -8,6 +8,7 @@
 use pyo3::prelude::*;
 
 mod assembler;
+mod dialect;
 mod event;
 mod plan;
 mod problem;

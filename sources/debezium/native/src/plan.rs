@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::assembler::{Position, Transaction};
+use crate::assembler::{Delivered, Position, Transaction};
 
 struct Unit {
     order: i64,
@@ -16,6 +16,7 @@ struct Unit {
     first: Position,
     /// Absolute number of its release group.
     group: usize,
+    after: Delivered,
 }
 
 struct Group {
@@ -36,6 +37,7 @@ pub struct UnitView<'a> {
     pub first: &'a Position,
     pub scan: &'a Position,
     pub open_after: Vec<(&'a str, &'a Position)>,
+    pub after: &'a Delivered,
 }
 
 #[derive(Default)]
@@ -66,6 +68,7 @@ impl PlannedUnits {
                 size: txn.size,
                 first: txn.first,
                 group,
+                after: txn.after,
             });
         }
         let end = self.units_base + self.units.len();
@@ -90,6 +93,7 @@ impl PlannedUnits {
                 first: u.first,
                 commit_ts_ms: None,
                 events: Vec::new(),
+                after: u.after,
             })
             .collect();
         self.changes -= released.iter().map(|t| t.size).sum::<i64>();
@@ -136,6 +140,7 @@ impl PlannedUnits {
             first: &unit.first,
             scan: &group.scan,
             open_after,
+            after: &unit.after,
         })
     }
 
@@ -205,6 +210,7 @@ mod tests {
             first: at(first),
             commit_ts_ms: None,
             events: Vec::new(),
+            after: Delivered::default(),
         }
     }
 

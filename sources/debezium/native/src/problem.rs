@@ -11,6 +11,7 @@ pub enum ErrorKind {
     UnknownOperation,
     DuplicateTransaction,
     EventCountMismatch,
+    RepeatedSnapshot,
 }
 
 impl ErrorKind {
@@ -20,6 +21,7 @@ impl ErrorKind {
             ErrorKind::UnknownOperation => "UnknownOperationError",
             ErrorKind::DuplicateTransaction => "DuplicateTransactionError",
             ErrorKind::EventCountMismatch => "EventCountMismatchError",
+            ErrorKind::RepeatedSnapshot => "RepeatedSnapshotError",
         }
     }
 }
