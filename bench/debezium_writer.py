@@ -1,15 +1,16 @@
 """A real Debezium producer for tests and benchmarks: the ``debezium-writer`` peer, run from Python.
 
-``bench/peers/debezium-writer`` is a small Java program around Debezium 3.6.1.Final's embedded
-engine (PostgreSQL connector; the MySQL connector for ``"mariadb"``/``"mysql"``) that writes
-every record's value, as Kafka Connect's JsonConverter renders it, as one line of JSONL files
-published by atomic rename, the way an object-store sink writes them (see its README.md).
-Records are marked processed with the engine only once their file is published, so a SIGKILL
-makes Debezium repeat the unpublished tail and possibly more: at-least-once, which is what the
-tests provoke.
+``bench/peers/debezium-writer`` is a small Java program around Debezium's embedded engine that
+writes every record's value, as Kafka Connect's JsonConverter renders it, as one line of JSONL
+files published by atomic rename, the way an object-store sink writes them (see its README.md).
+One source, two jars: Debezium 3.6.1.Final with the PostgreSQL and MySQL connectors
+(``"postgres"``, ``"mysql"``), and Debezium 3.5.0.Final with the MariaDB connector
+(``"mariadb"``; that connector has no later release). Records are marked processed with the
+engine only once their file is published, so a SIGKILL makes Debezium repeat the unpublished tail
+and possibly more: at-least-once, which is what the tests provoke.
 
-``writer_jar()`` builds the shaded jar once (Maven, with the project-local repository
-``.cache/maven``) and ``DebeziumWriter`` runs it::
+``writer_jar(connector)`` builds the shaded jar that connector needs, once (Maven, with the
+project-local repository ``.cache/maven``), and ``DebeziumWriter`` runs it::
 
     writer = DebeziumWriter("postgres", out_dir, state_dir, host="127.0.0.1", port=cluster.port,
                             user="spark", password=pw, database="postgres",
@@ -48,6 +49,10 @@ __all__ = ["DebeziumWriter", "writer_jar"]
 
 PROJECT = Path(__file__).resolve().parent / "peers" / "debezium-writer"
 JAR = PROJECT / "target" / "debezium-writer.jar"
+"""Debezium 3.6.1.Final, PostgreSQL and MySQL connectors (the default Maven build)."""
+MARIADB_JAR = PROJECT / "target" / "debezium-jsonl-writer-mariadb.jar"
+"""Debezium 3.5.0.Final, MariaDB connector (``mvn -Pmariadb``)."""
+CONNECTORS = ("postgres", "mariadb", "mysql")
 CACHE = Path(__file__).resolve().parents[1] / ".cache"
 MAVEN_REPO = CACHE / "maven"
 PASSWORD_ENV = "DEBEZIUM_WRITER_PASSWORD"
@@ -62,28 +67,43 @@ def _newest_source_mtime() -> float:
     return max(p.stat().st_mtime for p in sources)
 
 
-def _jar_fresh() -> bool:
-    return JAR.exists() and JAR.stat().st_mtime >= _newest_source_mtime()
+def _jar_fresh(jar: Path) -> bool:
+    return jar.exists() and jar.stat().st_mtime >= _newest_source_mtime()
 
 
-def writer_jar() -> Path:
-    """The runnable writer jar, built first if it is missing or older than its sources.
+def writer_jar(connector: str = "postgres") -> Path:
+    """The runnable writer jar for ``connector``, built first if missing or older than its sources.
 
-    Builds with ``mvn -q -B -Dmaven.repo.local=<repo>/.cache/maven -DskipTests package`` under an
-    exclusive file lock, so concurrent callers (pytest-xdist workers, benchmarks) build once.
+    Only the jar ``connector`` needs is built: ``"postgres"``/``"mysql"`` the default build
+    (Debezium 3.6.1.Final), ``"mariadb"`` the ``mariadb`` profile (Debezium 3.5.0.Final). Builds
+    with ``mvn -q -B -Dmaven.repo.local=<repo>/.cache/maven -DskipTests [-Pmariadb] package``
+    under an exclusive file lock (one for both jars: they share the Maven repository), so
+    concurrent callers (pytest-xdist workers, benchmarks) build once.
+
+    Parameters
+    ----------
+    connector
+        ``"postgres"``, ``"mysql"`` or ``"mariadb"``.
 
     Returns
     -------
     Path
-        ``bench/peers/debezium-writer/target/debezium-writer.jar``.
+        ``bench/peers/debezium-writer/target/debezium-writer.jar``, or for ``"mariadb"``
+        ``target/debezium-jsonl-writer-mariadb.jar``.
 
     Raises
     ------
+    ValueError
+        For an unknown connector.
     RuntimeError
         If ``mvn`` or ``java`` is missing, or the build fails (with the end of Maven's output).
     """
-    if _jar_fresh():
-        return JAR
+    if connector not in CONNECTORS:
+        raise ValueError(f"connector must be one of {', '.join(CONNECTORS)}, got {connector!r}")
+    mariadb = connector == "mariadb"
+    jar = MARIADB_JAR if mariadb else JAR
+    if _jar_fresh(jar):
+        return jar
     missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
     if missing:
         raise RuntimeError(
@@ -105,14 +125,15 @@ def writer_jar() -> Path:
                     ) from None
                 time.sleep(0.5)
         try:
-            if _jar_fresh():  # built by whoever held the lock before us
-                return JAR
+            if _jar_fresh(jar):  # built by whoever held the lock before us
+                return jar
             command = [
                 "mvn",
                 "-q",
                 "-B",
                 f"-Dmaven.repo.local={MAVEN_REPO}",
                 "-DskipTests",
+                *(["-Pmariadb"] if mariadb else []),
                 "package",
             ]
             try:
@@ -128,13 +149,13 @@ def writer_jar() -> Path:
                 raise RuntimeError(
                     f"building the Debezium writer took over {_BUILD_TIMEOUT_S:.0f}s"
                 ) from e
-            if result.returncode != 0 or not JAR.exists():
+            if result.returncode != 0 or not jar.exists():
                 output = (result.stdout + result.stderr).strip()[-_LOG_TAIL_CHARS:]
                 raise RuntimeError(
                     f"building the Debezium writer failed ({' '.join(command)} in {PROJECT}, "
                     f"exit {result.returncode}):\n{output}"
                 )
-            return JAR
+            return jar
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -145,10 +166,9 @@ class DebeziumWriter:
     Parameters
     ----------
     connector
-        ``"postgres"``, or ``"mariadb"``/``"mysql"``: Debezium's MySQL connector, because no MariaDB
-        connector 3.6.1.Final is published; 3.6.1's MySQL connector refuses a MariaDB server
-        (its ``SHOW BINARY LOG STATUS`` check fails), so ``"mariadb"`` fails at start.
-        See the writer's README.md.
+        ``"postgres"`` (Debezium 3.6.1.Final), ``"mariadb"`` (Debezium 3.5.0.Final's MariaDB
+        connector, its own jar) or ``"mysql"`` (3.6.1's MySQL connector, for MySQL servers
+        only: it refuses MariaDB). See the writer's README.md.
     out_dir
         Where the published ``NNNNNNNNNN.jsonl`` files appear (created).
     state_dir
@@ -207,7 +227,7 @@ class DebeziumWriter:
         props: Mapping[str, str] | None = None,
         heap: str = "256m",
     ) -> None:
-        if connector not in ("postgres", "mariadb", "mysql"):
+        if connector not in CONNECTORS:
             raise ValueError(
                 f"connector must be 'postgres', 'mariadb' or 'mysql', got {connector!r}"
             )
@@ -292,7 +312,7 @@ class DebeziumWriter:
         """
         if self.running:
             raise RuntimeError("the Debezium writer is already running")
-        jar = writer_jar()
+        jar = writer_jar(self.connector)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._scan_out_dir()
@@ -549,8 +569,10 @@ def _kill_leftovers() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run a writer in the foreground until Ctrl-C (manual use); see ``--help``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--build-only", action="store_true", help="build the jar, print its path")
-    parser.add_argument("--connector", choices=["postgres", "mariadb", "mysql"], default="postgres")
+    parser.add_argument(
+        "--build-only", action="store_true", help="build the connector's jar, print its path"
+    )
+    parser.add_argument("--connector", choices=CONNECTORS, default="postgres")
     parser.add_argument("--out", help="output directory of the JSONL files")
     parser.add_argument("--state", help="offsets, schema history and log directory")
     parser.add_argument("--host", default="127.0.0.1")
@@ -563,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prop", action="append", default=[], help="key=value, repeatable")
     args = parser.parse_args(argv)
     if args.build_only:
-        print(writer_jar())
+        print(writer_jar(args.connector))
         return 0
     for name in ("out", "state", "port", "user", "database"):
         if getattr(args, name) is None:

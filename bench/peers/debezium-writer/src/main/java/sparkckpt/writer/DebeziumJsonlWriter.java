@@ -37,10 +37,11 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * A real Debezium producer for the tests: Debezium's embedded engine (PostgreSQL connector, or
- * the MySQL connector: see README.md for MariaDB) converting every record with Kafka Connect's
- * JsonConverter and writing its <em>value</em> as one line of JSONL files, the way an
- * object-store sink writes them.
+ * A real Debezium producer for the tests: Debezium's embedded engine (PostgreSQL, MySQL or
+ * MariaDB connector) converting every record with Kafka Connect's JsonConverter and writing its
+ * <em>value</em> as one line of JSONL files, the way an object-store sink writes them. The same
+ * source is built twice (README.md): on Debezium 3.6.1.Final (PostgreSQL, MySQL) and on
+ * 3.5.0.Final (MariaDB, whose connector has no later release): it uses no API that differs.
  *
  * <p>Lines go to an in-progress file {@code .NNNNNNNNNN.jsonl.inprogress} in the output
  * directory, which is fsynced and atomically renamed to {@code NNNNNNNNNN.jsonl} once it holds
@@ -58,9 +59,11 @@ import java.util.regex.Pattern;
 public final class DebeziumJsonlWriter {
 
     private static final String USAGE = String.join("\n",
-            "usage: java -jar debezium-writer.jar --connector postgres|mariadb|mysql --out DIR",
-            "         --offsets-file PATH --host H --port P --user U",
-            "         (--password PW | --password-env VAR) --database DB [--tables T1,T2]",
+            "usage: java -jar JAR --connector CONNECTOR --out DIR --offsets-file PATH",
+            "         --host H --port P --user U (--password PW | --password-env VAR)",
+            "         --database DB [--tables T1,T2]",
+            "  JAR: target/debezium-writer.jar for postgres|mysql (Debezium 3.6.1.Final),",
+            "       target/debezium-jsonl-writer-mariadb.jar for mariadb (Debezium 3.5.0.Final)",
             "  [--schemas true|false]         JsonConverter schemas.enable (default true)",
             "  [--tombstones true|false]      tombstones.on.delete (default true)",
             "  [--snapshot-mode MODE]         default initial",
@@ -75,12 +78,19 @@ public final class DebeziumJsonlWriter {
 
     private static final Pattern FINAL_NAME = Pattern.compile("(\\d{10})\\.jsonl");
 
+    private static final String POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector";
+    private static final String MYSQL_CONNECTOR = "io.debezium.connector.mysql.MySqlConnector";
+    private static final String MARIADB_CONNECTOR = "io.debezium.connector.mariadb.MariaDbConnector";
+
     private static final PrintStream OUT = System.out;
 
-    /** Repeated after an engine failure (the start of the log may be out of a reader's view). */
-    private static volatile String failureHint;
-
     public static void main(String[] argv) throws Exception {
+        // The binlog client (MariaDB, MySQL) logs through java.util.logging, at INFO: hold it to
+        // warnings like the SLF4J loggers, unless their level was lowered on the command line.
+        String level = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        if (level.equals("warn") || level.equals("error") || level.equals("off")) {
+            java.util.logging.Logger.getLogger("").setLevel(java.util.logging.Level.WARNING);
+        }
         Map<String, String> args = new LinkedHashMap<>();
         Properties extra = new Properties();
         for (int i = 0; i < argv.length; i++) {
@@ -150,7 +160,8 @@ public final class DebeziumJsonlWriter {
         switch (connector) {
             case "postgres":
             case "postgresql":
-                props.setProperty("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
+                requireConnector(POSTGRES_CONNECTOR, connector);
+                props.setProperty("connector.class", POSTGRES_CONNECTOR);
                 props.setProperty("database.dbname", args.get("database"));
                 props.setProperty("plugin.name", "pgoutput");
                 props.setProperty("slot.name", args.getOrDefault("slot", "dbz_writer"));
@@ -160,16 +171,11 @@ public final class DebeziumJsonlWriter {
                 break;
             case "mariadb":
             case "mysql":
-                // No debezium-connector-mariadb 3.6.1.Final exists on Maven Central (its last
-                // release is 3.5.0.Final, and it does not run on the 3.6.1 core): "mariadb" uses
-                // the MySQL connector, which 3.6.1 only lets talk to MySQL (see README.md).
-                if (connector.equals("mariadb")) {
-                    failureHint = "writer: note: --connector mariadb runs Debezium's MySQL "
-                            + "connector (no MariaDB connector 3.6.1.Final is published); against a "
-                            + "MariaDB server 3.6.1 fails its 'SHOW BINARY LOG STATUS' check";
-                    System.err.println(failureHint);
-                }
-                props.setProperty("connector.class", "io.debezium.connector.mysql.MySqlConnector");
+                // MariaDB needs Debezium's MariaDB connector (3.6.1's MySQL connector refuses a
+                // MariaDB server): it is only in the jar built on 3.5.0.Final (README.md).
+                String connectorClass = connector.equals("mariadb") ? MARIADB_CONNECTOR : MYSQL_CONNECTOR;
+                requireConnector(connectorClass, connector);
+                props.setProperty("connector.class", connectorClass);
                 props.setProperty("database.include.list", args.get("database"));
                 props.setProperty("database.server.id", args.getOrDefault("server-id",
                         Integer.toString(ThreadLocalRandom.current().nextInt(5400, 6401))));
@@ -179,6 +185,8 @@ public final class DebeziumJsonlWriter {
                         args.containsKey("history-file")
                                 ? Paths.get(args.get("history-file")).toAbsolutePath().toString()
                                 : offsets + ".history");
+                // Schema-change records (DDL) on the topic <prefix>: the tests read them too.
+                props.setProperty("include.schema.changes", "true");
                 break;
             default:
                 usage("--connector must be postgres, mariadb or mysql, got: " + connector);
@@ -221,9 +229,6 @@ public final class DebeziumJsonlWriter {
                         System.err.println("writer: the engine failed: " + message);
                         if (error != null) {
                             error.printStackTrace(System.err);
-                        }
-                        if (failureHint != null) {
-                            System.err.println(failureHint);
                         }
                         System.err.flush();
                     }
@@ -466,6 +471,19 @@ public final class DebeziumJsonlWriter {
                 // The engine interrupts its polling thread on close: the rename is done either way.
                 Thread.currentThread().interrupt();
             }
+        }
+    }
+
+    /** Fails with a usage error if this jar was not built with {@code className}'s connector. */
+    private static void requireConnector(String className, String connector) {
+        try {
+            Class.forName(className, false, DebeziumJsonlWriter.class.getClassLoader());
+        } catch (ClassNotFoundException e) {
+            usage("this jar has no " + className + " for --connector " + connector + " ("
+                    + (connector.equals("mariadb")
+                            ? "use target/debezium-jsonl-writer-mariadb.jar, built with -Pmariadb"
+                            : "use target/debezium-writer.jar, the default build")
+                    + ")");
         }
     }
 
