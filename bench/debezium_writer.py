@@ -6,8 +6,10 @@ files published by atomic rename, the way an object-store sink writes them (see 
 One source, two jars: Debezium 3.6.1.Final with the PostgreSQL and MySQL connectors
 (``"postgres"``, ``"mysql"``), and Debezium 3.5.0.Final with the MariaDB connector
 (``"mariadb"``; that connector has no later release). Records are marked processed with the
-engine only once their file is published, so a SIGKILL makes Debezium repeat the unpublished tail
-and possibly more: at-least-once, which is what the tests provoke.
+engine only once their file is published, and only up to a transaction boundary (a transaction's
+``END``, or a record outside any transaction), so a SIGKILL makes Debezium repeat the unpublished
+tail and possibly more, at least the whole open transaction: at-least-once, which is what the
+tests provoke.
 
 ``writer_jar(connector)`` builds the shaded jar that connector needs, once (Maven, with the
 project-local repository ``.cache/maven``), and ``DebeziumWriter`` runs it::

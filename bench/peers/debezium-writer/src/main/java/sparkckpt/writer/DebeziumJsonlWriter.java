@@ -4,6 +4,9 @@ import io.debezium.engine.ChangeEvent;
 import io.debezium.engine.DebeziumEngine;
 import io.debezium.engine.format.Json;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
 import java.io.BufferedWriter;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -47,9 +50,13 @@ import java.util.regex.Pattern;
  * directory, which is fsynced and atomically renamed to {@code NNNNNNNNNN.jsonl} once it holds
  * {@code --roll-records} records or {@code --roll-ms} passed since its first record. Records are
  * marked processed with the engine (so their offsets may be flushed) only once their file was
- * published: a SIGKILL loses the unpublished tail and Debezium repeats it, and possibly more,
- * from its last flushed offset (at-least-once). A restart deletes a leftover in-progress file and
- * continues the sequence after the highest published file.
+ * published, and only up to a <em>transaction boundary</em>: the last published transaction
+ * {@code END}, or a record outside any transaction (snapshot rows, schema changes, heartbeats),
+ * never a record between a {@code BEGIN} and its {@code END} (debezium/dbz#1554: a PostgreSQL
+ * offset inside a transaction can make a restart skip the rest of it). A SIGKILL loses the
+ * unpublished tail and Debezium repeats it, and possibly more, from its last flushed offset
+ * (at-least-once): at least the whole transaction that was open. A restart deletes a leftover
+ * in-progress file and continues the sequence after the highest published file.
  *
  * <p>Stdout carries only the writer's JSON lines: {@code {"ready": true}} once the connector's
  * task started, then one {@code {"file": "...", "records": N}} per published file. Everything
@@ -197,7 +204,9 @@ public final class DebeziumJsonlWriter {
         if (offsets.getParent() != null) {
             Files.createDirectories(offsets.getParent());
         }
-        FileRoller roller = new FileRoller(out, rollRecords, rollMs);
+        String transactionTopic = props.getProperty("topic.prefix") + "."
+                + props.getProperty("topic.transaction", "transaction");
+        FileRoller roller = new FileRoller(out, rollRecords, rollMs, transactionTopic);
         new DebeziumJsonlWriter(props, roller).run();
     }
 
@@ -322,15 +331,41 @@ public final class DebeziumJsonlWriter {
         Runtime.getRuntime().halt(code);
     }
 
-    /** Writes batches into rolling files; marks records processed once their file is published. */
+    /**
+     * Writes batches into rolling files; marks records processed once their file is published,
+     * up to the last transaction boundary only.
+     *
+     * <p>A record is a <em>boundary</em> if it is a transaction {@code END}, or if it arrives
+     * outside any {@code BEGIN}..{@code END} (snapshot rows, schema changes, heartbeats, any
+     * record when {@code provide.transaction.metadata} is off), or if it is the last record before
+     * a {@code BEGIN} that arrives while a transaction is still open (which can only mean that
+     * one ended without an {@code END}: Debezium 3.5.0's MariaDB connector opens a transaction for
+     * a DDL's standalone GTID event and never closes it). Once a file is published, every
+     * published record up to and including the last boundary is marked processed, in order, then
+     * the batch is marked finished; published records after it (an open transaction's) wait for
+     * a later publish that brings their {@code END}. So the flushed offset is always a
+     * transaction's end or a record outside transactions, and a restart repeats an interrupted
+     * transaction whole instead of resuming inside it (debezium/dbz#1554, README.md).
+     */
     static final class FileRoller implements DebeziumEngine.ChangeConsumer<ChangeEvent<String, String>> {
         final Path dir;
         final int rollRecords;
         final long rollMs;
+        final String transactionTopic;
         volatile boolean closing;
 
+        private static final ObjectMapper JSON = new ObjectMapper();
+
         private final ReentrantLock lock = new ReentrantLock();
+        /** Records in the in-progress file. */
         private final List<ChangeEvent<String, String>> pending = new ArrayList<>();
+        /** Whether each of {@link #pending} is a boundary. */
+        private final List<Boolean> pendingBoundary = new ArrayList<>();
+        /** Published records not marked yet (an open transaction's), oldest first. */
+        private final List<ChangeEvent<String, String>> unmarked = new ArrayList<>();
+        private final List<Boolean> unmarkedBoundary = new ArrayList<>();
+        /** Between a BEGIN and its END, as appended. */
+        private boolean inTransaction;
         private DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer;
         private long sequence;
         private Path inProgress;
@@ -338,10 +373,11 @@ public final class DebeziumJsonlWriter {
         private BufferedWriter writer;
         private long firstRecordNanos;
 
-        FileRoller(Path dir, int rollRecords, long rollMs) throws IOException {
+        FileRoller(Path dir, int rollRecords, long rollMs, String transactionTopic) throws IOException {
             this.dir = dir;
             this.rollRecords = rollRecords;
             this.rollMs = rollMs;
+            this.transactionTopic = transactionTopic;
             long highest = 0;
             try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
                 for (Path entry : entries) {
@@ -438,6 +474,50 @@ public final class DebeziumJsonlWriter {
             writer.write(value == null ? "null" : value);
             writer.write('\n');
             pending.add(record);
+            pendingBoundary.add(boundary(record));
+        }
+
+        /** Whether {@code record} closes a transaction or stands outside one; tracks BEGIN/END. */
+        private boolean boundary(ChangeEvent<String, String> record) {
+            if (transactionTopic.equals(record.destination()) && record.value() != null) {
+                String status = transactionStatus(record.value());
+                if ("BEGIN".equals(status)) {
+                    if (inTransaction) {
+                        // The open transaction never got its END, yet it is over: the stream is
+                        // in commit order. Debezium 3.5.0's MariaDB connector opens one for every
+                        // GTID event, also a DDL's standalone one, which no commit closes: its
+                        // last record (the schema change) is a boundary after all.
+                        closeOpenTransaction();
+                    }
+                    inTransaction = true;
+                    return false;
+                }
+                if ("END".equals(status)) {
+                    inTransaction = false;
+                    return true;
+                }
+            }
+            return !inTransaction;
+        }
+
+        /** Makes the last record appended so far a boundary. */
+        private void closeOpenTransaction() {
+            List<Boolean> flags = pendingBoundary.isEmpty() ? unmarkedBoundary : pendingBoundary;
+            if (!flags.isEmpty()) {
+                flags.set(flags.size() - 1, Boolean.TRUE);
+            }
+        }
+
+        /** A transaction record's {@code status}, with or without JsonConverter's envelope. */
+        private static String transactionStatus(String value) {
+            try {
+                JsonNode node = JSON.readTree(value);
+                JsonNode payload = node.has("payload") && node.has("schema") ? node.get("payload") : node;
+                JsonNode status = payload == null ? null : payload.get("status");
+                return status == null ? null : status.asText();
+            } catch (IOException e) {
+                throw new IllegalStateException("unreadable transaction record: " + value, e);
+            }
         }
 
         private void publish(boolean mark) throws IOException, InterruptedException {
@@ -452,12 +532,18 @@ public final class DebeziumJsonlWriter {
             syncDirectory();
             int count = pending.size();
             emit("{\"file\": \"" + name + "\", \"records\": " + count + "}");
-            if (mark) {
-                for (ChangeEvent<String, String> record : pending) {
-                    committer.markProcessed(record);
-                }
-            }
+            unmarked.addAll(pending);
+            unmarkedBoundary.addAll(pendingBoundary);
             pending.clear();
+            pendingBoundary.clear();
+            if (mark) {
+                int last = unmarkedBoundary.lastIndexOf(Boolean.TRUE);
+                for (int i = 0; i <= last; i++) {
+                    committer.markProcessed(unmarked.get(i));
+                }
+                unmarked.subList(0, last + 1).clear();
+                unmarkedBoundary.subList(0, last + 1).clear();
+            }
             writer = null;
             stream = null;
             inProgress = null;
