@@ -16,10 +16,10 @@ counts the files before ``scan``'s file and their bytes; ``open`` lists the tran
 in part but not emitted, with the position of their first record. ``delivered`` (absent while
 empty) is what recognises Debezium's repeats after the cut: the furthest source position
 delivered, and whether an initial snapshot was delivered and changes after it. With
-``fileOrder=natural`` a last key ``"order": "natural"`` records the file order. To resume at an offset, the log is
-re-read from the earliest open record to ``scan`` keeping only records of the open transactions,
-then normally from ``scan``: the same ``(start, end)`` always yields the same rows, because the
-log is append-only.
+``fileOrder=natural`` a last key ``"order": "natural"`` records the file order. To resume at an
+offset, the log is re-read from the earliest open record to ``scan`` keeping only records of the
+open transactions, then normally from ``scan``: the same ``(start, end)`` always yields the same
+rows, because the log is append-only.
 
 Data behind the position is never skipped
 -----------------------------------------
@@ -615,8 +615,10 @@ class DebeziumJsonConnector(ChangeConnector):
         )
 
     def status(self) -> dict[str, Any] | None:
-        """Records skipped so far by this run's planner (driver, per trigger): changes dropped as
-        Debezium's repeats, tombstones, heartbeats and schema changes."""
+        """Records this run's planner skipped so far (driver, per trigger).
+
+        Changes dropped as Debezium's repeats, tombstones, heartbeats and schema changes.
+        """
         planner = self._planner
         if planner is None:
             return None

@@ -154,8 +154,11 @@ class TransactionAssembler:
         return Delivered(high, snapshot)
 
     def skipped(self) -> dict[str, int]:
-        """Records read and skipped so far: ``repeats`` (changes Debezium wrote again after a
-        restart, dropped), ``tombstones``, ``heartbeats`` and ``schemaChanges``."""
+        """Records read and skipped so far.
+
+        ``repeats`` (changes Debezium wrote again after a restart, dropped), ``tombstones``,
+        ``heartbeats`` and ``schemaChanges``.
+        """
         return dict(self._native.skipped())
 
     # -- planning (driver): released transactions are kept as units until delivered ---------

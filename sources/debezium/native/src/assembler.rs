@@ -89,6 +89,12 @@ struct Open {
 }
 
 impl Open {
+    /// Whether it holds anything back: a change read, or an END that waits for changes (a
+    /// BEGIN alone holds nothing).
+    fn holds(&self) -> bool {
+        self.count > 0 || self.end.is_some()
+    }
+
     fn complete(&self) -> bool {
         self.end
             .as_ref()
@@ -276,33 +282,22 @@ impl Assembler {
                 "one BEGIN and one END per transaction id",
             ));
         }
-        if let Some(reused) = txn.reused.clone() {
-            match (&marker.position, &self.delivered.high) {
-                // Debezium repeating an END it wrote before (it restarts from its last
-                // flushed offset, which may lie between a transaction's last event and its END):
-                // drop what was read of the repeat.
-                (Some(position), Some(high)) if position <= high => {
-                    let dropped = self
-                        .open
-                        .shift_remove(marker.txn_id.as_ref())
-                        .expect("begun above");
-                    self.skips.repeats += dropped.count;
-                    return Ok(());
-                }
-                // Without a position nothing tells a repeat from a reused id.
-                (None, _) if txn.count == 0 => {
-                    return Err(fail(
-                        ErrorKind::DuplicateTransaction,
-                        &reused,
-                        format!(
-                            "a record of transaction {quoted}, which was already complete and \
-                             emitted"
-                        ),
-                        "each transaction id to be used by one transaction only",
-                    ));
-                }
-                _ => {}
-            }
+        // The END of a transaction at or before the delivered position (Debezium restarts from
+        // its last flushed offset, which may lie between a transaction's last event and its END,
+        // and writes the END again), or of an id already emitted with no new event read for it
+        // (MariaDB's connector writes such an END with event_count 0): a repeat, dropped with
+        // what was read of it.
+        let behind = matches!(
+            (&marker.position, &self.delivered.high),
+            (Some(position), Some(high)) if position <= high
+        );
+        if behind || (txn.reused.is_some() && txn.count == 0) {
+            let dropped = self
+                .open
+                .shift_remove(marker.txn_id.as_ref())
+                .expect("begun above");
+            self.skips.repeats += dropped.count;
+            return Ok(());
         }
         let count = marker.event_count;
         if txn.count > count {
@@ -459,6 +454,16 @@ impl Assembler {
                 return Ok(Vec::new());
             }
             Record::Marker(marker) => {
+                if !marker.end {
+                    // MySQL's and MariaDB's connectors write a BEGIN for a DDL statement's
+                    // transaction (from its GTID event) and no END: a transaction with a BEGIN
+                    // and nothing else is closed by the next BEGIN, since it holds no change and
+                    // must not stay open forever. Done for every BEGIN read, also those a resume
+                    // skips, so that every reader keeps the same transactions open.
+                    let began = marker.txn_id.as_ref();
+                    self.open
+                        .retain(|id, t| id == began || id == SNAPSHOT_ID || t.holds());
+                }
                 if only.is_some_and(|o| !o.contains(marker.txn_id.as_ref())) {
                     return Ok(Vec::new());
                 }
@@ -763,8 +768,21 @@ fn check_collections(txn: &Open, at: &Where) -> Result<(), Failure> {
         .filter(|(_, n)| *n != 0)
         .map(|(k, n)| (k.as_str(), *n))
         .collect();
-    let same =
-        seen.len() == expected.len() && seen.iter().all(|(k, n)| expected.get(*k) == Some(n));
+    // A data collection names a table with its connector's qualifiers: ``schema.table``
+    // (PostgreSQL), ``db.table`` (MySQL, MariaDB), ``db.schema.table`` (SQL Server, Db2,
+    // Oracle), while a change's ``table`` column is ``schema.table`` or ``db.table``.
+    let names = |collection: &str, table: &str| {
+        collection == table
+            || collection
+                .strip_suffix(table)
+                .is_some_and(|prefix| prefix.ends_with('.'))
+    };
+    let same = seen.len() == expected.len()
+        && seen.iter().all(|(k, n)| {
+            expected
+                .iter()
+                .any(|(name, count)| count == n && names(name, k))
+        });
     if same {
         return Ok(());
     }
@@ -1024,16 +1042,16 @@ impl Assembler {
         self.open.values().map(|t| t.count).sum()
     }
 
-    /// Transactions (and an initial snapshot) read in part or waiting, not emitted.
+    /// Transactions (and an initial snapshot) holding changes back, not emitted.
     #[getter]
     fn held_transactions(&self) -> usize {
-        self.open.len()
+        self.open.values().filter(|t| t.holds()).count()
     }
 
-    /// The oldest open transaction as ``(txn_id, (file, byte, line))`` of its first record;
-    /// None when none is open.
+    /// The oldest transaction holding changes back as ``(txn_id, (file, byte, line))`` of its
+    /// first record; None when none is.
     fn oldest_open(&self) -> Option<(&str, RawPosition)> {
-        let (_, oldest) = self.open.first()?;
+        let oldest = self.open.values().find(|t| t.holds())?;
         let p = &oldest.first;
         Some((&oldest.txn_id, (p.file.to_string(), p.byte, p.line)))
     }
@@ -1075,7 +1093,7 @@ impl Assembler {
                 self.ended.len() - 1
             ));
         }
-        let (_, oldest) = self.open.first().expect("not empty");
+        let oldest = self.open.values().find(|t| t.holds())?;
         Some(format!(
             "transaction {} (first record {}:{}) has {} change event(s) but its END has not been \
              read yet",
