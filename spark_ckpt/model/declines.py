@@ -2,8 +2,12 @@
 
 A source that refuses every cut beyond its start offset is *holding data back*. Each refusal is a
 decline: soft (expected to clear by itself, e.g. a transaction still waiting for its END) or hard
-(will not clear). A soft decline that has lasted longer than the configured bound is escalated to
-hard, so a source stuck on an unfinished transaction eventually counts as a failed checkpoint.
+(will not clear). A soft decline is escalated to hard once the held-back data has made no
+progress for longer than the configured bound (``softDeclineTimeout``; see
+:mod:`spark_ckpt.model.held_back` for what progress is), or, when the source does not say what it
+holds back, once the streak of declines has lasted that long. So a source stuck on an unfinished
+transaction eventually counts as a failed checkpoint, and one still receiving a large snapshot
+never does.
 
 Pure Python (no Spark import); the clock is injected so the rules are tested without waiting.
 """
@@ -44,6 +48,9 @@ class DeclineReport:
         Change events held back, when the source knows it.
     escalated
         True when a soft decline became hard because it lasted too long.
+    held
+        What the source holds back (``heldBack`` of its progress events, less ``heldForMs``,
+        which changes every trigger), when it says.
     """
 
     checkpoint_id: int
@@ -52,6 +59,7 @@ class DeclineReport:
     held_since_ms: int
     held_changes: int | None
     escalated: bool
+    held: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, object]:
         """The form stored between processes (stable keys)."""
@@ -62,6 +70,7 @@ class DeclineReport:
             "heldSinceMs": self.held_since_ms,
             "heldChanges": self.held_changes,
             "escalated": self.escalated,
+            "heldBack": self.held,
         }
 
     @classmethod
@@ -74,6 +83,7 @@ class DeclineReport:
             When ``value`` is not such a report.
         """
         held = value["heldChanges"]
+        back = value.get("heldBack")
         return cls(
             int(value["checkpoint"]),
             str(value["kind"]),
@@ -81,6 +91,7 @@ class DeclineReport:
             int(value["heldSinceMs"]),
             None if held is None else int(held),
             bool(value["escalated"]),
+            dict(back) if isinstance(back, dict) else None,
         )
 
 
@@ -111,8 +122,8 @@ class Decline:
     held_changes: int | None
     escalated: bool
 
-    def report(self) -> DeclineReport:
-        """What the reader tells the supervisor about this decline."""
+    def report(self, held: dict[str, Any] | None = None) -> DeclineReport:
+        """What the reader tells the supervisor about this decline (``held``: what it holds)."""
         return DeclineReport(
             self.checkpoint_id,
             "hard" if self.availability.is_hard else "soft",
@@ -120,6 +131,7 @@ class Decline:
             round(self.held_since * 1000),
             self.held_changes,
             self.escalated,
+            held,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -143,8 +155,9 @@ class DeclineTracker:
     Parameters
     ----------
     soft_decline_timeout
-        Seconds a streak of soft declines may last before they are reported as hard
-        (``math.inf``: never escalate).
+        Seconds held-back data may go without progress (or, when the source does not say what
+        it holds back, a streak of soft declines may last) before soft declines are reported as
+        hard (``math.inf``: never escalate).
     clock
         Returns the current time in epoch seconds.
     """
@@ -166,8 +179,19 @@ class DeclineTracker:
         self.hard_declines = 0
         """Hard declines reported (including escalated ones) since the reader started."""
 
+    @property
+    def timeout(self) -> float:
+        """``softDeclineTimeout`` in seconds (``math.inf``: never escalate)."""
+        return self._timeout
+
     def decline(
-        self, checkpoint_id: int, availability: SnapshotAvailability, held_changes: int | None
+        self,
+        checkpoint_id: int,
+        availability: SnapshotAvailability,
+        held_changes: int | None,
+        *,
+        stalled_for: float | None = None,
+        oldest: str | None = None,
     ) -> Decline:
         """Record that ``checkpoint_id`` was refused; escalate a soft refusal that lasted too long.
 
@@ -179,6 +203,11 @@ class DeclineTracker:
             The source's answer; must not be available.
         held_changes
             Change events held back, if known.
+        stalled_for
+            Seconds since the held-back data last made progress, when the source says what it
+            holds back: escalation is measured by it. None: by the length of the streak.
+        oldest
+            The oldest unit held back, named in an escalated decline's reason.
 
         Returns
         -------
@@ -191,15 +220,20 @@ class DeclineTracker:
         if self._held_since is None:
             self._held_since = now
         held_for = now - self._held_since
-        escalated = not availability.is_hard and held_for > self._timeout
+        quiet = held_for if stalled_for is None else stalled_for
+        escalated = not availability.is_hard and quiet > self._timeout
         effective = availability
         if escalated:
             # No duration in the reason: it is the decline's identity in reports and history
             # (how long data has been held back is in held_for / heldForMs).
-            effective = SnapshotAvailability.hard_failure(
-                f"soft declines exceeded softDeclineTimeout={format_duration(self._timeout)}: "
-                f"{availability.message}"
-            )
+            bound = f"softDeclineTimeout={format_duration(self._timeout)}"
+            if stalled_for is None:
+                what = f"soft declines exceeded {bound}"
+            else:
+                what = f"held-back data exceeded {bound} without progress"
+            if oldest is not None:
+                what += f"; the oldest held back is {oldest}"
+            effective = SnapshotAvailability.hard_failure(f"{what}: {availability.message}")
         if effective.is_hard:
             self.hard_declines += 1
         else:

@@ -70,9 +70,13 @@ def parse_duration(
 
 
 def format_duration(seconds: float) -> str:
-    """Render seconds the way the configuration spells them (``1500ms``, ``30s``, ``unlimited``)."""
+    """Render seconds the way the configuration spells them (``1500ms``, ``30s``, ``5min``)."""
     if seconds == UNLIMITED:
         return "unlimited"
+    if seconds >= 3600 and float(seconds / 3600).is_integer():
+        return f"{int(seconds // 3600)}h"
+    if seconds >= 60 and float(seconds / 60).is_integer():
+        return f"{int(seconds // 60)}min"
     if seconds >= 1 and float(seconds).is_integer():
         return f"{int(seconds)}s"
     return f"{round(seconds * 1000)}ms"

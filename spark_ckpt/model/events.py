@@ -38,15 +38,30 @@ def _float(value: object) -> float | None:
     return None
 
 
-def _source_status(source: Mapping[str, Any]) -> Any:
-    """The ``status`` a txn-cdc source reports in its ``latestOffset`` (JSON text), or None."""
+def _latest_offset(source: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A source's ``latestOffset`` report (JSON text, as Spark gives it), or ``{}``."""
     latest = source.get("latestOffset")
     if isinstance(latest, str):
         try:
             latest = json.loads(latest)
         except ValueError:
-            return None
-    return latest.get("status") if isinstance(latest, Mapping) else None
+            return {}
+    return latest if isinstance(latest, Mapping) else {}
+
+
+def _reported(source: Mapping[str, Any]) -> dict[str, Any]:
+    """What a txn-cdc source reports about itself that the history keeps.
+
+    ``status`` (the connector's health) when it reports one; ``heldBack`` (what it holds back,
+    None for nothing) whenever the source reports the key.
+    """
+    latest = _latest_offset(source)
+    kept: dict[str, Any] = {}
+    if latest.get("status") is not None:
+        kept["status"] = latest["status"]
+    if "heldBack" in latest:
+        kept["heldBack"] = latest["heldBack"]
+    return kept
 
 
 def _str(value: object) -> str:
@@ -104,8 +119,8 @@ class CompletedEvent(_Event):
                 "startOffset": s.get("startOffset"),
                 "endOffset": s.get("endOffset"),
                 "numInputRows": s.get("numInputRows"),
-                # Kept only when the source reports one (a txn-cdc connector's health).
-                **({"status": status} if (status := _source_status(s)) is not None else {}),
+                # Kept only when the source reports them (a txn-cdc connector's health).
+                **_reported(s),
             }
             for s in progress.get("sources", [])
         )
@@ -142,15 +157,28 @@ class FailureEvent(_Event):
 
 @dataclass(frozen=True)
 class DeclineEvent(_Event):
-    """A source declined ``checkpoint``: ``soft`` or ``hard``, and why."""
+    """A source declined ``checkpoint``: ``soft`` or ``hard``, why, and what it held back.
+
+    ``held`` is the source's ``heldBack`` report when it declined (see
+    :class:`spark_ckpt.model.held_back.HeldBack`), so the history shows held-back data while no
+    checkpoint completes.
+    """
 
     kind: ClassVar[str] = "decline"
     checkpoint: int
     decline: str
     reason: str
+    held: Mapping[str, Any] | None = None
 
     def _body(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint, "kind": self.decline, "reason": self.reason}
+        body: dict[str, Any] = {
+            "checkpoint": self.checkpoint,
+            "kind": self.decline,
+            "reason": self.reason,
+        }
+        if self.held is not None:
+            body["heldBack"] = dict(self.held)
+        return body
 
 
 @dataclass(frozen=True)
@@ -237,7 +265,14 @@ def event_from_json(value: Mapping[str, Any]) -> HistoryEvent | None:
             at=at,
         )
     if kind == "decline":
-        return DeclineEvent(checkpoint, _str(value.get("kind")), _str(value.get("reason")), at=at)
+        held = value.get("heldBack")
+        return DeclineEvent(
+            checkpoint,
+            _str(value.get("kind")),
+            _str(value.get("reason")),
+            dict(held) if isinstance(held, Mapping) else None,
+            at=at,
+        )
     if kind == "published":
         return PublishedEvent(
             checkpoint, _int(value.get("deltaVersion")), _str(value.get("table")), at=at

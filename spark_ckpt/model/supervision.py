@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from spark_ckpt.model.events import DeclineEvent, FailureEvent, HistoryEvent
 from spark_ckpt.model.failures import (
@@ -111,8 +112,17 @@ class SupervisionRules:
             f"batch {batch_id} ran longer than checkpointTimeout={self.checkpoint_timeout:g}s",
         )
 
-    def declines_seen(self, declines: Iterable[tuple[str, str]], next_checkpoint: int) -> None:
+    def declines_seen(
+        self,
+        declines: Iterable[tuple[str, str]],
+        next_checkpoint: int,
+        *,
+        held_back: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         """The sources' current declines, as ``(kind, reason)``, charged to ``next_checkpoint``.
+
+        ``held_back`` maps a decline's reason to what its source held back (``heldBack``); it
+        is recorded with the decline, so the history shows it while no checkpoint completes.
 
         Rules: each decline is recorded once per checkpoint attempt; a hard one is a counted
         failure of that attempt. A checkpoint that stays declined hard is attempted again every
@@ -131,6 +141,7 @@ class SupervisionRules:
                 self._hard_since = (next_checkpoint, now)
             since = None if self._hard_since is None else self._hard_since[1]
         for kind, reason in current:
+            held = None if held_back is None else held_back.get(reason)
             attempt = 0
             if kind == "hard" and since is not None and math.isfinite(self.checkpoint_timeout):
                 attempt = int((now - since) // self.checkpoint_timeout)
@@ -143,7 +154,7 @@ class SupervisionRules:
                 new = (next_checkpoint, kind, reason) not in self._declines
                 self._declines.add((next_checkpoint, kind, reason))
             if new:
-                self._record(DeclineEvent(next_checkpoint, kind, reason))
+                self._record(DeclineEvent(next_checkpoint, kind, reason, held))
             # A soft decline is an ignored failure (the DeclineEvent is its record); a hard one
             # counts toward tolerableFailedCheckpoints.
             declined = (

@@ -67,14 +67,16 @@ class CheckpointRecord:
     duration_ms
         How long the completing batch ran, in milliseconds.
     sources
-        Per source: ``description``, ``startOffset``, ``endOffset`` (JSON text as Spark reports).
+        Per source: ``description``, ``startOffset``, ``endOffset`` (JSON text as Spark reports),
+        and a ``txn-cdc`` source's ``status`` and ``heldBack`` as its progress event reported.
     transactions
         ``(first, last)`` ``txn_order`` of the source transactions the checkpoint covers, when
         the source's offsets tell (``txn-cdc``); None otherwise or when it covers none.
     rows
         Input rows of the completing batch.
     declines
-        Source declines charged to this checkpoint: ``kind``, ``reason``, ``at``.
+        Source declines charged to this checkpoint: ``kind``, ``reason``, ``at``, and
+        ``heldBack`` (what the source held back) when it said.
     delta_version
         The Delta table version the checkpoint was published as (``delta-2pc``), once published.
     published_at
@@ -293,9 +295,14 @@ def fold(events: Iterable[HistoryEvent]) -> list[CheckpointRecord]:
                     {"reason": event.reason, "message": event.message, "at": event.at}
                 )
         elif isinstance(event, DeclineEvent):
-            record(event.checkpoint).declines.append(
-                {"kind": event.decline, "reason": event.reason, "at": event.at}
-            )
+            decline: dict[str, Any] = {
+                "kind": event.decline,
+                "reason": event.reason,
+                "at": event.at,
+            }
+            if event.held is not None:
+                decline["heldBack"] = dict(event.held)
+            record(event.checkpoint).declines.append(decline)
         elif isinstance(event, PublishedEvent):
             rec = record(event.checkpoint)
             rec.delta_version = event.delta_version

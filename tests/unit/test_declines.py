@@ -114,3 +114,20 @@ def test_a_decline_report_round_trips_and_leaves_out_the_held_time() -> None:
     report = early.report()
     assert DeclineReport.from_json(report.to_json()) == report
     assert (report.kind, report.reason, report.held_since_ms) == ("soft", "T1 waits", 100_000)
+
+
+def test_escalation_is_measured_from_the_last_progress_of_held_back_data() -> None:
+    """A long streak whose held data still grows stays soft; the reason names the oldest unit."""
+    clock = FakeClock()
+    tracker = DeclineTracker(10.0, clock=clock)
+    tracker.decline(1, SA.soft_failure("snapshot in progress"), 10, stalled_for=0)
+    clock.now += 60
+    growing = tracker.decline(1, SA.soft_failure("snapshot in progress"), 900, stalled_for=2)
+    assert not growing.escalated
+    assert growing.held_for == 60
+    stuck = tracker.decline(1, SA.soft_failure("T1 open"), 900, stalled_for=11, oldest="T1")
+    assert stuck.escalated
+    assert stuck.availability.message == (
+        "held-back data exceeded softDeclineTimeout=10s without progress; the oldest held back "
+        "is T1: T1 open"
+    )

@@ -60,7 +60,15 @@ def test_config_error_is_also_a_value_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(30.0, "30s"), (1.5, "1500ms"), (math.inf, "unlimited")]
+    ("seconds", "text"),
+    [
+        (30.0, "30s"),
+        (1.5, "1500ms"),
+        (90.0, "90s"),
+        (300.0, "5min"),
+        (7200.0, "2h"),
+        (math.inf, "unlimited"),
+    ],
 )
 def test_format_round_trips(seconds: float, text: str) -> None:
     """Formatting renders the configuration's own spelling."""

@@ -137,6 +137,7 @@ def test_racing_compactions_do_not_duplicate_events(tmp_path: Path) -> None:
         CompletedEvent(3, "2026-11-22T01:00:00.000Z", 120, 17, ({"endOffset": "{}"},), at=2.0),
         FailureEvent(None, "QUERY_FAILED", "boom", at=3.0),
         DeclineEvent(4, "hard", "T9 waits", at=4.0),
+        DeclineEvent(4, "soft", "T9 waits", {"changes": 2, "oldest": "T9"}, at=4.5),
         PublishedEvent(4, 12, "/lake/t", at=5.0),
         HooksEvent(4, ("a", "b"), at=6.0),
         SavepointEvent(4, "s3://b/sp/savepoint-0c5e3c-4-1a2b3c4d", "created", at=7.0),
@@ -169,3 +170,19 @@ def test_a_completed_event_keeps_the_sources_status_when_one_is_reported() -> No
     read_back = event_from_json({"at": 1.0, **completed.to_json()})
     assert isinstance(read_back, CompletedEvent)
     assert read_back.sources[0]["status"] == status
+
+
+def test_held_back_data_is_kept_with_completed_checkpoints_and_declines() -> None:
+    """The ``heldBack`` of progress events (None: nothing held) and of declines is kept."""
+    held = {"changes": 2, "transactions": 1, "oldest": "T1", "sinceMs": 1000, "reason": "r"}
+    event = progress(3, 0, 1, 2)
+    sources = event["sources"]
+    assert isinstance(sources, list)
+    sources[0]["latestOffset"] = json.dumps({"connector": "debezium-json", "heldBack": held})
+    sources.append({"description": "other", "latestOffset": json.dumps({"heldBack": None})})
+    completed = CompletedEvent.of_progress(event)
+    assert completed.sources[0]["heldBack"] == held
+    assert completed.sources[1]["heldBack"] is None
+    [record, declined] = fold([completed, DeclineEvent(4, "soft", "r", held, at=9.0)])
+    assert record.sources[0]["heldBack"] == held
+    assert declined.declines == [{"kind": "soft", "reason": "r", "at": 9.0, "heldBack": held}]

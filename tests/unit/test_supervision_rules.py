@@ -151,6 +151,20 @@ def test_soft_declines_are_recorded_but_never_counted(
     assert history == [DeclineEvent(0, "soft", "T1 waits for its END")]
 
 
+def test_a_decline_is_recorded_with_what_its_source_holds_back(
+    clock: FakeClock, history: list[HistoryEvent]
+) -> None:
+    """The source's heldBack report travels with its decline into the history."""
+    supervision = rules(clock, history)
+    held = {"changes": 2, "transactions": 1, "oldest": "transaction 'T1'", "reason": "T1 waits"}
+    supervision.declines_seen([("soft", "T1 waits")], 0, held_back={"T1 waits": held})
+    supervision.declines_seen([("soft", "other")], 1, held_back={"T1 waits": held})
+    assert history == [
+        DeclineEvent(0, "soft", "T1 waits", held),
+        DeclineEvent(1, "soft", "other"),
+    ]
+
+
 def test_holding_data_back_past_the_tolerable_failure_timeout_fails_over(
     clock: FakeClock, history: list[HistoryEvent]
 ) -> None:
