@@ -61,12 +61,25 @@ class Plan:
         past what it read and found nothing in (a heartbeat: committing it lets the external
         system release what it keeps for the query, a PostgreSQL slot's WAL), or runs work
         whose rows a later batch delivers (partitions that read snapshot chunks).
+    held_units
+        How many open units (transactions; a snapshot in progress is one) hold the
+        ``held_changes``.
+    oldest_held
+        The oldest open unit in words, for people and for telling when it changes: the same text
+        on every plan while that unit is the oldest, for example ``"transaction '730' (first
+        record 0000000002.jsonl:1)"``. None when nothing is held back or it cannot be named.
+
+    The reader reports the last three on every trigger, whether or not a batch is cut (progress
+    events' ``heldBack``), and declines hard once they have shown no progress for
+    ``softDeclineTimeout`` (:mod:`spark_ckpt.model.held_back`).
     """
 
     unit_sizes: list[int]
     held_back: SnapshotAvailability | None
     held_changes: int
     idle: PlannedBatch | None = None
+    held_units: int = 0
+    oldest_held: str | None = None
 
 
 class ChangeConnector(abc.ABC):

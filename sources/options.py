@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from spark_ckpt.errors import ConfigError
-from spark_ckpt.model.durations import UNLIMITED
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.registry import IDENTITY_OPTION
 from spark_ckpt.state.storage import StorageOptions
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMON_OPTIONS",
     "IDENTITY_OPTION",
+    "SOFT_DECLINE_TIMEOUT",
     "STORAGE_PREFIX",
     "ConnectorOptions",
     "SourceOptions",
@@ -41,6 +41,12 @@ COMMON_OPTIONS = (
     "columnTypes",
 )
 """The options of every connector, in their documented spelling."""
+SOFT_DECLINE_TIMEOUT = 300.0
+"""``softDeclineTimeout``'s default, 5 minutes: how long held-back data may make no progress
+before the source declines hard. Debezium writes a transaction's records within seconds of its
+commit, and a snapshot that is still being read keeps growing, so minutes without progress mean
+a stuck producer or a broken log; the failure policy then restarts or fails the query instead
+of it reporting health forever. ``unlimited`` restores the old behaviour (never escalate)."""
 STORAGE_PREFIX = "storageOptions."
 """``storageOptions.<KEY>``: an object-store setting for the connector's files (change log,
 snapshot spill), overriding the session's."""
@@ -82,7 +88,8 @@ class SourceOptions:
         Soft cap on changes per batch (a batch ends at the last transaction boundary under it; a
         larger transaction is delivered whole). None: no cap.
     soft_decline_timeout
-        Seconds a streak of soft declines may last before it is reported as hard (inf: never).
+        Seconds held-back data may make no progress before the source declines hard (inf:
+        never).
     changes_per_partition
         Changes per Spark input partition (split at transaction boundaries).
     gated
@@ -100,7 +107,7 @@ class SourceOptions:
     connector: str
     connector_options: ConnectorOptions
     max_changes_per_trigger: int | None = None
-    soft_decline_timeout: float = UNLIMITED
+    soft_decline_timeout: float = SOFT_DECLINE_TIMEOUT
     changes_per_partition: int = 50_000
     gated: bool = True
     column_types: bool = False
@@ -144,7 +151,7 @@ class SourceOptions:
             connector_options=connector_options,
             max_changes_per_trigger=reader.positive_int("maxChangesPerTrigger"),
             soft_decline_timeout=reader.duration(
-                "softDeclineTimeout", UNLIMITED, allow_unlimited=True
+                "softDeclineTimeout", SOFT_DECLINE_TIMEOUT, allow_unlimited=True
             ),
             changes_per_partition=per_partition,
             gated=reader.choice("gate", ("on", "off"), "on") == "on",

@@ -6,6 +6,11 @@ what complete units are available, lets :func:`~spark_ckpt.sources.gate.choose_c
 the new end offset or returns ``start`` unchanged and records a decline. Declines and their
 escalation are visible in :meth:`TxnCdcStreamReader.reportLatestOffset`, so they appear in every
 progress event's ``sources[i].latestOffset``.
+
+Whatever the connector holds back (changes of incomplete transactions, a snapshot in progress)
+is tracked on every trigger, cut or not (:mod:`spark_ckpt.model.held_back`): reported as
+``heldBack``, warned about in the log while it lasts, and once it has made no progress for
+``softDeclineTimeout`` the reader declines every cut hard, naming the oldest unit it holds.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -34,10 +39,11 @@ from spark_ckpt.model.availability import (
 )
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.declines import DeclineReport, DeclineTracker
+from spark_ckpt.model.held_back import HeldBack, HeldBackTracker
 from spark_ckpt.model.supervision import SupervisionRules
 from spark_ckpt.state.registry import ControlState, DrainReport
 
-from .connector import ChangeConnector
+from .connector import ChangeConnector, Plan
 from .gate import Cut, GateDecision, choose_cut
 from .options import SourceOptions
 from .schema import COLUMNS, with_types
@@ -73,6 +79,8 @@ class TxnCdcStreamReader(
         The connector to read from.
     control
         The control plane's state; with a supervised identity, declines are reported there.
+    clock
+        Epoch seconds, for the decline and held-back trackers (a fake one in tests).
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class TxnCdcStreamReader(
         options: SourceOptions,
         connector: ChangeConnector,
         control: ControlState | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.options = options
         self.connector = connector
@@ -87,7 +96,9 @@ class TxnCdcStreamReader(
         # What the control plane last heard; None until the first report, which tells the
         # supervisor that this source can drain.
         self._reported: tuple[DeclineReport | None, DrainReport | None] | None = None
-        self.declines = DeclineTracker(options.soft_decline_timeout)
+        self.declines = DeclineTracker(options.soft_decline_timeout, clock)
+        self.held = HeldBackTracker(clock)
+        """What the connector holds back, tracked on every trigger."""
         self.last_decision: GateDecision | None = None
         self._proposal: tuple[int, Cut] | None = None
         self._last_checkpoint = -1
@@ -145,7 +156,12 @@ class TxnCdcStreamReader(
             return
         current = None if self.declines.current is None else self.declines.current.report()
         seen = [] if current is None else [(current.kind, current.reason)]
-        rules.declines_seen(seen, checkpoint_id)
+        held = self.held.current
+        rules.declines_seen(
+            seen,
+            checkpoint_id,
+            held_back=None if current is None or held is None else {current.reason: held.to_json()},
+        )
         chain = rules.take_failover()
         if chain is None:
             return
@@ -253,12 +269,20 @@ class TxnCdcStreamReader(
         checkpoint_id = int(start.get("checkpoint", -1)) + 1
         self._last_checkpoint = checkpoint_id - 1
         plan = self.connector.plan(start, cap)
-        decision = choose_cut(
-            plan.unit_sizes,
-            cap,
-            lambda cut: self._ask(checkpoint_id, cut),
-            gated=self.options.gated,
-        )
+        held = self._observe_held(plan)
+        # Held back without progress for softDeclineTimeout: no cut at all, even where one is
+        # available, so the failure policy sees the hard decline (a transaction that never
+        # completes must not be left behind while later ones flow past it).
+        stalled = held is not None and held.stalled_for > self.declines.timeout
+        if stalled:
+            decision = GateDecision(None, None, 0)
+        else:
+            decision = choose_cut(
+                plan.unit_sizes,
+                cap,
+                lambda cut: self._ask(checkpoint_id, cut),
+                gated=self.options.gated,
+            )
         self.last_decision = decision
         self._proposal = None
         if decision.cut is not None:
@@ -275,6 +299,9 @@ class TxnCdcStreamReader(
             # transaction still incomplete at the fixed end stays for the next run.
             self._drain = DrainReport(self._drain.fixed_at, reached=True)
         refusal = decision.refusal or plan.held_back
+        if refusal is None and stalled:
+            assert held is not None
+            refusal = SnapshotAvailability.soft_failure(held.reason)
         if refusal is None and plan.idle is not None:
             # Nothing to deliver, but the position moves or work runs: a batch without rows.
             self.declines.idle()
@@ -286,26 +313,53 @@ class TxnCdcStreamReader(
         if refusal is None:
             self.declines.idle()
         else:
-            decline = self.declines.decline(checkpoint_id, refusal, plan.held_changes)
+            decline = self.declines.decline(
+                checkpoint_id,
+                refusal,
+                plan.held_changes,
+                stalled_for=None if held is None else held.stalled_for,
+                oldest=None if held is None else held.oldest,
+            )
             log = _log.warning if decline.availability.is_hard else _log.info
             log("txn-cdc declined checkpoint %d: %s", checkpoint_id, decline.availability)
         self._report()
         self._police(checkpoint_id)
         return start
 
+    def _observe_held(self, plan: Plan) -> HeldBack | None:
+        """Track what ``plan`` holds back; warn at a bounded interval while it lasts (driver)."""
+        reason = None if plan.held_back is None else plan.held_back.message
+        self.held.observe(plan.held_changes, plan.held_units, plan.oldest_held, reason)
+        if self.held.warning_due():
+            held = self.held.current
+            assert held is not None
+            _log.warning("txn-cdc (%s): %s", self.connector.name, held.describe())
+        return self.held.current
+
     def _report(self) -> None:
         """Tell the control plane about the current decline, when supervised and it changed."""
         if self._control is None or self.options.identity is None:
             return
         current = self.declines.current
-        report = (None if current is None else current.report(), self._drain)
+        held = self.held.current
+        # Less heldForMs, which changes every trigger: the report changes when the decline does.
+        shown = None
+        if held is not None:
+            shown = {k: v for k, v in held.to_json().items() if k != "heldForMs"}
+        report = (None if current is None else current.report(shown), self._drain)
         if report != self._reported:
             self._control.report_source(self.options.identity, *report)
             self._reported = report
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        """Decline state for progress events (``sources[i].latestOffset``); driver, per trigger."""
+        """Decline state for progress events (``sources[i].latestOffset``); driver, per trigger.
+
+        ``heldBack``: what the source holds back at the last trigger (changes, open
+        ``transactions``, the ``oldest``, ``sinceMs``, ``heldForMs``, ``lastProgressMs``,
+        ``reason``), or None.
+        """
         current = self.declines.current
+        held = self.held.current
         return {
             "connector": self.connector.name,
             "lastCheckpoint": self._last_checkpoint,
@@ -314,6 +368,7 @@ class TxnCdcStreamReader(
             "decline": current.to_json() if current is not None else None,
             "identity": self.options.identity or self.policy_identity,
             "status": self.connector.status(),
+            "heldBack": None if held is None else held.to_json(),
         }
 
     def prepareForTriggerAvailableNow(self) -> None:

@@ -505,11 +505,21 @@ class DebeziumJsonConnector(ChangeConnector):
         """Read ahead from ``start`` until ``max_changes`` changes are in complete transactions."""
         planner = self._planner_at(self._parse(start))
         planner.scan(max_changes, self._available_now_target)
+        assembler = planner.assembler
         held: SnapshotAvailability | None = None
-        reason = planner.assembler.holdup()
+        reason = assembler.holdup()
         if reason is not None:
             held = SnapshotAvailability.soft_failure(reason)
-        return Plan(planner.unit_sizes(), held, planner.assembler.held_events)
+        oldest = assembler.oldest_open()
+        return Plan(
+            planner.unit_sizes(),
+            held,
+            assembler.held_events,
+            held_units=assembler.held_transactions,
+            oldest_held=None
+            if oldest is None
+            else f"transaction {oldest[0]!r} (first record {oldest[1].file}:{oldest[1].line})",
+        )
 
     def availability(self, cut: Cut) -> SnapshotAvailability:
         """Available exactly at transaction boundaries."""

@@ -696,7 +696,14 @@ class PostgresConnector(ChangeConnector):
             # run waits for the snapshot instead of declining.
             task.join()
         if task.is_alive():
-            return Plan([], SnapshotAvailability.soft_failure(task.describe()), task.rows_read)
+            # The snapshot is read in one transaction: one open unit, growing as rows arrive.
+            return Plan(
+                [],
+                SnapshotAvailability.soft_failure(task.describe()),
+                task.rows_read,
+                held_units=1,
+                oldest_held=f"the initial snapshot of slot {self.slot_name!r}",
+            )
         if task.error is not None:
             error, self._task = task.error, None
             raise error

@@ -11,8 +11,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark_ckpt import SnapshotAvailability
 from spark_ckpt.errors import RestoreError
-from spark_ckpt.model.declines import DeclineTracker
 from spark_ckpt.sources.gate import Cut
+from spark_ckpt.sources.options import SourceOptions
+from spark_ckpt.sources.reader import TxnCdcStreamReader, make_connector
 
 from driver_loop import make_reader, run
 
@@ -70,13 +71,18 @@ def test_open_transaction_is_held_back_with_a_soft_decline(tmp_path: Path) -> No
     assert report["softDeclines"] == 1
 
 
+def clocked_reader(opts: dict[str, str], clock: FakeClock) -> TxnCdcStreamReader:
+    """A reader whose decline and held-back trackers read ``clock``."""
+    parsed = SourceOptions.parse(opts)
+    return TxnCdcStreamReader(parsed, make_connector(parsed), clock=clock)
+
+
 def test_soft_decline_escalates_after_soft_decline_timeout(tmp_path: Path) -> None:
     """Holding data back longer than softDeclineTimeout turns the decline hard."""
     log = tmp_path / "log"
     write(log, "0001.jsonl", txn("a", 1)[:-1])
-    reader = make_reader(options(log, softDeclineTimeout="30s"))
     clock = FakeClock()
-    reader.declines = DeclineTracker(30.0, clock=clock)
+    reader = clocked_reader(options(log, softDeclineTimeout="30s"), clock)
     start = reader.initialOffset()
     reader.latestOffset(start, ReadAllAvailable())
     clock.now += 31
