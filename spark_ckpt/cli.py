@@ -5,9 +5,10 @@ keeps in the checkpoint location: the source transactions it covers, rows, durat
 version it was published as and how long that took, declines, failures and restarts.
 ``--json`` prints the same as one JSON object per line. ``spark-ckpt plot CKPT -o FILE.png``
 draws it as a timeline (:mod:`spark_ckpt.history_plot`). ``spark-ckpt status CKPT`` says where
-the query stands: last completed batch, batches in flight, starts and failures, and what each
-sink reports (``delta-2pc``: published up to, pending and staged batches). ``spark-ckpt
-savepoint create|restore|list|inspect`` takes and restores savepoints
+the query stands: last completed batch, batches in flight, starts and failures, what each source
+holds back (changes of incomplete transactions, a snapshot in progress: how many, since when and
+why), and what each sink reports (``delta-2pc``: published up to, pending and staged batches).
+``spark-ckpt savepoint create|restore|list|inspect`` takes and restores savepoints
 (:mod:`spark_ckpt.state.savepoints`). ``CKPT`` is a local
 path or an object store URI; settings for the store come from the environment's standard
 variables and ``--storage-option KEY=VALUE``.
@@ -28,7 +29,14 @@ from importlib.metadata import entry_points
 from typing import Any, TextIO
 
 from spark_ckpt.errors import SparkCkptError, UsageError
-from spark_ckpt.model.events import CompletedEvent, FailureEvent, HistoryEvent, StartEvent
+from spark_ckpt.model.events import (
+    CompletedEvent,
+    DeclineEvent,
+    FailureEvent,
+    HistoryEvent,
+    StartEvent,
+)
+from spark_ckpt.model.held_back import describe_duration
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import CheckpointRecord, HistoryLog
 from spark_ckpt.state.savepoints import (
@@ -72,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     history.set_defaults(run=_history)
     status = commands.add_parser(
         "status",
-        help="last completed and published batch, pending manifests, restarts",
+        help="last completed and published batch, held-back data, pending manifests, restarts",
         description="Where the query in CKPT stands now.",
     )
     _common(status)
@@ -212,6 +220,7 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
         "failures": len(failures),
         "lastFailure": _failure_json(failures[-1]) if failures else None,
         "sources": _source_statuses(events),
+        "heldBack": _held_back(events),
         "sinks": {},
     }
     for entry in sorted(entry_points(group=STATUS_GROUP), key=lambda e: e.name):
@@ -236,6 +245,46 @@ def _source_statuses(events: Sequence[HistoryEvent]) -> list[dict[str, Any]]:
                 if isinstance(s.get("status"), dict)
             ]
     return []
+
+
+def _held_back(events: Sequence[HistoryEvent]) -> list[dict[str, Any]]:
+    """What the sources last said they hold back, with the checkpoint and time it was recorded.
+
+    From the newest completed checkpoint's progress event, or a decline recorded after it
+    (while a source holds everything back, no checkpoint completes). Empty: nothing held back,
+    or nothing recorded.
+    """
+    for event in reversed(events):
+        if isinstance(event, DeclineEvent) and event.held is not None:
+            return [{**event.held, "checkpoint": event.checkpoint, "at": event.at}]
+        if isinstance(event, CompletedEvent):
+            return [
+                {**s["heldBack"], "checkpoint": event.checkpoint, "at": event.at}
+                for s in event.sources
+                if isinstance(s.get("heldBack"), dict)
+            ]
+    return []
+
+
+def _held_line(held: dict[str, Any]) -> str:
+    """One source's held-back data in words."""
+    changes, units = held.get("changes"), held.get("transactions")
+    text = f"{changes} change{'' if changes == 1 else 's'} in {units} open transaction"
+    text += "" if units == 1 else "s"
+    since, at = held.get("sinceMs"), held.get("at")
+    if isinstance(since, int | float):
+        text += f" since {_utc(since / 1000)} UTC"
+        held_for = held.get("heldForMs")
+        seconds = held_for / 1000 if isinstance(held_for, int | float) else None
+        if seconds is None and isinstance(at, int | float):
+            seconds = at - since / 1000
+        if seconds is not None:
+            as_of = _at(at).removeprefix(" at ")
+            text += f" ({describe_duration(seconds)}" + (f", as of {as_of})" if as_of else ")")
+    reason, oldest = str(held.get("reason") or ""), held.get("oldest")
+    if oldest and str(oldest) not in reason:
+        text += f"; the oldest is {oldest}"
+    return f"{text}: {reason}" if reason else text
 
 
 def _start_json(event: StartEvent) -> dict[str, Any]:
@@ -265,6 +314,8 @@ def _status_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
     lines.append(("failures", failed))
     for source in state["sources"]:
         lines.append(("source", _source_line(source)))
+    for held in state["heldBack"]:
+        lines.append(("held back", _held_line(held)))
     for name, report in state["sinks"].items():
         published = report.get("published")
         text = f"{report.get('table')}: " + (

@@ -239,7 +239,12 @@ class CheckpointListener(StreamingQueryListener):
         self._submit(query_id, batch_id, str(event.progress.runId))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
-        """Nothing to do on idle triggers."""
+        """The query waits for data: keep the history of an unsupervised one (listener bus).
+
+        A source holding everything back runs no batch, so no progress event brings its
+        declines (with what it holds back) into the history; Spark's idle events do.
+        """
+        self._worker.submit(self._record_unsupervised, str(event.id), None, None)
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """The query ended: run the hooks for everything complete (listener bus)."""

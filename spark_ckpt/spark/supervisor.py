@@ -291,7 +291,8 @@ class SupervisedQuery:
 
     def _check_sources(self) -> None:
         """Tell the rules the sources' current declines (polled about once a second)."""
-        declines = [(d.kind, d.reason) for d in self._control.state.declines(self.identity)]
+        reports = self._control.state.declines(self.identity)
+        declines = [(d.kind, d.reason) for d in reports]
         if not declines:
             self.rules.declines_seen([], 0)
             return
@@ -299,7 +300,8 @@ class SupervisedQuery:
         # empty first batch at the initial offset when a new query's source offers nothing), so
         # a decline is charged to the checkpoint Spark will take next.
         latest = self._checkpoint.latest_committed()
-        self.rules.declines_seen(declines, 0 if latest is None else latest + 1)
+        held = {d.reason: d.held for d in reports if d.held is not None}
+        self.rules.declines_seen(declines, 0 if latest is None else latest + 1, held_back=held)
 
     def _wait(self, query: StreamingQuery) -> list[CheckpointFailure] | None:
         """Wait for the attempt to end; return the failover chain, or None for a clean end."""

@@ -17,7 +17,10 @@ from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
 from spark_ckpt.errors import SupervisedQueryError, UnknownOptionError
+from spark_ckpt.model.events import DeclineEvent
 from spark_ckpt.model.failures import FailureReason
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -261,6 +264,11 @@ def test_hard_declines_past_the_tolerable_count_fail_over(
     assert [f.reason for f in supervised.failovers[0]] == [FailureReason.SOURCE_DECLINED_HARD]
     assert "exceeded softDeclineTimeout=1s" in str(info.value)
     assert "never-ends" in str(info.value)
+    # The supervisor records what the source held back with each decline.
+    history = HistoryLog(SparkCheckpoint(str(tmp_path / "ckpt")))
+    declines = [e for e in history.events() if isinstance(e, DeclineEvent)]
+    assert [d.decline for d in declines][-1] == "hard"
+    assert all(d.held is not None and "'never-ends'" in d.held["oldest"] for d in declines)
 
 
 def test_stop_with_drain_lets_the_running_batch_finish_and_publishes_it(

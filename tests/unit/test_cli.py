@@ -11,6 +11,7 @@ import json
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -133,6 +134,59 @@ def test_status_reports_completed_in_flight_published_pending_and_staged(tmp_pat
     assert text.returncode == 0, text.stderr
     assert "published up to batch 0 (table version 0); pending: 1; staged: 2" in text.stdout
     assert "the last: CHECKPOINT_DECLINED" in text.stdout
+
+
+HELD = {
+    "changes": 12,
+    "transactions": 1,
+    "oldest": "transaction '730' (first record 0000000002.jsonl:0)",
+    "sinceMs": round((T0 + 4) * 1000),
+    "lastProgressMs": round((T0 + 4) * 1000),
+    "reason": "transaction '730' (first record 0000000002.jsonl:0) has ended but only 2 of its "
+    "3 change events have been read; 0 later-ended transaction(s) wait behind it",
+}
+
+
+def held_source(held: dict[str, object] | None) -> dict[str, object]:
+    return {**offsets(0, 5), "latestOffset": json.dumps({"heldBack": held})}
+
+
+def test_status_says_what_is_held_back_while_no_checkpoint_completes(tmp_path: Path) -> None:
+    """The newest decline's heldBack: how much, in how many transactions, since when, and why."""
+    location = tmp_path / "ckpt"
+    history = HistoryLog(SparkCheckpoint(str(location)))
+    progress = {"batchId": 0, "timestamp": "2026-11-23T10:00:00.000Z"}
+    completed = CompletedEvent.of_progress({**progress, "sources": [held_source(None)]})
+    history.append(replace(completed, at=T0 + 1))
+    history.append(DeclineEvent(1, "soft", str(HELD["reason"]), HELD, at=T0 + 134))
+
+    text = run("status", str(location))
+    assert text.returncode == 0, text.stderr
+    [line] = [line for line in text.stdout.splitlines() if line.startswith("held back")]
+    assert line == (
+        "held back     12 changes in 1 open transaction since 2026-11-23 10:00:04 UTC (2m 10s, "
+        f"as of 10:02:14): {HELD['reason']}"
+    )
+    done = run("status", str(location), "--json")
+    assert done.returncode == 0, done.stderr
+    [held] = json.loads(done.stdout)["heldBack"]
+    assert held == {**HELD, "checkpoint": 1, "at": T0 + 134}
+
+
+def test_status_shows_nothing_held_back_once_a_later_checkpoint_reports_none(
+    tmp_path: Path,
+) -> None:
+    """A completed checkpoint after the decline, holding nothing back, supersedes it."""
+    location = tmp_path / "ckpt"
+    history = HistoryLog(SparkCheckpoint(str(location)))
+    history.append(DeclineEvent(1, "soft", "r", HELD, at=T0 + 1))
+    progress = {"batchId": 1, "timestamp": "2026-11-23T10:00:02.000Z"}
+    completed = CompletedEvent.of_progress({**progress, "sources": [held_source(None)]})
+    history.append(replace(completed, at=T0 + 2))
+    done = run("status", str(location), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["heldBack"] == []
+    assert "held back" not in run("status", str(location)).stdout
 
 
 def test_plot_writes_a_timeline_png(checkpoint: Path, tmp_path: Path) -> None:

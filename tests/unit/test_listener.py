@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
 )
 
+from spark_ckpt.model.events import DeclineEvent
 from spark_ckpt.spark.listener import CheckpointListener
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
+from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.registry import ControlState, Registration
 
 QUERY = str(uuid.UUID(int=7))
@@ -26,7 +31,21 @@ def started(run: str = RUN) -> QueryStartedEvent:
     )
 
 
-def progress(batch_id: int) -> QueryProgressEvent:
+def progress(batch_id: int, source: str | None = None) -> QueryProgressEvent:
+    """Batch ``batch_id``'s progress event; with ``source``, a txn-cdc source of that identity."""
+    sources = []
+    if source is not None:
+        sources.append(
+            {
+                "description": "txn-cdc",
+                "startOffset": None,
+                "endOffset": json.dumps({"checkpoint": batch_id}),
+                "latestOffset": json.dumps({"identity": source}),
+                "numInputRows": 0,
+                "inputRowsPerSecond": 0.0,
+                "processedRowsPerSecond": 0.0,
+            }
+        )
     return QueryProgressEvent.fromJson(
         {
             "progress": {
@@ -37,7 +56,7 @@ def progress(batch_id: int) -> QueryProgressEvent:
                 "batchId": batch_id,
                 "batchDuration": 10,
                 "stateOperators": [],
-                "sources": [],
+                "sources": sources,
                 "sink": {"description": "delta-2pc", "numOutputRows": 1},
             }
         }
@@ -151,3 +170,26 @@ def test_a_runs_final_publish_does_not_signal_the_next_run_of_the_query(
     listener.onQueryTerminated(terminated(run=second))
     assert second_done.wait(10), "the second run's final hook did not finish"
     assert finals == [RUN, second]
+
+
+def test_idle_events_move_an_unsupervised_sources_declines_into_the_history(
+    tmp_path: Path,
+) -> None:
+    """A source holding everything back runs no batch; its declines still reach the history."""
+    state = ControlState(str(tmp_path / "state"))
+    checkpoint = tmp_path / "ckpt"
+    state.register(Registration("delta-2pc", QUERY, {"checkpointLocation": str(checkpoint)}))
+    listener = CheckpointListener(state, {})
+    listener.onQueryProgress(progress(0, source="query-0123456789ab"))
+    held = {"changes": 2, "transactions": 1, "oldest": "T1", "reason": "T1 waits"}
+    state.record_pending("query-0123456789ab", DeclineEvent(1, "soft", "T1 waits", held))
+    listener.onQueryIdle(
+        QueryIdleEvent.fromJson({"id": QUERY, "runId": RUN, "timestamp": "2026-11-21T00:00:01Z"})
+    )
+    listener._worker.submit(lambda: None).result(timeout=30)  # the worker ran what came before
+    declines = [
+        e
+        for e in HistoryLog(SparkCheckpoint(str(checkpoint))).events()
+        if isinstance(e, DeclineEvent)
+    ]
+    assert [(d.checkpoint, d.held) for d in declines] == [(1, held)]
