@@ -319,8 +319,10 @@ def fold_changes(changes: pa.Table, history: bool = False) -> dict[str, FoldedTa
             raise MirrorChangeError(
                 f"table {table}: a change has no primary key (key={key_text!r}); a mirror "
                 f"upserts by key. Give the source table a primary key (for PostgreSQL, or "
-                f"REPLICA IDENTITY FULL with a key the connector reports), or write this table "
-                f"as a change log only"
+                f"REPLICA IDENTITY FULL with a key the connector reports); for a debezium-json "
+                f"log whose lines carry no key (object-store sinks keep record values only), "
+                f"name the table's key columns with the source option keyColumns "
+                f"('{table}:<column>[,<column>...]'); or write this table as a change log only"
             )
         current = folded.get(table)
         if current is None or not current.key_columns:

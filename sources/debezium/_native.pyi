@@ -23,6 +23,7 @@ class Assembler:
         end_partial: int,
         source: str,
         column_types: bool,
+        key_columns: dict[str, list[str]] | None = None,
     ) -> None: ...
     def feed(
         self,

@@ -417,6 +417,9 @@ class DebeziumJsonConnector(ChangeConnector):
         Add the ``column_types`` column, from Kafka Connect envelopes (option ``columnTypes``).
     accept_resnapshot
         Deliver a repeated initial snapshot instead of refusing it (option ``resnapshot``).
+    key_columns
+        Per table, the columns that make the key of a change whose line has none (option
+        ``keyColumns``).
     """
 
     name = "debezium-json"
@@ -429,9 +432,11 @@ class DebeziumJsonConnector(ChangeConnector):
         column_types: bool = False,
         *,
         accept_resnapshot: bool = False,
+        key_columns: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.log = log
         self.accept_resnapshot = accept_resnapshot
+        self.key_columns = {t: list(c) for t, c in (key_columns or {}).items()}
         self.column_types = column_types
         self.directory = log.url  # for messages
         self.changes_per_partition = changes_per_partition
@@ -622,6 +627,7 @@ class DebeziumJsonConnector(ChangeConnector):
             partition.files,
             self.column_types,
             accept_resnapshot=self.accept_resnapshot,
+            key_columns=self.key_columns,
         )
 
     def status(self) -> dict[str, Any] | None:
@@ -644,6 +650,7 @@ def read_range(
     column_types: bool = False,
     *,
     accept_resnapshot: bool = False,
+    key_columns: Mapping[str, list[str]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
@@ -651,7 +658,8 @@ def read_range(
     read. ``files`` is the listing the range was planned from (None: list the directory now).
     ``column_types`` adds the ``column_types`` column, from the lines' Kafka Connect envelopes
     (:mod:`.types`). Repeats are dropped as the planner dropped them: from what ``start``
-    records as delivered, with the same ``accept_resnapshot``.
+    records as delivered, with the same ``accept_resnapshot``. ``key_columns`` makes the key of
+    a change whose line has none from its image (option ``keyColumns``).
 
     Raises
     ------
@@ -667,7 +675,11 @@ def read_range(
         accept_resnapshot=accept_resnapshot,
     )
     assembler.emit_rows(
-        (start.emitted, start.partial), (end.emitted, end.partial), source, column_types
+        (start.emitted, start.partial),
+        (end.emitted, end.partial),
+        source,
+        column_types,
+        key_columns,
     )
 
     def rows() -> Iterator[pa.RecordBatch]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.storage import Location
 
@@ -35,9 +36,13 @@ class DebeziumOptions(ConnectorOptions):
         What a repeated initial snapshot gets: ``fail`` (a
         :class:`~spark_ckpt.errors.RepeatedSnapshotError`) or ``accept`` (delivered as a unit
         like the first).
+    key_columns
+        Per table, the columns whose values are the key of a change whose line carries no
+        ``key`` (option ``keyColumns``, in the syntax of Debezium's ``message.key.columns``:
+        ``public.orders:id;public.order_items:order_id,line``).
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = ("path", "fileOrder", "resnapshot")
+    NAMES: ClassVar[tuple[str, ...]] = ("path", "fileOrder", "resnapshot", "keyColumns")
     # Spark runs each partition of a Python source as a task costing about 35 ms of wall time on
     # two cores beyond its rows (bench: 20 partitions of 2,000 changes take 0.9 s, one of
     # 40,000 takes 0.23 s); decoding 200k lines takes about 0.4 s, so the task's own cost
@@ -47,6 +52,7 @@ class DebeziumOptions(ConnectorOptions):
     path: str
     file_order: FileOrder = "name"
     resnapshot: Resnapshot = "fail"
+    key_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def parse(cls, options: OptionReader) -> DebeziumOptions:
@@ -58,8 +64,9 @@ class DebeziumOptions(ConnectorOptions):
         )
         order = options.choice("fileOrder", FILE_ORDERS, "name")
         resnapshot = options.choice("resnapshot", RESNAPSHOT, "fail")
+        key_columns = parse_key_columns(options.text("keyColumns"))
         Location(path)  # refuses a scheme no store supports, naming it
-        return cls(path, order, resnapshot)
+        return cls(path, order, resnapshot, key_columns)
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
         """The connector, with its directory checked (driver, once per query run)."""
@@ -72,6 +79,36 @@ class DebeziumOptions(ConnectorOptions):
             self.file_order,
             common.column_types,
             accept_resnapshot=self.resnapshot == "accept",
+            key_columns=dict(self.key_columns),
         )
         connector.check()
         return connector
+
+
+_KEY_COLUMNS_FORM = (
+    "'<table>:<column>[,<column>...]' entries separated by ';', each table named as the "
+    "change's table column names it (schema.table or db.table), at most once: "
+    "'public.orders:id;public.order_items:order_id,line'"
+)
+
+
+def parse_key_columns(value: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Read option ``keyColumns`` (driver, once per query start).
+
+    Raises
+    ------
+    InvalidOptionError
+        An entry without a table or a column, or a table named twice.
+    """
+    if value is None:
+        return ()
+    out: dict[str, tuple[str, ...]] = {}
+    for entry in value.split(";"):
+        if not entry.strip():
+            continue
+        table, colon, columns = entry.partition(":")
+        names = tuple(c.strip() for c in columns.split(","))
+        if not colon or not table.strip() or not all(names) or table.strip() in out:
+            raise InvalidOptionError("keyColumns", value, _KEY_COLUMNS_FORM)
+        out[table.strip()] = names
+    return tuple(out.items())

@@ -20,6 +20,7 @@ released transactions become rows without passing through Python).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -200,14 +201,23 @@ class TransactionAssembler:
     # -- reading (executors) -------------------------------------------------------------------
 
     def emit_rows(
-        self, start: tuple[int, int], end: tuple[int, int], source: str, column_types: bool
+        self,
+        start: tuple[int, int],
+        end: tuple[int, int],
+        source: str,
+        column_types: bool,
+        key_columns: Mapping[str, list[str]] | None = None,
     ) -> None:
         """Turn released transactions into rows of ``(start, end]`` from now on (executors).
 
         ``start`` and ``end`` are ``(emitted, partial)`` of the range's offsets; ``source`` is
-        the ``source`` column of events whose ``source.name`` is not a string.
+        the ``source`` column of events whose ``source.name`` is not a string; ``key_columns``
+        names, per table, the columns whose values make the key of a change whose line has no
+        ``key``.
         """
-        self._native.emit_rows(*start, *end, source, column_types)
+        self._native.emit_rows(
+            *start, *end, source, column_types, None if key_columns is None else dict(key_columns)
+        )
 
     def take_rows(self) -> pa.StructArray | None:
         """The rows built since the last call, or None if there are none.

@@ -9,13 +9,15 @@ documented examples of transaction metadata, cited per case.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_ckpt.errors import RepeatedSnapshotError
+from spark_ckpt.errors import InvalidOptionError, RepeatedSnapshotError
 from spark_ckpt.sources.debezium.connector import DebeziumJsonConnector
+from spark_ckpt.sources.debezium.options import parse_key_columns
 from spark_ckpt.sources.gate import Cut
 from spark_ckpt.state.storage import Location
 
@@ -56,6 +58,27 @@ def test_postgres_transactions_are_named_by_txid_not_by_each_records_lsn() -> No
     assert skipped["tombstones"] == 8
     orders = [r["txn_order"] for r in rows]
     assert orders == sorted(orders)
+
+
+def test_key_columns_make_the_key_of_lines_without_one() -> None:
+    """Option keyColumns: a key from the after image, or the before image of a delete."""
+    keys = {"public.orders": ["id"], "public.items": ["order_id", "n"]}
+    rows, _ = read_all(FIXTURES / "postgres-3.6.1", key_columns=keys)
+    for row in rows:
+        image = json.loads(row["before"] if row["op"] == "d" else row["after"])
+        expected = {column: image[column] for column in keys[row["table"]]}
+        assert json.loads(row["key"]) == expected, row
+    assert list(json.loads(rows[3]["key"])) == ["order_id", "n"]  # in the order named
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["public.orders", "public.orders:", ":id", "public.orders:id,", "a:id;a:id", "a:id;b:"],
+)
+def test_key_columns_option_refuses_what_it_cannot_read(value: str) -> None:
+    """Each malformed keyColumns is an InvalidOptionError that shows the accepted form."""
+    with pytest.raises(InvalidOptionError, match=re.escape("public.orders:id;public.order")):
+        parse_key_columns(value)
 
 
 def test_mariadb_gtids_with_ddl_and_a_restart_inside_a_transaction() -> None:

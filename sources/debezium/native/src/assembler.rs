@@ -23,7 +23,7 @@ use crate::dialect::SnapshotMark;
 use crate::event::{parse_line, Change, Marker, Payload, Record, Skipped};
 use crate::plan::PlannedUnits;
 use crate::problem::{ErrorKind, Problem};
-use crate::rows::{Emitted, RowBuilder};
+use crate::rows::{Emitted, KeyColumns, RowBuilder};
 use crate::text::{py_repr_str, Quoted};
 
 /// How many completed ids are remembered, to catch a transaction id reused soon after.
@@ -839,7 +839,11 @@ impl Assembler {
     /// Rows of transaction ``order`` are events ``[skip, take)``: ``skip`` is ``start_partial``
     /// for transaction ``start_emitted`` (else 0), ``take`` is ``end_partial`` for transaction
     /// ``end_emitted`` (else its size); nothing from ``(end_emitted, end_partial)`` on.
-    #[pyo3(signature = (start_emitted, start_partial, end_emitted, end_partial, source, column_types))]
+    ///
+    /// ``key_columns``: per table, the columns whose values make the key of a change whose line
+    /// carries no ``key`` (option ``keyColumns``).
+    #[pyo3(signature = (start_emitted, start_partial, end_emitted, end_partial, source, column_types, key_columns = None))]
+    #[allow(clippy::too_many_arguments)]
     fn emit_rows(
         &mut self,
         start_emitted: i64,
@@ -848,6 +852,7 @@ impl Assembler {
         end_partial: i64,
         source: String,
         column_types: bool,
+        key_columns: Option<KeyColumns>,
     ) -> PyResult<()> {
         if !self.keep {
             return Err(PyValueError::new_err(
@@ -858,7 +863,7 @@ impl Assembler {
             (start_emitted, start_partial),
             (end_emitted, end_partial),
             source,
-            RowBuilder::new(column_types),
+            RowBuilder::new(column_types, key_columns.unwrap_or_default()),
         ));
         Ok(())
     }

@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::dialect::{
     event_position, postgres_position, transaction_key, SnapshotMark, SourcePosition,
 };
+use crate::images::without_unavailable;
 use crate::problem::{ErrorKind, Problem};
 use crate::text::{
     int_or_none, py_repr, py_repr_raw, py_type_name, string_or_none, truthy_str, value_text,
@@ -553,8 +554,8 @@ fn change<'a>(
             .and_then(|s| string_or_none(s.name))
             .map(Cow::into_owned),
         key: value_text(fields.key),
-        before: value_text(fields.before),
-        after: value_text(fields.after),
+        before: value_text(fields.before).map(without_unavailable),
+        after: value_text(fields.after).map(without_unavailable),
         schema,
     });
     let snapshot = SnapshotMark::read(source.and_then(|s| s.snapshot));

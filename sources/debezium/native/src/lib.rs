@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 mod assembler;
 mod dialect;
 mod event;
+mod images;
 mod plan;
 mod problem;
 mod rows;

@@ -12,7 +12,13 @@ use bridge::to_pyarrow;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use rustc_hash::FxHashMap;
+
 use crate::assembler::Transaction;
+use crate::images::{key_from_image, key_image};
+
+/// Key columns per table (option ``keyColumns``), for lines without a ``key``.
+pub type KeyColumns = FxHashMap<String, Vec<String>>;
 
 /// The rows of one task: which events of which transactions, and the columns built so far.
 pub struct Emitted {
@@ -68,10 +74,11 @@ pub struct RowBuilder {
     before: StringBuilder,
     after: StringBuilder,
     schema: Option<StringBuilder>,
+    key_columns: KeyColumns,
 }
 
 impl RowBuilder {
-    pub fn new(column_types: bool) -> Self {
+    pub fn new(column_types: bool, key_columns: KeyColumns) -> Self {
         RowBuilder {
             source: StringBuilder::new(),
             txn_id: StringBuilder::new(),
@@ -85,6 +92,7 @@ impl RowBuilder {
             before: StringBuilder::new(),
             after: StringBuilder::new(),
             schema: column_types.then(StringBuilder::new),
+            key_columns,
         }
     }
 
@@ -104,7 +112,18 @@ impl RowBuilder {
         self.commit_ts.append_option(ts_us);
         self.table.append_value(&event.table);
         self.op.append_value(event.op);
-        self.key.append_option(payload.key.as_deref());
+        match (&payload.key, self.key_columns.get(&event.table)) {
+            (None, Some(columns)) => {
+                let image = key_image(
+                    event.op,
+                    payload.before.as_deref(),
+                    payload.after.as_deref(),
+                );
+                let key = image.and_then(|i| key_from_image(&i, columns));
+                self.key.append_option(key);
+            }
+            (key, _) => self.key.append_option(key.as_deref()),
+        }
         self.before.append_option(payload.before.as_deref());
         self.after.append_option(payload.after.as_deref());
         if let Some(schema) = self.schema.as_mut() {
