@@ -8,7 +8,7 @@ JSON form is an encoding are rewritten to the form the type's readers take:
 Kafka Connect schema (``type`` / ``name``)                  Spark SQL type, value
 ==========================================================  ====================================
 ``int8``, ``int16``, ``int32``, ``int64``                   ``tinyint`` .. ``bigint``
-``float32``, ``float64``, ``boolean``, ``string``           ``float``, ``double``, ``boolean``,
+``float``, ``double``, ``boolean``, ``string``               ``float``, ``double``, ``boolean``,
                                                             ``string``
 ``bytes``                                                   ``binary`` (base64, as written)
 ``org.apache.kafka.connect.data.Decimal`` (``scale``,       ``decimal(p,s)`` (p from
@@ -42,11 +42,15 @@ from ..schema import json_text, with_types
 
 __all__ = ["ImageTypes", "image_types", "typed_batch"]
 
+# Kafka Connect's JsonConverter names its types as in its JsonSchema: "float" and "double"
+# (Connect's FLOAT32 and FLOAT64); the enum names are accepted too.
 _PRIMITIVE = {
     "int8": "tinyint",
     "int16": "smallint",
     "int32": "int",
     "int64": "bigint",
+    "float": "float",
+    "double": "double",
     "float32": "float",
     "float64": "double",
     "boolean": "boolean",
