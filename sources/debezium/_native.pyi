@@ -4,7 +4,10 @@ from typing import Any
 
 _Position = tuple[str, int, int]
 _Delivered = tuple[str | None, tuple[str | None, bool] | None]
-_Unit = tuple[int, str, int, _Position, _Position, list[tuple[str, _Position]], _Delivered]
+_Unit = tuple[
+    int, str, int, _Position, _Position, list[tuple[str, _Position]], _Delivered, int | None
+]
+_Stream = tuple[str, _Position, int, int, int | None]
 
 class Assembler:
     def __init__(
@@ -24,6 +27,7 @@ class Assembler:
         source: str,
         column_types: bool,
         key_columns: dict[str, list[str]] | None = None,
+        streams: list[_Stream] | None = None,
     ) -> None: ...
     def feed(
         self,

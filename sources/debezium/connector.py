@@ -69,7 +69,7 @@ from .log_files import (
     read_chunks,
 )
 from .options import DebeziumOptions
-from .transactions import NOTHING_DELIVERED, Delivered, TransactionAssembler
+from .transactions import NOTHING_DELIVERED, Delivered, PlannedUnit, TransactionAssembler
 from .types import typed_batch
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
@@ -388,11 +388,20 @@ class _Planner:
         self.base = end
 
 
+STREAM_AT = 10_000
+"""Units of at least this many changes are streamed by executors: a task keeps a transaction's
+events until its END, which for a huge transaction or an initial snapshot (one unit, whatever its
+size) would be all of it; the plan knows such a unit's place, size and commit time, so its rows are
+built as its events are read instead."""
+
+
 @dataclass(frozen=True)
 class DebeziumPartition:
     """The picklable value of one input partition: read ``(start, end]`` of the log.
 
-    ``files`` is the listing the range was planned from, so the executor reads the same bytes.
+    ``files`` is the listing the range was planned from, so the executor reads the same bytes;
+    ``streams`` are the range's large units (:data:`STREAM_AT`), whose rows the executor builds
+    as their events are read.
     """
 
     directory: Location
@@ -400,6 +409,7 @@ class DebeziumPartition:
     start: dict[str, Any]
     end: dict[str, Any]
     files: tuple[LogFile, ...]
+    streams: tuple[PlannedUnit, ...] = ()
 
 
 class DebeziumJsonConnector(ChangeConnector):
@@ -561,6 +571,11 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def _partitions_of(self, planner: _Planner, bounds: list[LogOffset]) -> list[object]:
         source = self.log.name
+        large = [
+            unit
+            for unit in map(planner.assembler.unit, range(len(planner.unit_sizes())))
+            if unit.size >= STREAM_AT
+        ]
         return [
             DebeziumPartition(
                 self.log,
@@ -568,6 +583,7 @@ class DebeziumJsonConnector(ChangeConnector):
                 lo.to_json(),
                 hi.to_json(),
                 tuple(planner.files_for(lo, hi)),
+                tuple(u for u in large if lo.emitted <= u.order <= hi.emitted),
             )
             for lo, hi in itertools.pairwise(bounds)
         ]
@@ -628,6 +644,7 @@ class DebeziumJsonConnector(ChangeConnector):
             self.column_types,
             accept_resnapshot=self.accept_resnapshot,
             key_columns=self.key_columns,
+            streams=partition.streams,
         )
 
     def status(self) -> dict[str, Any] | None:
@@ -651,6 +668,7 @@ def read_range(
     *,
     accept_resnapshot: bool = False,
     key_columns: Mapping[str, list[str]] | None = None,
+    streams: Sequence[PlannedUnit] = (),
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
@@ -659,7 +677,8 @@ def read_range(
     ``column_types`` adds the ``column_types`` column, from the lines' Kafka Connect envelopes
     (:mod:`.types`). Repeats are dropped as the planner dropped them: from what ``start``
     records as delivered, with the same ``accept_resnapshot``. ``key_columns`` makes the key of
-    a change whose line has none from its image (option ``keyColumns``).
+    a change whose line has none from its image (option ``keyColumns``); ``streams`` are the range's
+    large units, built into rows as their events are read.
 
     Raises
     ------
@@ -680,6 +699,7 @@ def read_range(
         source,
         column_types,
         key_columns,
+        streams,
     )
 
     def rows() -> Iterator[pa.RecordBatch]:

@@ -20,7 +20,7 @@ released transactions become rows without passing through Python).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -71,6 +71,8 @@ class PlannedUnit(NamedTuple):
         Transactions still open right after it (itself not included), as ``(id, first)``.
     delivered
         What was delivered up to and including it.
+    commit_ts_ms
+        Its commit time (the END's ``ts_ms``, else its newest event's), epoch milliseconds.
     """
 
     order: int
@@ -80,6 +82,7 @@ class PlannedUnit(NamedTuple):
     scan: LogPosition
     open_after: list[tuple[str, LogPosition]]
     delivered: Delivered
+    commit_ts_ms: int | None
 
 
 class Feed(NamedTuple):
@@ -175,7 +178,8 @@ class TransactionAssembler:
 
     def unit(self, index: int) -> PlannedUnit:
         """Planned unit ``index`` (counted from the first not yet delivered)."""
-        order, txn_id, size, first, scan, open_after, (high, snapshot) = self._native.unit(index)
+        unit = self._native.unit(index)
+        order, txn_id, size, first, scan, open_after, (high, snapshot), commit_ts_ms = unit
         return PlannedUnit(
             order,
             txn_id,
@@ -184,6 +188,7 @@ class TransactionAssembler:
             LogPosition(*scan),
             [(other, LogPosition(*position)) for other, position in open_after],
             Delivered(high, snapshot),
+            commit_ts_ms,
         )
 
     def truncate_units(self, keep: int) -> None:
@@ -207,16 +212,23 @@ class TransactionAssembler:
         source: str,
         column_types: bool,
         key_columns: Mapping[str, list[str]] | None = None,
+        streams: Sequence[PlannedUnit] = (),
     ) -> None:
         """Turn released transactions into rows of ``(start, end]`` from now on (executors).
 
         ``start`` and ``end`` are ``(emitted, partial)`` of the range's offsets; ``source`` is
         the ``source`` column of events whose ``source.name`` is not a string; ``key_columns``
         names, per table, the columns whose values make the key of a change whose line has no
-        ``key``.
+        ``key``; ``streams`` are the range's large units, whose rows are built as their events
+        are read (a task then holds no more of them than a chunk's rows).
         """
         self._native.emit_rows(
-            *start, *end, source, column_types, None if key_columns is None else dict(key_columns)
+            *start,
+            *end,
+            source,
+            column_types,
+            None if key_columns is None else dict(key_columns),
+            [(u.txn_id, tuple(u.first), u.order, u.size, u.commit_ts_ms) for u in streams],
         )
 
     def take_rows(self) -> pa.StructArray | None:

@@ -76,7 +76,9 @@ struct Open {
     count: i64,
     /// The total_orders read, each with the table and op of its event (to tell a repeat from
     /// a second, different event under the same number).
-    orders: FxHashMap<i64, (String, &'static str)>,
+    orders: FxHashMap<i64, (u32, &'static str)>,
+    /// Set when the plan streams this transaction (executors).
+    stream: Option<Streamed>,
     /// The furthest source position among its records (None: its records carry none).
     position: Option<String>,
     /// Where its first record was read when its id had been emitted before (a repeat, or an
@@ -113,6 +115,18 @@ pub struct Transaction {
     pub events: Vec<Event>,
     /// What recognises repeats right after it (an offset there records it).
     pub after: Delivered,
+    /// Its rows were built as its events were read (:class:`Streamed`): none are kept.
+    pub streamed: bool,
+}
+
+/// A large transaction of the planned range, as the plan knows it: its rows are built as its
+/// events are read instead of after its END, so a task holds no more of it than a chunk's rows
+/// (a huge transaction or an initial snapshot of any size runs in bounded memory).
+#[derive(Clone, Debug)]
+pub struct Streamed {
+    pub order: i64,
+    pub size: i64,
+    pub commit_ts_ms: Option<i64>,
 }
 
 /// What was delivered up to a point, as far as recognising Debezium's repeats needs it.
@@ -153,6 +167,8 @@ pub struct Assembler {
     accept_resnapshot: bool,
     delivered: Delivered,
     skips: Skips,
+    /// Large planned transactions to stream, by ``(txn_id, file, byte)`` of their first record.
+    streams: FxHashMap<(String, String, u64), Streamed>,
     open: IndexMap<String, Open, FxBuildHasher>,
     ended: VecDeque<String>,
     recent: FxHashSet<String>,
@@ -178,6 +194,9 @@ struct Cursor {
 /// A position as Python sees it: ``(file, byte, line)``.
 type RawPosition = (String, u64, u64);
 
+/// A streamed transaction as Python gives it (:meth:`Assembler.emit_rows`).
+type RawStream = (String, RawPosition, i64, i64, Option<i64>);
+
 /// What was delivered as Python sees it: ``(high, snapshot)``, ``snapshot`` as
 /// ``(position, streamed_after)`` or None.
 type RawDelivered = (Option<String>, Option<(Option<String>, bool)>);
@@ -191,6 +210,7 @@ type UnitTuple<'a> = (
     RawPosition,
     Vec<(&'a str, RawPosition)>,
     RawDelivered,
+    Option<i64>,
 );
 
 impl Delivered {
@@ -236,6 +256,10 @@ impl Assembler {
                 end: None,
                 count: 0,
                 orders: FxHashMap::default(),
+                stream: self
+                    .streams
+                    .get(&(txn_id.to_owned(), pos.file.to_string(), pos.byte))
+                    .cloned(),
                 position: None,
                 reused,
                 tables: Vec::new(),
@@ -355,8 +379,9 @@ impl Assembler {
             ));
         }
         if let Some(order) = event.total_order {
-            if let Some((table, op)) = txn.orders.get(&order) {
-                if event.table.is(table) && *op == event.op {
+            if let Some(&(table_index, op)) = txn.orders.get(&order) {
+                let table = &txn.tables[table_index as usize].0;
+                if event.table.is(table) && op == event.op {
                     // Debezium repeating the event after a restart inside the transaction.
                     self.skips.repeats += 1;
                     return Ok(());
@@ -405,14 +430,22 @@ impl Assembler {
                     ));
                 }
             }
-            txn.orders
-                .insert(order, (event.table.qualified(), event.op));
         }
+        let index = txn.count;
         txn.count += 1;
         further(&mut txn.position, event.position);
-        match txn.tables.iter_mut().find(|(name, _)| event.table.is(name)) {
-            Some((_, n)) => *n += 1,
-            None => txn.tables.push((event.table.qualified(), 1)),
+        let table_index = match txn.tables.iter().position(|(name, _)| event.table.is(name)) {
+            Some(i) => {
+                txn.tables[i].1 += 1;
+                i
+            }
+            None => {
+                txn.tables.push((event.table.qualified(), 1));
+                txn.tables.len() - 1
+            }
+        };
+        if let Some(order) = event.total_order {
+            txn.orders.insert(order, (table_index as u32, event.op));
         }
         if let Some(ts) = event.ts_ms {
             if txn.max_ts.is_none_or(|m| ts > m) {
@@ -421,12 +454,21 @@ impl Assembler {
         }
         if keep {
             let payload = event.payload.expect("payloads are decoded when kept");
-            txn.events.push(Event {
+            let kept = Event {
                 total_order: event.total_order,
                 table: event.table.qualified(),
                 op: event.op,
                 payload,
-            });
+            };
+            match (&txn.stream, self.emitted.as_mut()) {
+                // Transaction order is total_order (1-based) where the events carry it, else
+                // log order (an initial snapshot's records).
+                (Some(unit), Some(emitted)) => {
+                    let at = kept.total_order.map_or(index, |o| o - 1);
+                    emitted.add_streamed(&txn.txn_id, unit, at, &kept);
+                }
+                _ => txn.events.push(kept),
+            }
         }
         check_collections(txn, at)
     }
@@ -588,6 +630,7 @@ impl Assembler {
                 size: head.count,
                 first: head.first,
                 commit_ts_ms: ts,
+                streamed: head.stream.is_some(),
                 events,
                 after: self.delivered.clone(),
             });
@@ -825,6 +868,7 @@ impl Assembler {
             accept_resnapshot,
             delivered: Delivered::from_raw(delivered),
             skips: Skips::default(),
+            streams: FxHashMap::default(),
             open: IndexMap::default(),
             ended: VecDeque::new(),
             recent: FxHashSet::default(),
@@ -841,8 +885,10 @@ impl Assembler {
     /// ``end_emitted`` (else its size); nothing from ``(end_emitted, end_partial)`` on.
     ///
     /// ``key_columns``: per table, the columns whose values make the key of a change whose line
-    /// carries no ``key`` (option ``keyColumns``).
-    #[pyo3(signature = (start_emitted, start_partial, end_emitted, end_partial, source, column_types, key_columns = None))]
+    /// carries no ``key`` (option ``keyColumns``). ``streams``: the range's large transactions
+    /// as ``(txn_id, (file, byte, line) of the first record, order, size, commit_ts_ms)``, whose
+    /// rows are built as their events are read.
+    #[pyo3(signature = (start_emitted, start_partial, end_emitted, end_partial, source, column_types, key_columns = None, streams = None))]
     #[allow(clippy::too_many_arguments)]
     fn emit_rows(
         &mut self,
@@ -853,7 +899,16 @@ impl Assembler {
         source: String,
         column_types: bool,
         key_columns: Option<KeyColumns>,
+        streams: Option<Vec<RawStream>>,
     ) -> PyResult<()> {
+        for (txn_id, (file, byte, _), order, size, commit_ts_ms) in streams.unwrap_or_default() {
+            let unit = Streamed {
+                order,
+                size,
+                commit_ts_ms,
+            };
+            self.streams.insert((txn_id, file, byte), unit);
+        }
         if !self.keep {
             return Err(PyValueError::new_err(
                 "rows need an assembler that keeps events",
@@ -1004,6 +1059,7 @@ impl Assembler {
                 .map(|(id, first)| (*id, raw(first)))
                 .collect(),
             view.after.raw(),
+            view.commit_ts_ms,
         ))
     }
 

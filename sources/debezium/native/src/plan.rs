@@ -17,6 +17,7 @@ struct Unit {
     /// Absolute number of its release group.
     group: usize,
     after: Delivered,
+    commit_ts_ms: Option<i64>,
 }
 
 struct Group {
@@ -38,6 +39,7 @@ pub struct UnitView<'a> {
     pub scan: &'a Position,
     pub open_after: Vec<(&'a str, &'a Position)>,
     pub after: &'a Delivered,
+    pub commit_ts_ms: Option<i64>,
 }
 
 #[derive(Default)]
@@ -69,6 +71,7 @@ impl PlannedUnits {
                 first: txn.first,
                 group,
                 after: txn.after,
+                commit_ts_ms: txn.commit_ts_ms,
             });
         }
         let end = self.units_base + self.units.len();
@@ -91,9 +94,10 @@ impl PlannedUnits {
                 txn_id: u.txn_id,
                 size: u.size,
                 first: u.first,
-                commit_ts_ms: None,
+                commit_ts_ms: u.commit_ts_ms,
                 events: Vec::new(),
                 after: u.after,
+                streamed: false,
             })
             .collect();
         self.changes -= released.iter().map(|t| t.size).sum::<i64>();
@@ -141,6 +145,7 @@ impl PlannedUnits {
             scan: &group.scan,
             open_after,
             after: &unit.after,
+            commit_ts_ms: unit.commit_ts_ms,
         })
     }
 
@@ -211,6 +216,7 @@ mod tests {
             commit_ts_ms: None,
             events: Vec::new(),
             after: Delivered::default(),
+            streamed: false,
         }
     }
 

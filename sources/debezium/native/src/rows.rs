@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 
 use rustc_hash::FxHashMap;
 
-use crate::assembler::Transaction;
+use crate::assembler::{Event, Streamed, Transaction};
 use crate::images::{key_from_image, key_image};
 
 /// Key columns per table (option ``keyColumns``), for lines without a ``key``.
@@ -39,8 +39,9 @@ impl Emitted {
     }
 
     /// Add the rows ``txn`` contributes to ``(first, last]`` (executors, per transaction).
+    /// A streamed transaction's rows were added as its events were read.
     pub fn add(&mut self, txn: &Transaction) {
-        if (txn.order, 0) >= self.last {
+        if txn.streamed || (txn.order, 0) >= self.last {
             return;
         }
         let skip = if txn.order == self.first.0 {
@@ -55,8 +56,32 @@ impl Emitted {
         };
         let ts_us = txn.commit_ts_ms.map(|ms| ms * 1000);
         for index in skip..take {
-            self.rows.push(txn, index, ts_us, &self.source);
+            let event = &txn.events[index as usize];
+            let at = (txn.order, txn.size, index);
+            self.rows.push(event, &txn.txn_id, at, ts_us, &self.source);
         }
+    }
+
+    /// Add the row of event ``index`` of a streamed transaction, if ``(first, last]`` holds it
+    /// (executors, per event of a transaction the plan said is large).
+    pub fn add_streamed(&mut self, txn_id: &str, unit: &Streamed, index: i64, event: &Event) {
+        let at = (unit.order, index);
+        let skip = if unit.order == self.first.0 {
+            self.first.1
+        } else {
+            0
+        };
+        let take = if unit.order == self.last.0 {
+            self.last.1
+        } else {
+            unit.size
+        };
+        if at.0 < self.first.0 || at.0 > self.last.0 || index < skip || index >= take {
+            return;
+        }
+        let ts_us = unit.commit_ts_ms.map(|ms| ms * 1000);
+        let row = (unit.order, unit.size, index);
+        self.rows.push(event, txn_id, row, ts_us, &self.source);
     }
 }
 
@@ -100,14 +125,21 @@ impl RowBuilder {
         self.txn_order.len()
     }
 
-    fn push(&mut self, txn: &Transaction, index: i64, ts_us: Option<i64>, fallback: &str) {
-        let event = &txn.events[index as usize];
+    /// One row: ``event`` of transaction ``txn_id`` at ``(order, size, index)``.
+    fn push(
+        &mut self,
+        event: &Event,
+        txn_id: &str,
+        (order, size, index): (i64, i64, i64),
+        ts_us: Option<i64>,
+        fallback: &str,
+    ) {
         let payload = &event.payload;
         self.source
             .append_value(payload.source_name.as_deref().unwrap_or(fallback));
-        self.txn_id.append_value(&txn.txn_id);
-        self.txn_order.append_value(txn.order);
-        self.txn_size.append_value(txn.size as i32);
+        self.txn_id.append_value(txn_id);
+        self.txn_order.append_value(order);
+        self.txn_size.append_value(size as i32);
         self.event_index.append_value(index as i32);
         self.commit_ts.append_option(ts_us);
         self.table.append_value(&event.table);
