@@ -533,7 +533,7 @@ class DebeziumJsonConnector(ChangeConnector):
             held_units=assembler.held_transactions,
             oldest_held=None
             if oldest is None
-            else f"transaction {oldest[0]!r} (first record {oldest[1].file}:{oldest[1].line})",
+            else f"transaction {oldest[0]!r} (first record {oldest[1].file}:{oldest[1].line + 1})",
         )
 
     def availability(self, cut: Cut) -> SnapshotAvailability:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-OLDEST = "transaction '730' (first record 0000000001.jsonl:0)"
+OLDEST = "transaction '730' (first record 0000000001.jsonl:1)"
 BOUND = "12s"
 
 

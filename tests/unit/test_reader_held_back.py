@@ -20,7 +20,7 @@ from spark_ckpt.sources.reader import TxnCdcStreamReader, make_connector
 
 from log_records import begin, change, end, txn, write_lines
 
-OLDEST = "transaction 'T1' (first record 0001.jsonl:0)"
+OLDEST = "transaction 'T1' (first record 0001.jsonl:1)"
 
 
 class FakeClock:
@@ -92,7 +92,7 @@ def test_held_back_data_is_reported_on_a_trigger_that_cuts(tmp_path: Path) -> No
     held = report["heldBack"]
     assert (held["changes"], held["transactions"]) == (1, 1)
     # Lines are counted from 0, as in the connector's other messages.
-    assert held["oldest"] == "transaction 'b' (first record 0001.jsonl:4)"
+    assert held["oldest"] == "transaction 'b' (first record 0001.jsonl:5)"
     assert held["sinceMs"] == 1_000_000
     assert "END has not been read" in held["reason"]
 
@@ -161,7 +161,7 @@ def test_a_transaction_blocking_later_ones_escalates_after_its_last_new_record(
     decline = report["decline"]
     assert decline["kind"] == "hard", "400 s after T1's last record, past the 5 min bound"
     assert (
-        "the oldest held back is transaction 'T1' (first record 0001.jsonl:0)"
+        "the oldest held back is transaction 'T1' (first record 0001.jsonl:1)"
         in (decline["reason"])
     )
     assert "only 2 of its 3 change events" in decline["reason"]

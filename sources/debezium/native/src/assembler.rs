@@ -1148,19 +1148,29 @@ impl Assembler {
                  events have been read; {} later-ended transaction(s) wait behind it",
                 py_repr_str(&head.txn_id),
                 head.first.file,
-                head.first.line,
+                head.first.line + 1,
                 head.count,
                 end.event_count,
                 self.ended.len() - 1
             ));
         }
         let oldest = self.open.values().find(|t| t.holds())?;
+        if oldest.txn_id == SNAPSHOT_ID {
+            return Some(format!(
+                "Debezium's initial snapshot is being read ({} row(s) so far, first record \
+                 {}:{}): it is delivered whole once its last record (source.snapshot=last) is \
+                 read",
+                oldest.count,
+                oldest.first.file,
+                oldest.first.line + 1
+            ));
+        }
         Some(format!(
             "transaction {} (first record {}:{}) has {} change event(s) but its END has not been \
              read yet",
             py_repr_str(&oldest.txn_id),
             oldest.first.file,
-            oldest.first.line,
+            oldest.first.line + 1,
             oldest.count
         ))
     }
