@@ -412,6 +412,23 @@ class DebeziumPartition:
     streams: tuple[PlannedUnit, ...] = ()
 
 
+def _as_written_now(logged: LogOffset, replanned: LogOffset) -> LogOffset:
+    """``logged`` with what offsets of earlier releases left out or placed otherwise.
+
+    Offsets of earlier releases may lack ``consumed`` and ``delivered`` (recorded since), and
+    may place an open transaction at a BEGIN that is now closed by the next BEGIN and reopened at
+    its first change (a BEGIN alone holds nothing; MariaDB writes one for every DDL statement).
+    The same transactions open, at any first position, cut the log at the same place.
+    """
+    if logged.consumed is None:
+        logged = replace(logged, consumed=replanned.consumed)
+    if logged.delivered == NOTHING_DELIVERED:
+        logged = replace(logged, delivered=replanned.delivered)
+    if sorted(i for i, _ in logged.open) == sorted(i for i, _ in replanned.open):
+        logged = replace(logged, open=replanned.open)
+    return logged
+
+
 class DebeziumJsonConnector(ChangeConnector):
     """Reads a directory of Debezium change-event files as whole transactions.
 
@@ -613,8 +630,7 @@ class DebeziumJsonConnector(ChangeConnector):
         else:
             cut = Cut(final, sizes[final], sum(sizes), True)
         replanned = planner.offset_at(cut, last.checkpoint)
-        logged = last if last.consumed is not None else replace(last, consumed=replanned.consumed)
-        if replanned != logged:
+        if replanned != _as_written_now(last, replanned):
             raise LogRewrittenError(
                 f"re-planning the logged batch {last.checkpoint} over {self.directory!r} now ends "
                 f"at {replanned.to_json()}, but it was logged ending at {end}: a file "
