@@ -228,7 +228,16 @@ class TransactionAssembler:
             source,
             column_types,
             None if key_columns is None else dict(key_columns),
-            [(u.txn_id, tuple(u.first), u.order, u.size, u.commit_ts_ms) for u in streams],
+            [
+                (
+                    u.txn_id,
+                    (u.first.file, u.first.byte, u.first.line),
+                    u.order,
+                    u.size,
+                    u.commit_ts_ms,
+                )
+                for u in streams
+            ],
         )
 
     def take_rows(self) -> pa.StructArray | None:

@@ -3,10 +3,13 @@
 //!
 //! **Unavailable values.** PostgreSQL does not log a TOASTed column that an UPDATE left
 //! unchanged (with ``REPLICA IDENTITY DEFAULT``); Debezium writes the placeholder
-//! ``__debezium_unavailable_value`` in its place (``unavailable.value.placeholder``; for
-//! ``bytea`` the placeholder's bytes, as base64 or hex under ``binary.handling.mode``; for an
-//! array, an array holding the placeholder). It is no data: the column is left out of the image,
-//! so it reads as "not given" (a mirror keeps the value it has).
+//! ``__debezium_unavailable_value`` in its place (``unavailable.value.placeholder``,
+//! ``UnchangedToastedPlaceholder`` in Debezium's PostgreSQL connector), in the column's form
+//! (seen in logs Debezium 3.6.1 wrote): the text (text, json, enums, ``bytea`` in hex mode), its
+//! bytes in base64 (``bytea`` in bytes mode), an array holding it (text arrays), an array of its
+//! bytes as numbers (integer and date arrays), ``[nameUUIDFromBytes(placeholder)]`` (uuid
+//! arrays), or ``{placeholder: placeholder}`` (hstore). It is no data: the column is left out of
+//! the image, so it reads as "not given" (a mirror keeps the value it has).
 //!
 //! **Keys.** An object-store sink keeps record values only, so a real log's lines have no
 //! ``key``. With the option ``keyColumns`` the key is the image's values of the named columns,
@@ -21,16 +24,33 @@ use serde_json::{Map, Value};
 /// Debezium's default ``unavailable.value.placeholder``.
 pub const PLACEHOLDER: &str = "__debezium_unavailable_value";
 
+/// Java's ``UUID.nameUUIDFromBytes`` of the placeholder: what a uuid array column holds.
+const PLACEHOLDER_UUID: &str = "b68a35a7-17ad-35b3-af2a-ae46edb4545a";
+
 fn is_placeholder(value: &Value) -> bool {
     match value {
         Value::String(s) => {
             s == PLACEHOLDER
+                || s == PLACEHOLDER_UUID
                 || base64::engine::general_purpose::STANDARD
                     .decode(s)
                     .is_ok_and(|b| b == PLACEHOLDER.as_bytes())
                 || hex_is_placeholder(s)
         }
-        Value::Array(items) => items.len() == 1 && is_placeholder(&items[0]),
+        Value::Array(items) => {
+            (items.len() == 1 && is_placeholder(&items[0]))
+                || (items.len() == PLACEHOLDER.len()
+                    && items
+                        .iter()
+                        .zip(PLACEHOLDER.bytes())
+                        .all(|(item, byte)| item.as_u64() == Some(u64::from(byte))))
+        }
+        Value::Object(fields) => {
+            fields.len() == 1
+                && fields
+                    .get(PLACEHOLDER)
+                    .is_some_and(|v| v.as_str() == Some(PLACEHOLDER))
+        }
         _ => false,
     }
 }
@@ -55,7 +75,9 @@ pub fn without_unavailable(image: String) -> String {
     let bytes = image.as_bytes();
     let maybe = memmem::find(bytes, PLACEHOLDER.as_bytes()).is_some()
         || memmem::find(bytes, b"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ").is_some()
-        || memmem::find(bytes, b"5f5f646562657a69756d5f").is_some();
+        || memmem::find(bytes, b"5f5f646562657a69756d5f").is_some()
+        || memmem::find(bytes, b"[95,95,100,101,98,101,122,105,117,109,95").is_some()
+        || memmem::find(bytes, PLACEHOLDER_UUID.as_bytes()).is_some();
     if !maybe {
         return image;
     }
@@ -106,6 +128,12 @@ mod tests {
             without_unavailable(image.to_owned()),
             r#"{"id":1,"n":2.50}"#
         );
+        let numbers: Vec<String> = PLACEHOLDER.bytes().map(|b| b.to_string()).collect();
+        let arrays = format!(
+            r#"{{"id":2,"ints":[{}],"ids":["{PLACEHOLDER_UUID}"],"kv":{{"{PLACEHOLDER}":"{PLACEHOLDER}"}},"ok":[95]}}"#,
+            numbers.join(",")
+        );
+        assert_eq!(without_unavailable(arrays), r#"{"id":2,"ok":[95]}"#);
     }
 
     #[test]
