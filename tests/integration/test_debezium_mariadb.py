@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from changelog_checks import by_key, fold, whole_once
 from conftest import wait_until
 from debezium_harness import delta_changes, delta_txn_ids
 from debezium_writer import DebeziumWriter
@@ -371,16 +372,9 @@ def test_a_log_debezium_wrote_from_mariadb_lands_whole_once_and_folds_to_the_tab
             supervised.stop(drain=True)
         writer.close()
 
-    rows = delta_changes(table)
-    by_txn: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_txn[row["txn_id"]].append(row)
     # Every transaction in exactly one Delta version, whole, once; the snapshot too.
-    for txn_id, txn_rows in by_txn.items():
-        versions = {r["version"] for r in txn_rows}
-        assert len(versions) == 1, f"transaction {txn_id} is split over versions {versions}"
-        indexes = sorted(r["event_index"] for r in txn_rows)
-        assert indexes == list(range(txn_rows[0]["txn_size"])), f"{txn_id}: events {indexes}"
+    rows = delta_changes(table)
+    by_txn = whole_once(rows)
     snapshot = by_txn.pop("snapshot")
     assert {r["op"] for r in snapshot} == {"r"}
     assert Counter(r["table"] for r in snapshot) == {
@@ -404,23 +398,16 @@ def test_a_log_debezium_wrote_from_mariadb_lands_whole_once_and_folds_to_the_tab
     )
 
     # The change log folded by key equals each table, row for row.
-    state: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = defaultdict(dict)
-    for row in sorted(rows, key=lambda r: (r["txn_order"], r["event_index"])):
-        name = row["table"].removeprefix(f"{database}.")
-        image = json.loads(row["before"] if row["op"] == "d" else row["after"])
-        key = tuple(image[k] for k in KEYS[name])
-        if row["op"] == "d":
-            state[name].pop(key, None)
-            continue
-        if name == ADDED[0]:
-            image.setdefault(ADDED[1], None)  # written before the column existed
-        state[name][key] = {k: debezium_value(k, v) for k, v in image.items()}
+    state = fold(
+        rows,
+        KEYS,
+        debezium_value,
+        table_of=lambda table: table.removeprefix(f"{database}."),
+        defaults={ADDED[0]: {ADDED[1]: None}},  # rows written before the column existed
+    )
     with server.connect(database) as conn, conn.cursor() as cursor:
         for name, key_columns in KEYS.items():
             cursor.execute(f"SELECT * FROM {name}")
             columns = [d[0] for d in cursor.description or ()]
-            actual = {}
-            for values in cursor.fetchall():
-                record = {c: exact(c, v) for c, v in zip(columns, values, strict=True)}
-                actual[tuple(record[k] for k in key_columns)] = record
+            actual = by_key(columns, cursor.fetchall(), key_columns, exact)
             assert state[name] == actual, f"{name} differs from its folded change log"

@@ -1,0 +1,145 @@
+"""Debezium capturing the test PostgreSQL server: what the Debezium integration tests share.
+
+The workload is ``bench/pg_workload.py``'s; Debezium writes decimals as strings
+(``decimal.handling.mode=string``) and ``timestamptz`` as ISO text (``ZonedTimestamp``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pg_workload
+import psycopg
+from debezium_writer import DebeziumWriter
+from pg_cluster import PASSWORD, USER, PgCluster
+
+import spark_ckpt
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+KEYS = {
+    "public.accounts": ("id",),
+    "public.orders": ("id",),
+    "public.order_items": ("order_id", "line"),
+    "public.txlog": ("xid",),
+}
+
+
+def writer_for(server: PgCluster, dsn: str, tmp_path: Path) -> DebeziumWriter:
+    """Debezium on the test database; decimals as exact strings, timestamps as ISO text."""
+    database = dsn.rsplit("/", 1)[1]
+    tag = uuid.uuid4().hex[:8]
+    return DebeziumWriter(
+        "postgres",
+        tmp_path / "log",
+        tmp_path / "writer",
+        host="127.0.0.1",
+        port=server.port,
+        user=USER,
+        password=PASSWORD,
+        database=database,
+        tables=",".join(pg_workload.TABLES),
+        slot=f"dbz_{tag}",
+        publication=f"dbz_{tag}",
+        roll_records=200,
+        props={"decimal.handling.mode": "string"},
+    )
+
+
+def query(spark: SparkSession, log: Path, table: Path) -> DataStreamWriter:
+    return (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("maxChangesPerTrigger", "300")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("path", str(table))
+        .trigger(processingTime="200 milliseconds")
+    )
+
+
+def large_transaction(dsn: str, rows: int) -> int:
+    """One transaction of ``rows`` item inserts and a primary-key change; returns its xid."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        row = conn.execute(
+            "INSERT INTO txlog VALUES (pg_current_xact_id()::text::bigint, 'large') RETURNING xid"
+        ).fetchone()
+        assert row is not None
+        conn.execute(
+            "INSERT INTO orders (id, account_id, amount, note, ratio) "
+            "VALUES (900000000, 1, 12.5000, 'large', 0.25)"
+        )
+        conn.execute(
+            "INSERT INTO order_items SELECT 900000000, n, 'sku-' || n, 1 "
+            "FROM generate_series(0, %s) AS n",
+            (rows - 2,),
+        )
+        # A key change: Debezium writes it as a delete and a create.
+        conn.execute("UPDATE accounts SET id = 7000000 WHERE id = 3")
+        return int(row[0])
+
+
+NUMERIC = ("balance", "amount")
+ZONED = ("updated", "created")
+
+
+def exact(value: Any) -> Any:
+    """A value compared exactly: decimals by digits and scale, timestamps as instants."""
+    if isinstance(value, Decimal):
+        return value.as_tuple()
+    return value
+
+
+def debezium_value(column: str, value: Any) -> Any:
+    """A value as Debezium wrote it here, read back.
+
+    ``decimal.handling.mode=string`` keeps the digits and the scale; ``timestamptz`` is
+    ``io.debezium.time.ZonedTimestamp``, ISO-8601 in UTC.
+    """
+    if value is None:
+        return None
+    if column in NUMERIC:
+        return exact(Decimal(value))
+    if column in ZONED:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
+
+
+def canonical(column: str, value: Any) -> Any:
+    """One spelling for a value read from PostgreSQL (psycopg) or a mirror (Spark, UTC)."""
+    if value is None:
+        return None
+    if column in NUMERIC:
+        return exact(Decimal(value) if isinstance(value, str) else value)
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def mirror_tables(
+    spark: SparkSession, control: spark_ckpt.Control, log: Path, root: Path, ckpt: Path
+) -> dict[str, Any]:
+    """Mirror the whole log (availableNow), keys from keyColumns, types from the envelopes."""
+    keys = ";".join(f"{table}:{','.join(columns)}" for table, columns in KEYS.items())
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("columnTypes", "true")
+        .option("keyColumns", keys)
+        .option("maxChangesPerTrigger", "2000")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(root))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert control.await_termination(query, 240), "the mirror query did not finish"
+    return spark_ckpt.read_consistent(spark, str(root))
