@@ -7,11 +7,26 @@ import io.debezium.engine.format.Json;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
+import software.amazon.awssdk.core.exception.AbortedException;
+import software.amazon.awssdk.core.exception.SdkException;
+import software.amazon.awssdk.core.sync.RequestBody;
+import software.amazon.awssdk.http.urlconnection.UrlConnectionHttpClient;
+import software.amazon.awssdk.services.s3.S3Client;
+import software.amazon.awssdk.services.s3.S3ClientBuilder;
+import software.amazon.awssdk.services.s3.model.GetObjectRequest;
+import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
+import software.amazon.awssdk.services.s3.model.ListObjectsV2Response;
+import software.amazon.awssdk.services.s3.model.PutObjectRequest;
+import software.amazon.awssdk.services.s3.model.S3Exception;
+import software.amazon.awssdk.services.s3.model.S3Object;
+
 import java.io.BufferedWriter;
 import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.OutputStreamWriter;
 import java.io.PrintStream;
+import java.io.UncheckedIOException;
+import java.net.URI;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
@@ -21,6 +36,8 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.time.Duration;
+import java.util.Arrays;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -58,6 +75,15 @@ import java.util.regex.Pattern;
  * (at-least-once): at least the whole transaction that was open. A restart deletes a leftover
  * in-progress file and continues the sequence after the highest published file.
  *
+ * <p>With {@code --out s3://bucket/prefix} the in-progress file is spooled beside the offsets file
+ * and published as one {@code PutObject} of the whole file under its final key
+ * {@code prefix/NNNNNNNNNN.jsonl} (an S3 object appears whole or not at all: that is the atomic
+ * publish), with {@code If-None-Match: *} so a published object is never replaced. Records are
+ * marked processed only once the {@code PutObject} returned. A restart continues the sequence
+ * after the highest key under the prefix ({@code ListObjectsV2}). Credentials and region come from
+ * the AWS SDK's default chains (environment, profile, instance or container role), the endpoint
+ * from {@code --s3-endpoint}, {@code AWS_ENDPOINT_URL_S3} or {@code AWS_ENDPOINT_URL}.
+ *
  * <p>Stdout carries only the writer's JSON lines: {@code {"ready": true}} once the connector's
  * task started, then one {@code {"file": "...", "records": N}} per published file. Everything
  * else goes to stderr. SIGTERM publishes the in-progress file and closes the engine gracefully
@@ -66,7 +92,7 @@ import java.util.regex.Pattern;
 public final class DebeziumJsonlWriter {
 
     private static final String USAGE = String.join("\n",
-            "usage: java -jar JAR --connector CONNECTOR --out DIR --offsets-file PATH",
+            "usage: java -jar JAR --connector CONNECTOR --out DIR|s3://BUCKET/PREFIX --offsets-file PATH",
             "         --host H --port P --user U (--password PW | --password-env VAR)",
             "         --database DB [--tables T1,T2]",
             "  JAR: target/debezium-writer.jar for postgres|mysql (Debezium 3.6.1.Final),",
@@ -81,9 +107,15 @@ public final class DebeziumJsonlWriter {
             "  [--slot S] [--publication P]   postgres, default dbz_writer / dbz_writer_pub",
             "  [--server-id N]                mariadb/mysql, default random in 5400-6400",
             "  [--history-file PATH]          mariadb/mysql, default <offsets-file>.history",
-            "  [--prop key=value]...          add/override any engine or connector property");
+            "  [--prop key=value]...          add/override any engine or connector property",
+            "  S3 (--out s3://...): credentials and region from the AWS default chains",
+            "  (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, profiles, roles)",
+            "  [--s3-endpoint URL]            default $AWS_ENDPOINT_URL_S3, else $AWS_ENDPOINT_URL, else AWS",
+            "  [--s3-path-style true|false]   path-style requests (MinIO, moto), default false",
+            "  [--s3-conditional-put true|false]  If-None-Match: * on each PutObject, default true");
 
     private static final Pattern FINAL_NAME = Pattern.compile("(\\d{10})\\.jsonl");
+    private static final Pattern IN_PROGRESS_NAME = Pattern.compile("\\.\\d{10}\\.jsonl\\.inprogress");
 
     private static final String POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector";
     private static final String MYSQL_CONNECTOR = "io.debezium.connector.mysql.MySqlConnector";
@@ -142,7 +174,15 @@ public final class DebeziumJsonlWriter {
         int rollRecords = positive(args, "roll-records", 500);
         long rollMs = positive(args, "roll-ms", 500);
         long flushMs = positive(args, "offset-flush-ms", 1000);
-        Path out = Paths.get(args.get("out")).toAbsolutePath();
+        String outArg = args.get("out");
+        boolean s3 = outArg.startsWith("s3://") || outArg.startsWith("s3a://");
+        for (String option : new String[] {"s3-endpoint", "s3-path-style", "s3-conditional-put"}) {
+            if (!s3 && args.containsKey(option)) {
+                usage("--" + option + " is for an s3:// --out only");
+            }
+        }
+        boolean pathStyle = bool(args, "s3-path-style", false);
+        boolean conditionalPut = bool(args, "s3-conditional-put", true);
         Path offsets = Paths.get(args.get("offsets-file")).toAbsolutePath();
 
         Properties props = new Properties();
@@ -200,13 +240,33 @@ public final class DebeziumJsonlWriter {
         }
         props.putAll(extra);
 
-        Files.createDirectories(out);
         if (offsets.getParent() != null) {
             Files.createDirectories(offsets.getParent());
         }
+        Output output;
+        if (s3) {
+            // The in-progress file is spooled locally beside the offsets (kept across restarts,
+            // so a leftover is found and deleted), and uploaded whole when it is published.
+            Path spool = offsets.getParent() != null ? offsets.getParent() : Paths.get("").toAbsolutePath();
+            output = S3Output.open(outArg, args.get("s3-endpoint"), pathStyle, conditionalPut, spool);
+        } else {
+            Path out = Paths.get(outArg).toAbsolutePath();
+            Files.createDirectories(out);
+            output = new LocalOutput(out);
+        }
         String transactionTopic = props.getProperty("topic.prefix") + "."
                 + props.getProperty("topic.transaction", "transaction");
-        FileRoller roller = new FileRoller(out, rollRecords, rollMs, transactionTopic);
+        FileRoller roller;
+        try {
+            roller = new FileRoller(output, rollRecords, rollMs, transactionTopic);
+        } catch (IOException e) {
+            // The output is unusable (an S3 prefix that cannot be listed: credentials, bucket,
+            // endpoint): the message names the location, never a credential.
+            System.err.println("writer: " + e.getMessage());
+            System.err.flush();
+            Runtime.getRuntime().halt(3);
+            return;
+        }
         new DebeziumJsonlWriter(props, roller).run();
     }
 
@@ -348,7 +408,7 @@ public final class DebeziumJsonlWriter {
      * transaction whole instead of resuming inside it (debezium/dbz#1554, README.md).
      */
     static final class FileRoller implements DebeziumEngine.ChangeConsumer<ChangeEvent<String, String>> {
-        final Path dir;
+        final Output output;
         final int rollRecords;
         final long rollMs;
         final String transactionTopic;
@@ -373,26 +433,12 @@ public final class DebeziumJsonlWriter {
         private BufferedWriter writer;
         private long firstRecordNanos;
 
-        FileRoller(Path dir, int rollRecords, long rollMs, String transactionTopic) throws IOException {
-            this.dir = dir;
+        FileRoller(Output output, int rollRecords, long rollMs, String transactionTopic) throws IOException {
+            this.output = output;
             this.rollRecords = rollRecords;
             this.rollMs = rollMs;
             this.transactionTopic = transactionTopic;
-            long highest = 0;
-            try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
-                for (Path entry : entries) {
-                    String name = entry.getFileName().toString();
-                    Matcher m = FINAL_NAME.matcher(name);
-                    if (m.matches()) {
-                        highest = Math.max(highest, Long.parseLong(m.group(1)));
-                    } else if (name.startsWith(".") && name.endsWith(".inprogress")) {
-                        // A crashed sink's unpublished file: lost, as with an object store.
-                        Files.delete(entry);
-                        System.err.println("writer: deleted the leftover " + name);
-                    }
-                }
-            }
-            this.sequence = highest + 1;
+            this.sequence = output.highestSequence() + 1;
         }
 
         @Override
@@ -465,7 +511,7 @@ public final class DebeziumJsonlWriter {
 
         private void append(ChangeEvent<String, String> record) throws IOException {
             if (writer == null) {
-                inProgress = dir.resolve("." + finalName(sequence) + ".inprogress");
+                inProgress = output.spool(finalName(sequence));
                 stream = new FileOutputStream(inProgress.toFile());
                 writer = new BufferedWriter(new OutputStreamWriter(stream, StandardCharsets.UTF_8), 1 << 16);
                 firstRecordNanos = System.nanoTime();
@@ -525,11 +571,12 @@ public final class DebeziumJsonlWriter {
                 return;
             }
             writer.flush();
-            stream.getFD().sync();
+            output.sync(stream);
             writer.close();
             String name = finalName(sequence);
-            Files.move(inProgress, dir.resolve(name), StandardCopyOption.ATOMIC_MOVE);
-            syncDirectory();
+            // Returns once the file is visible whole under its final name; only then are its
+            // records marked processed (below), so offsets never cover an unpublished record.
+            output.publish(inProgress, name);
             int count = pending.size();
             emit("{\"file\": \"" + name + "\", \"records\": " + count + "}");
             unmarked.addAll(pending);
@@ -549,6 +596,65 @@ public final class DebeziumJsonlWriter {
             inProgress = null;
             sequence++;
         }
+    }
+
+    /** Where published files go: a local directory or an S3 prefix. */
+    interface Output {
+        /** The highest published sequence number (0 if none); deletes leftover in-progress files. */
+        long highestSequence() throws IOException;
+
+        /** Where the in-progress file of {@code name} is written. */
+        Path spool(String name);
+
+        /** Makes the in-progress file's bytes durable before it is closed, if that matters here. */
+        void sync(FileOutputStream stream) throws IOException;
+
+        /** Publishes the closed in-progress file as {@code name}; returns once it is visible whole. */
+        void publish(Path spool, String name) throws IOException;
+    }
+
+    /** A local directory: fsync, atomic rename, directory fsync. */
+    static final class LocalOutput implements Output {
+        private final Path dir;
+
+        LocalOutput(Path dir) {
+            this.dir = dir;
+        }
+
+        @Override
+        public long highestSequence() throws IOException {
+            long highest = 0;
+            try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
+                for (Path entry : entries) {
+                    String name = entry.getFileName().toString();
+                    Matcher m = FINAL_NAME.matcher(name);
+                    if (m.matches()) {
+                        highest = Math.max(highest, Long.parseLong(m.group(1)));
+                    } else if (name.startsWith(".") && name.endsWith(".inprogress")) {
+                        // A crashed sink's unpublished file: lost, as with an object store.
+                        Files.delete(entry);
+                        System.err.println("writer: deleted the leftover " + name);
+                    }
+                }
+            }
+            return highest;
+        }
+
+        @Override
+        public Path spool(String name) {
+            return dir.resolve("." + name + ".inprogress");
+        }
+
+        @Override
+        public void sync(FileOutputStream stream) throws IOException {
+            stream.getFD().sync();
+        }
+
+        @Override
+        public void publish(Path spool, String name) throws IOException {
+            Files.move(spool, dir.resolve(name), StandardCopyOption.ATOMIC_MOVE);
+            syncDirectory();
+        }
 
         private void syncDirectory() throws IOException {
             try (FileChannel channel = FileChannel.open(dir, StandardOpenOption.READ)) {
@@ -558,6 +664,187 @@ public final class DebeziumJsonlWriter {
                 Thread.currentThread().interrupt();
             }
         }
+    }
+
+    /**
+     * An S3 prefix (AWS S3 or an S3-compatible store): the in-progress file is spooled in a local
+     * directory and published as one {@code PutObject} of the whole file under its final key. An
+     * object is visible whole or not at all, so a lister never sees part of a file; keys are the
+     * zero-padded sequence, so their order (ListObjectsV2 lists in UTF-8 binary order) is write
+     * order. With {@code If-None-Match: *} a published key is never replaced: a second writer on
+     * the same prefix fails instead of overwriting what a reader may already have read.
+     */
+    static final class S3Output implements Output {
+        private static final int ATTEMPTS = 3;
+
+        private final S3Client client;
+        private final String bucket;
+        private final String prefix;
+        private final boolean conditionalPut;
+        private final Path spoolDir;
+
+        private S3Output(S3Client client, String bucket, String prefix, boolean conditionalPut, Path spoolDir) {
+            this.client = client;
+            this.bucket = bucket;
+            this.prefix = prefix;
+            this.conditionalPut = conditionalPut;
+            this.spoolDir = spoolDir;
+        }
+
+        /** Parses {@code s3://bucket/prefix} (or {@code s3a://}) and builds the client. */
+        static S3Output open(String url, String endpoint, boolean pathStyle, boolean conditionalPut, Path spoolDir) {
+            String rest = url.substring(url.indexOf("://") + 3);
+            int slash = rest.indexOf('/');
+            String bucket = slash < 0 ? rest : rest.substring(0, slash);
+            String prefix = slash < 0 ? "" : rest.substring(slash + 1);
+            if (bucket.isEmpty()) {
+                usage("--out " + url + " names no bucket (s3://BUCKET/PREFIX)");
+            }
+            if (!prefix.isEmpty() && !prefix.endsWith("/")) {
+                prefix += "/";
+            }
+            if (endpoint == null || endpoint.isEmpty()) {
+                endpoint = firstSet(System.getenv("AWS_ENDPOINT_URL_S3"), System.getenv("AWS_ENDPOINT_URL"));
+            }
+            S3ClientBuilder builder = S3Client.builder()
+                    // The JDK's HttpURLConnection: the SDK's default clients (Apache, Netty) would
+                    // add about 6 MB to the jar for nothing a sequence of PutObjects needs.
+                    .httpClientBuilder(UrlConnectionHttpClient.builder()
+                            .connectionTimeout(Duration.ofSeconds(10))
+                            .socketTimeout(Duration.ofSeconds(60)))
+                    .forcePathStyle(pathStyle);
+            if (endpoint != null) {
+                try {
+                    builder.endpointOverride(URI.create(endpoint));
+                } catch (IllegalArgumentException e) {
+                    usage("the S3 endpoint is not a URL: " + endpoint);
+                }
+            }
+            S3Client client = null;
+            try {
+                client = builder.build();
+            } catch (SdkException e) {
+                // Typically no region: the SDK names the places it looked.
+                usage("cannot build the S3 client (set AWS_REGION?): " + e.getMessage());
+            }
+            try {
+                Files.createDirectories(spoolDir);
+            } catch (IOException e) {
+                usage("cannot create the spool directory " + spoolDir + ": " + e);
+            }
+            return new S3Output(client, bucket, prefix, conditionalPut, spoolDir);
+        }
+
+        private String where(String key) {
+            return "s3://" + bucket + "/" + key;
+        }
+
+        @Override
+        public long highestSequence() throws IOException {
+            try (DirectoryStream<Path> entries = Files.newDirectoryStream(spoolDir)) {
+                for (Path entry : entries) {
+                    String name = entry.getFileName().toString();
+                    if (IN_PROGRESS_NAME.matcher(name).matches()) {
+                        // Never uploaded: its records were not marked, Debezium repeats them.
+                        Files.delete(entry);
+                        System.err.println("writer: deleted the leftover " + entry);
+                    }
+                }
+            }
+            long highest = 0;
+            String token = null;
+            try {
+                do {
+                    ListObjectsV2Response page = client.listObjectsV2(ListObjectsV2Request.builder()
+                            .bucket(bucket).prefix(prefix).delimiter("/").continuationToken(token).build());
+                    for (S3Object object : page.contents()) {
+                        Matcher m = FINAL_NAME.matcher(object.key().substring(prefix.length()));
+                        if (m.matches()) {
+                            highest = Math.max(highest, Long.parseLong(m.group(1)));
+                        }
+                    }
+                    token = Boolean.TRUE.equals(page.isTruncated()) ? page.nextContinuationToken() : null;
+                } while (token != null);
+            } catch (SdkException e) {
+                throw new IOException("cannot list " + where(prefix) + ": " + e.getMessage(), e);
+            }
+            return highest;
+        }
+
+        @Override
+        public Path spool(String name) {
+            return spoolDir.resolve("." + name + ".inprogress");
+        }
+
+        @Override
+        public void sync(FileOutputStream stream) {
+            // Nothing: the spool file only matters until its upload returns, and a crash before
+            // that loses it anyway (its records are not marked, so Debezium repeats them).
+        }
+
+        @Override
+        public void publish(Path spool, String name) throws IOException {
+            String key = prefix + name;
+            PutObjectRequest.Builder request = PutObjectRequest.builder()
+                    .bucket(bucket).key(key).contentType("application/x-ndjson");
+            if (conditionalPut) {
+                request.ifNoneMatch("*");
+            }
+            // The engine interrupts its polling thread when it closes: the upload must not be
+            // abandoned half-way for that (a retried PutObject of the same bytes is harmless).
+            boolean interrupted = Thread.interrupted();
+            try {
+                for (int attempt = 1; ; attempt++) {
+                    try {
+                        client.putObject(request.build(), RequestBody.fromFile(spool));
+                        break;
+                    } catch (S3Exception e) {
+                        if (e.statusCode() == 412 || e.statusCode() == 409) {
+                            // The key exists: our own earlier attempt (a retry after a lost
+                            // answer) or another writer. Only the same bytes are ours.
+                            if (sameContent(key, spool)) {
+                                break;
+                            }
+                            throw new IOException(where(key) + " already exists with other content: "
+                                    + "another writer publishes under " + where(prefix)
+                                    + " (one writer per prefix)", e);
+                        }
+                        throw new IOException("uploading " + where(key) + " failed: " + e.getMessage(), e);
+                    } catch (AbortedException e) {
+                        interrupted |= Thread.interrupted();
+                        if (attempt >= ATTEMPTS) {
+                            throw new IOException("uploading " + where(key) + " was interrupted", e);
+                        }
+                    } catch (SdkException | UncheckedIOException e) {
+                        throw new IOException("uploading " + where(key) + " failed: " + e.getMessage(), e);
+                    }
+                }
+            } finally {
+                if (interrupted) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            Files.delete(spool);
+        }
+
+        private boolean sameContent(String key, Path spool) throws IOException {
+            try {
+                byte[] stored = client.getObjectAsBytes(GetObjectRequest.builder().bucket(bucket).key(key).build())
+                        .asByteArray();
+                return Arrays.equals(stored, Files.readAllBytes(spool));
+            } catch (SdkException e) {
+                throw new IOException("reading " + where(key) + " back failed: " + e.getMessage(), e);
+            }
+        }
+    }
+
+    private static String firstSet(String... values) {
+        for (String value : values) {
+            if (value != null && !value.isEmpty()) {
+                return value;
+            }
+        }
+        return null;
     }
 
     /** Fails with a usage error if this jar was not built with {@code className}'s connector. */
