@@ -26,6 +26,15 @@ project-local repository ``.cache/maven``), and ``DebeziumWriter`` runs it::
 
 The password goes to the JVM through its environment, never its command line, and never appears
 in a message this module raises.
+
+``out_dir`` may also be an ``s3://bucket/prefix`` URL: the writer then publishes each file as one
+S3 object (``PutObject`` of the whole file) under ``prefix/NNNNNNNNNN.jsonl``, credentials and
+region from the AWS default chains (pass them in ``env``: ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``), ``s3_path_style=True`` for
+MinIO or moto::
+
+    writer = DebeziumWriter("postgres", "s3://bucket/cdc/", state_dir, ..., s3_path_style=True,
+                            env={"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", ...})
 """
 
 from __future__ import annotations
@@ -59,6 +68,8 @@ CACHE = Path(__file__).resolve().parents[1] / ".cache"
 MAVEN_REPO = CACHE / "maven"
 PASSWORD_ENV = "DEBEZIUM_WRITER_PASSWORD"
 FINAL_NAME = re.compile(r"^\d{10}\.jsonl$")
+S3_SCHEMES = ("s3://", "s3a://")
+_SECRET_ENV = re.compile(r"SECRET|TOKEN|PASSWORD|KEY", re.IGNORECASE)
 
 _BUILD_TIMEOUT_S = 1800.0
 _LOG_TAIL_CHARS = 4000
@@ -172,7 +183,9 @@ class DebeziumWriter:
         connector, its own jar) or ``"mysql"`` (3.6.1's MySQL connector, for MySQL servers
         only: it refuses MariaDB). See the writer's README.md.
     out_dir
-        Where the published ``NNNNNNNNNN.jsonl`` files appear (created).
+        Where the published ``NNNNNNNNNN.jsonl`` files appear (created), or an
+        ``s3://bucket/prefix`` URL: each file is then one S3 object under the prefix (see
+        ``s3_endpoint``, ``s3_path_style``, ``env``).
     state_dir
         Offsets (``offsets.dat``), MariaDB's schema history (``schema-history.dat``) and the
         JVM's stderr (``writer.log``, appended across restarts) (created). Keep it across
@@ -202,6 +215,18 @@ class DebeziumWriter:
         Extra or overriding Debezium/engine properties (``--prop key=value``).
     heap
         The JVM's ``-Xmx``.
+    s3_endpoint
+        ``--s3-endpoint``: the S3 endpoint URL (default: ``AWS_ENDPOINT_URL_S3`` or
+        ``AWS_ENDPOINT_URL`` from the environment, else AWS).
+    s3_path_style
+        ``--s3-path-style``: path-style requests, for MinIO and moto.
+    s3_conditional_put
+        ``--s3-conditional-put``: ``If-None-Match: *`` on each upload (a published key is never
+        replaced); turn off only for a store that rejects the header.
+    env
+        Extra environment variables for the JVM (AWS credentials and region, ...), on top of
+        this process's. Values of names with ``SECRET``, ``TOKEN``, ``PASSWORD`` or ``KEY`` are
+        masked in :meth:`log_tail`.
     """
 
     def __init__(
@@ -228,21 +253,31 @@ class DebeziumWriter:
         server_id: int | None = None,
         props: Mapping[str, str] | None = None,
         heap: str = "256m",
+        s3_endpoint: str | None = None,
+        s3_path_style: bool = False,
+        s3_conditional_put: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if connector not in CONNECTORS:
             raise ValueError(
                 f"connector must be 'postgres', 'mariadb' or 'mysql', got {connector!r}"
             )
         self.connector = connector
-        self.out_dir = Path(out_dir)
+        out = os.fspath(out_dir)
+        self.s3 = out.startswith(S3_SCHEMES)
+        self.out = out
+        """The ``--out`` argument: a directory or an ``s3://`` URL."""
+        self.out_dir = Path(out)
+        """The output directory (meaningless for an ``s3://`` output: see ``out``)."""
         self.state_dir = Path(state_dir)
         self.offsets_file = self.state_dir / "offsets.dat"
         self.history_file = self.state_dir / "schema-history.dat"
         self.log_file = self.state_dir / "writer.log"
         self._password = password
+        self._env = dict(env or {})
         args = [
             "--connector", connector,
-            "--out", str(self.out_dir),
+            "--out", out if self.s3 else str(self.out_dir),
             "--offsets-file", str(self.offsets_file),
             "--host", host,
             "--port", str(port),
@@ -267,6 +302,11 @@ class DebeziumWriter:
             args += ["--history-file", str(self.history_file)]
             if server_id is not None:
                 args += ["--server-id", str(server_id)]
+        if self.s3:
+            if s3_endpoint:
+                args += ["--s3-endpoint", s3_endpoint]
+            args += ["--s3-path-style", str(s3_path_style).lower()]
+            args += ["--s3-conditional-put", str(s3_conditional_put).lower()]
         for key, value in (props or {}).items():
             args += ["--prop", f"{key}={value}"]
         self._args = args
@@ -315,11 +355,12 @@ class DebeziumWriter:
         if self.running:
             raise RuntimeError("the Debezium writer is already running")
         jar = writer_jar(self.connector)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if not self.s3:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._scan_out_dir()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._scan_out_dir()
         command = ["java", f"-Xmx{self._heap}", "-XX:+UseSerialGC", "-jar", str(jar), *self._args]
-        env = {**os.environ, PASSWORD_ENV: self._password}
+        env = {**os.environ, **self._env, PASSWORD_ENV: self._password}
         with self.log_file.open("a", encoding="utf-8") as log:
             log.write(f"--- debezium-writer start at {time.strftime('%H:%M:%S')} ---\n")
             log.flush()
@@ -465,11 +506,23 @@ class DebeziumWriter:
                     with path.open("rb") as f:
                         self._files[path.name] = sum(1 for _ in f)
 
-    def files(self) -> list[Path]:
-        """The published files, in write order."""
+    def published_names(self) -> list[str]:
+        """The names of the files published (seen by this object), in write order.
+
+        For an ``s3://`` output, the keys are ``<prefix>/<name>``; only files this object saw
+        published count (an S3 prefix is not scanned at start).
+        """
         with self._changed:
-            names = sorted(self._files)
-        return [self.out_dir / name for name in names]
+            return sorted(self._files)
+
+    def files(self) -> list[Path]:
+        """The published files, in write order (a local output only)."""
+        if self.s3:
+            raise RuntimeError(
+                f"the writer publishes to {self.out}: read the objects with an S3 client "
+                "(published_names() gives their names)"
+            )
+        return [self.out_dir / name for name in self.published_names()]
 
     def published_records(self) -> int:
         """Records (lines) in all published files, across restarts."""
@@ -549,13 +602,14 @@ class DebeziumWriter:
                 text = f.read().decode("utf-8", errors="replace")
         except OSError:
             return "(no log)"
-        return text.replace(self._password, "***") if self._password else text
+        secrets = [self._password, *(v for k, v in self._env.items() if _SECRET_ENV.search(k))]
+        for secret in secrets:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
     def __repr__(self) -> str:  # never the password
-        return (
-            f"DebeziumWriter({self.connector!r}, out_dir={str(self.out_dir)!r}, "
-            f"running={self.running})"
-        )
+        return f"DebeziumWriter({self.connector!r}, out_dir={self.out!r}, running={self.running})"
 
 
 _RUNNING: set[DebeziumWriter] = set()
@@ -575,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         "--build-only", action="store_true", help="build the connector's jar, print its path"
     )
     parser.add_argument("--connector", choices=CONNECTORS, default="postgres")
-    parser.add_argument("--out", help="output directory of the JSONL files")
+    parser.add_argument("--out", help="output directory of the JSONL files, or s3://bucket/prefix")
     parser.add_argument("--state", help="offsets, schema history and log directory")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int)
@@ -585,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-schemas", action="store_true")
     parser.add_argument("--snapshot-mode", default="initial")
     parser.add_argument("--prop", action="append", default=[], help="key=value, repeatable")
+    parser.add_argument("--s3-endpoint", help="S3 endpoint URL (default: $AWS_ENDPOINT_URL)")
+    parser.add_argument("--s3-path-style", action="store_true", help="path-style S3 requests")
     args = parser.parse_args(argv)
     if args.build_only:
         print(writer_jar(args.connector))
@@ -608,15 +664,17 @@ def main(argv: list[str] | None = None) -> int:
         schemas=not args.no_schemas,
         snapshot_mode=args.snapshot_mode,
         props=dict(p.split("=", 1) for p in args.prop),
+        s3_endpoint=args.s3_endpoint,
+        s3_path_style=args.s3_path_style,
     ).start()
-    print(f"ready after {writer.startup_seconds:.1f}s; writing to {writer.out_dir}", flush=True)
+    print(f"ready after {writer.startup_seconds:.1f}s; writing to {writer.out}", flush=True)
     seen = 0
     try:
         while writer.running:
             time.sleep(0.5)
             count = writer.published_records()
             if count != seen:
-                print(f"{count} records in {len(writer.files())} files", flush=True)
+                print(f"{count} records in {len(writer.published_names())} files", flush=True)
                 seen = count
     except KeyboardInterrupt:
         writer.stop()
