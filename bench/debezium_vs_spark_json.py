@@ -1,7 +1,11 @@
 """txn-cdc on Debezium files against Spark's own ``format("json")`` source, side by side.
 
-Generates one Debezium-format log (interleaved transactions, spread over files), then runs in
-alternating pairs, each ``Trigger.availableNow`` over the same files:
+The log is written by Debezium itself (``--log real``, the default): Debezium 3.6's embedded
+engine (``bench/peers/debezium-writer``) captures a throwaway PostgreSQL server while
+``pg_workload``'s transactions run, writing record values without Kafka Connect's schema
+envelope (what ``format("json")`` with a fixed schema can read) and decimals as strings.
+``--log generated`` uses the project's generator instead (interleaved transactions, spread over
+files). Then it runs in alternating pairs, each ``Trigger.availableNow`` over the same files:
 
 - into Spark's ``noop`` sink: ``txn-cdc`` (``debezium-json``, ``maxChangesPerTrigger``) against
   ``format("json")`` with a fixed schema (what a user who gives up transaction gating reads);
@@ -87,8 +91,73 @@ def run_spark_json(spark: Any, control: Any, log: Path, out: Path, sink: str) ->
     return Timed(control, query, began, cpu)
 
 
+def real_log(directory: Path, transactions: int, seed: int) -> tuple[int, int, int]:
+    """Let Debezium write ``transactions`` workload transactions (PostgreSQL) into ``directory``.
+
+    Returns ``(changes, lines, transactions)`` of the log as written.
+    """
+    import pg_workload
+    from debezium_writer import DebeziumWriter
+    from pg_cluster import PASSWORD, USER, PgCluster
+
+    server = PgCluster(tempfile.mkdtemp(prefix="bench-dbz-pg-")).start()
+    try:
+        dsn = server.dsn()
+        pg_workload.create_schema(dsn, accounts=200, seed=seed)
+        writer = DebeziumWriter(
+            "postgres",
+            directory,
+            Path(server.workdir) / "writer",
+            host="127.0.0.1",
+            port=server.port,
+            user=USER,
+            password=PASSWORD,
+            database="postgres",
+            tables=",".join(pg_workload.TABLES),
+            schemas=False,
+            roll_records=20_000,
+            roll_ms=2_000,
+            props={
+                "decimal.handling.mode": "string",
+                "max.batch.size": "8192",
+                "max.queue.size": "32768",
+            },
+        ).start()
+        try:
+            # Two sessions, as an application's connection pool would commit them.
+            work = [
+                pg_workload.Workload(dsn, transactions=transactions // 2, seed=seed + i + 1)
+                for i in range(2)
+            ]
+            for w in work:
+                w.start()
+            for w in work:
+                w.join(3600)
+            writer.wait_idle(5.0, 600)
+        finally:
+            writer.stop()
+    finally:
+        server.stop()
+    changes = lines = ends = 0
+    for path in sorted(directory.glob("*.jsonl")):
+        # Lines end at "\n" only: JSON strings may hold U+2028, which splitlines() splits at.
+        for line in path.read_bytes().split(b"\n"):
+            if not line:
+                continue
+            lines += 1
+            value = json.loads(line)
+            if isinstance(value, dict) and value.get("op") in ("c", "u", "d", "r"):
+                changes += 1
+            elif isinstance(value, dict) and value.get("status") == "END":
+                ends += 1
+    return changes, lines, ends
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--log", choices=("real", "generated"), default="real", help="who writes the log"
+    )
     parser.add_argument("--transactions", type=int, default=40_000)
     parser.add_argument(
         "--cap", type=int, default=0, help="maxChangesPerTrigger (0: unset, the default)"
@@ -101,8 +170,6 @@ def main() -> None:
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
-    records, expected = random_log(rng, args.transactions, max_size=20, interleave=6)
-    changes = sum(len(t.events) for t in expected)
     spark = local_session("bench-debezium-vs-spark-json")
     control = install(spark)
     ratios: dict[str, list[float]] = {"noop": [], "delta": []}
@@ -111,7 +178,13 @@ def main() -> None:
     planning: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log"
-        write_log(str(log), records, sorted(rng.sample(range(len(records)), 20)))
+        if args.log == "real":
+            changes, lines, transactions = real_log(log, args.transactions, args.seed)
+        else:
+            records, expected = random_log(rng, args.transactions, max_size=20, interleave=6)
+            write_log(str(log), records, sorted(rng.sample(range(len(records)), 20)))
+            changes = sum(len(t.events) for t in expected)
+            lines, transactions = len(records), len(expected)
         # Warm-up, and the rows the pass-through replays: ours into delta-2pc, once.
         rows = run_ours(
             spark, control, log, Path(tmp) / "rows", "delta", args.cap, args.changes_per_partition
@@ -149,9 +222,10 @@ def main() -> None:
     spark.stop()
     result = {
         "bench": "debezium_vs_spark_json",
+        "log": args.log,
         "changes": changes,
-        "lines": len(records),
-        "transactions": len(expected),
+        "lines": lines,
+        "transactions": transactions,
         "max_changes_per_trigger": args.cap or None,
         "changes_per_partition": args.changes_per_partition or None,
         "pairs": args.pairs,
