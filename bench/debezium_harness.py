@@ -20,6 +20,10 @@ added it (the sink only adds files), so a test can check that no version shows p
 transaction without starting a JVM of its own; :func:`delta_txn_ids` is what a test polls until
 the table has caught up.
 
+:func:`mirror_log` mirrors a finished log (``delta-2pc`` ``mode=mirror``, ``availableNow``) in a
+test's own session, and :func:`delta_mirrors` reads the mirrors back with delta-rs as of the
+newest checkpoint in the root's index, as ``spark_ckpt.read_consistent`` does, without Spark.
+
 Run as a script (``debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES``) it is
 the driver itself.
 """
@@ -30,13 +34,21 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import crash_harness
 
-__all__ = ["DebeziumDriver", "delta_changes", "delta_txn_ids", "drive"]
+__all__ = [
+    "DebeziumDriver",
+    "delta_changes",
+    "delta_mirrors",
+    "delta_txn_ids",
+    "drive",
+    "mirror_log",
+]
 
 _POLL_S = 0.2
 _LOG_TAIL_CHARS = 4000
@@ -253,6 +265,70 @@ def delta_changes(table: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 rows.append(row)
         seen = files
     return rows
+
+
+def mirror_log(
+    spark: Any,
+    control: Any,
+    log: str | os.PathLike[str],
+    root: str | os.PathLike[str],
+    checkpoint: str | os.PathLike[str],
+    keys: Mapping[str, Sequence[str]],
+    timeout: float = 240,
+) -> None:
+    """Mirror the whole of ``log`` under ``root`` (``availableNow``) and wait for the query.
+
+    ``keys`` names each table as the change log does (``public.orders``) with its key columns,
+    given as ``keyColumns``; the mirrors are typed from the envelopes (``columnTypes=true``).
+    ``control`` is ``spark_ckpt.install(spark)``.
+
+    Raises
+    ------
+    AssertionError
+        If the query has not finished after ``timeout`` seconds.
+    """
+    key_columns = ";".join(f"{table}:{','.join(columns)}" for table, columns in keys.items())
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "debezium-json")
+        .option("columnTypes", "true")
+        .option("keyColumns", key_columns)
+        .option("maxChangesPerTrigger", "2000")
+        .load(str(log))
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(root))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert control.await_termination(query, timeout), "the mirror query did not finish"
+
+
+def delta_mirrors(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every mirror table under ``root`` as a pyarrow Table, by source table name (delta-rs).
+
+    Each table is read at the version the checkpoint index (``_checkpoints``) records for its
+    newest checkpoint: one consistent cut, as ``spark_ckpt.read_consistent`` reads it.
+
+    Raises
+    ------
+    AssertionError
+        If the root has no checkpoint index yet.
+    """
+    from deltalake import DeltaTable
+
+    index_dir = Path(root) / "_checkpoints"
+    assert (index_dir / "_delta_log").exists(), f"{root} has no checkpoint index"
+    index = DeltaTable(str(index_dir)).to_pyarrow_table().to_pylist()
+    newest = max(row["checkpoint_id"] for row in index)
+    return {
+        row["table"]: DeltaTable(
+            str(Path(root) / row["path"]), version=int(row["version"])
+        ).to_pyarrow_table()
+        for row in index
+        if row["checkpoint_id"] == newest
+    }
 
 
 if __name__ == "__main__":
