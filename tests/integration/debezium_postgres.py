@@ -7,6 +7,8 @@ The workload is ``bench/pg_workload.py``'s; Debezium writes decimals as strings
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pg_workload
 import psycopg
+from changelog_checks import Row, by_key, fold
 from debezium_writer import DebeziumWriter
 from pg_cluster import PASSWORD, USER, PgCluster
 
@@ -120,6 +123,54 @@ def canonical(column: str, value: Any) -> Any:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     return value
+
+
+def assert_folds_to_tables(rows: Sequence[Row], dsn: str) -> None:
+    """The change log folded by key equals each table (``SELECT *``), row for row."""
+    state = fold(rows, KEYS, debezium_value)
+    with psycopg.connect(dsn) as conn:
+        for name, key_columns in KEYS.items():
+            cursor = conn.execute(f"SELECT * FROM {name}")
+            columns = [d.name for d in cursor.description or ()]
+            actual = by_key(columns, cursor.fetchall(), key_columns, lambda _, v: exact(v))
+            assert state[name] == actual, f"{name} differs from its folded change log"
+
+
+@dataclass
+class PostgresCapture:
+    """One test database, its workloads and checks, as ``test_debezium_driver_kill`` runs them."""
+
+    server: PgCluster
+    dsn: str
+    accounts: int = 30
+    accounts_table = "public.accounts"
+    """The accounts table's name in the change log."""
+
+    def create_schema(self) -> None:
+        pg_workload.create_schema(self.dsn, accounts=self.accounts)
+
+    def writer(self, tmp_path: Path) -> DebeziumWriter:
+        return writer_for(self.server, self.dsn, tmp_path)
+
+    def start_workload(
+        self, name: str, transactions: int, seed: int
+    ) -> Callable[[float], list[str]]:
+        """Start a workload (0.05 s between transactions); returns a join giving its xids."""
+        workload = pg_workload.Workload(
+            self.dsn, transactions=transactions, seed=seed, accounts=self.accounts, pause=0.05
+        ).start()
+
+        def join(timeout: float) -> list[str]:
+            workload.join(timeout)
+            return [str(xid) for xid in workload.committed]
+
+        return join
+
+    def large_transaction(self, rows: int) -> str:
+        return str(large_transaction(self.dsn, rows))
+
+    def assert_folds_to_tables(self, rows: Sequence[Row]) -> None:
+        assert_folds_to_tables(rows, self.dsn)
 
 
 def mirror_tables(

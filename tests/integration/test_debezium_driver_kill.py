@@ -1,27 +1,30 @@
-"""The Spark driver SIGKILLed once and restarted while Debezium (PostgreSQL) writes the log.
+"""The Spark driver SIGKILLed once and restarted while Debezium writes (PostgreSQL, MariaDB).
 
-Debezium's embedded engine (``bench/debezium_writer.py``) captures the test PostgreSQL server
-while a workload runs. The query runs in a driver process of its own
-(``bench/debezium_harness.py``): the first is killed with its whole session (JVM and Python
-workers) once batch 3's manifest is durable and before Spark commits the batch; the second starts
-on the same checkpoint, publishes what the first left behind, reads a second workload as it is
-written, and drains once everything reached Delta. Each workload transaction logs its own xid in
+Debezium's embedded engine (``bench/debezium_writer.py``) captures the test database
+(``debezium_postgres``, ``debezium_mariadb_capture``) while a workload runs. The query runs in a
+driver process of its own (``bench/debezium_harness.py``): the first is killed with its whole
+session (JVM and Python workers) once batch 3's manifest is durable and before Spark commits the
+batch; the second starts on the same checkpoint, publishes what the first left behind, reads a
+second workload as it is written, and drains once everything reached Delta. Each workload
+transaction logs its own id (PostgreSQL's xid, a MariaDB ``txlog`` row with its GTID known) in
 ``txlog``, so every committed transaction can be found in the table under Debezium's transaction
 id. The table is read back with delta-rs: this test starts no JVM of its own, one per driver run
-only.
+only. The same flow runs on both databases; MariaDB's workload is smaller.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
-import pg_workload
-import psycopg
-from changelog_checks import by_key, fold, whole_once
+import pytest
+from changelog_checks import Row, whole_once
 from conftest import wait_until
 from debezium_harness import DebeziumDriver, delta_changes, delta_txn_ids
-from debezium_postgres import KEYS, debezium_value, exact, large_transaction, writer_for
-from pg_cluster import PgCluster
+from debezium_mariadb_capture import MariaDbCapture
+from debezium_postgres import PostgresCapture
+from debezium_writer import DebeziumWriter
 
 from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
@@ -32,46 +35,83 @@ KILL_BATCH = 3
 ACCOUNTS = 30
 
 
+class Capture(Protocol):
+    """A captured test database: ``PostgresCapture`` or ``MariaDbCapture``."""
+
+    accounts: int
+
+    @property
+    def accounts_table(self) -> str: ...
+
+    def create_schema(self) -> None: ...
+    def writer(self, tmp_path: Path) -> DebeziumWriter: ...
+    def start_workload(
+        self, name: str, transactions: int, seed: int
+    ) -> Callable[[float], list[str]]: ...
+    def large_transaction(self, rows: int) -> str: ...
+    def assert_folds_to_tables(self, rows: Sequence[Row]) -> None: ...
+
+
+@pytest.fixture
+def capture(request: pytest.FixtureRequest) -> Capture:
+    """The database ``database`` names, a fresh one of the session's server."""
+    if request.getfixturevalue("database") == "postgres":
+        return PostgresCapture(
+            request.getfixturevalue("pg_server"), request.getfixturevalue("pg_dsn"), ACCOUNTS
+        )
+    return MariaDbCapture(
+        request.getfixturevalue("mariadb_server"),
+        request.getfixturevalue("mariadb_database"),
+        ACCOUNTS,
+    )
+
+
+@pytest.mark.parametrize(
+    ("database", "first_size", "large_size", "second_size"),
+    [
+        pytest.param("postgres", 60, 2000, 40, id="postgres"),
+        pytest.param("mariadb", 40, 1000, 20, id="mariadb"),
+    ],
+)
 def test_a_driver_killed_mid_batch_resumes_and_lands_every_transaction_whole_once(
-    pg_server: PgCluster, pg_dsn: str, tmp_path: Path
+    database: str,
+    first_size: int,
+    large_size: int,
+    second_size: int,
+    capture: Capture,
+    tmp_path: Path,
 ) -> None:
-    """Killed after batch 3's manifest, restarted: each xid in one version, whole; tables fold."""
-    pg_workload.create_schema(pg_dsn, accounts=ACCOUNTS)
-    writer = writer_for(pg_server, pg_dsn, tmp_path).start()
+    """Killed after batch 3's manifest, restarted: each unit in one version, whole; tables fold."""
+    capture.create_schema()
+    writer = capture.writer(tmp_path).start()
     table = tmp_path / "table"
     driver = DebeziumDriver(tmp_path / "log", table, tmp_path / "ckpt", tmp_path / "driver")
-    committed: list[int] = []
+    committed: list[str] = []
     try:
         # Small batches, so that batch 3 comes while the first workload is still being read.
         driver.start(fault=f"after_manifest:{KILL_BATCH}", max_changes=50)
+        # Once the snapshot is in Delta, Debezium streams: what commits now is no snapshot row.
         wait_until(
             lambda: "snapshot" in delta_txn_ids(table),
             120,
             f"the first driver did not publish the snapshot; stderr {driver.stderr_file}",
         )
-        first = pg_workload.Workload(
-            pg_dsn, transactions=60, seed=1, accounts=ACCOUNTS, pause=0.05
-        ).start()
+        join_first = capture.start_workload("first", first_size, seed=1)
         driver.wait_killed(120)
         published_at_kill = len(delta_txn_ids(table))
-        # Written while no driver runs: a 2,000-row transaction with a primary-key change.
-        committed.append(large_transaction(pg_dsn, 2000))
+        # Written while no driver runs: a large transaction with a primary-key change.
+        committed.append(capture.large_transaction(large_size))
         driver.start(max_changes=500)
-        first.join(120)
-        committed += first.committed
+        committed += join_first(120)
         wait_until(
             lambda: len(delta_txn_ids(table)) > published_at_kill,
             120,
             f"the restarted driver published nothing; stderr {driver.stderr_file}",
         )
         # Written while the restarted driver runs.
-        second = pg_workload.Workload(
-            pg_dsn, transactions=40, seed=2, accounts=ACCOUNTS, pause=0.05
-        ).start()
-        second.join(120)
-        committed += second.committed
+        committed += capture.start_workload("second", second_size, seed=2)(120)
         writer.wait_idle(2.0, 120)
-        expected = {str(xid) for xid in committed} | {"snapshot"}
+        expected = {*committed, "snapshot"}
         wait_until(
             lambda: delta_txn_ids(table) >= expected,
             150,
@@ -96,15 +136,9 @@ def test_a_driver_killed_mid_batch_resumes_and_lands_every_transaction_whole_onc
     # The snapshot is one unit: every account (and nothing streamed) in it.
     snapshot = by_txn.pop("snapshot")
     assert {r["op"] for r in snapshot} == {"r"}
-    assert sum(1 for r in snapshot if r["table"] == "public.accounts") == ACCOUNTS
-    assert sorted(int(t) for t in by_txn) == sorted(committed), "a transaction is missing or extra"
-    assert max(len(v) for v in by_txn.values()) >= 2000, "the large transaction was not whole"
+    assert sum(1 for r in snapshot if r["table"] == capture.accounts_table) == ACCOUNTS
+    assert sorted(by_txn) == sorted(committed), "a transaction is missing or extra"
+    assert max(len(v) for v in by_txn.values()) >= large_size, "the large transaction was not whole"
 
     # The change log folded by key equals each table, row for row.
-    state = fold(rows, KEYS, debezium_value)
-    with psycopg.connect(pg_dsn) as conn:
-        for name, key_columns in KEYS.items():
-            cursor = conn.execute(f"SELECT * FROM {name}")
-            columns = [d.name for d in cursor.description or ()]
-            actual = by_key(columns, cursor.fetchall(), key_columns, lambda _, v: exact(v))
-            assert state[name] == actual, f"{name} differs from its folded change log"
+    capture.assert_folds_to_tables(rows)
