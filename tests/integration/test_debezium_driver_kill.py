@@ -83,13 +83,16 @@ def test_a_driver_killed_mid_batch_resumes_and_lands_every_transaction_whole_onc
 ) -> None:
     """Killed after batch 3's manifest, restarted: each unit in one version, whole; tables fold."""
     capture.create_schema()
-    writer = capture.writer(tmp_path).start()
+    writer = capture.writer(tmp_path)
     table = tmp_path / "table"
+    (tmp_path / "log").mkdir()
     driver = DebeziumDriver(tmp_path / "log", table, tmp_path / "ckpt", tmp_path / "driver")
     committed: list[str] = []
     try:
         # Small batches, so that batch 3 comes while the first workload is still being read.
+        # Both JVMs start at once: the driver reads an empty log until Debezium writes.
         driver.start(fault=f"after_manifest:{KILL_BATCH}", max_changes=50)
+        writer.start()
         # Once the snapshot is in Delta, Debezium streams: what commits now is no snapshot row.
         wait_until(
             lambda: "snapshot" in delta_txn_ids(table),
