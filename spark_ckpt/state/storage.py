@@ -12,6 +12,16 @@ does atomically: write a whole object (:meth:`Location.write_bytes`; a local fil
 temporary name and renamed, so readers see the old or the new bytes, never a part), read one,
 list a prefix, delete. Callers name objects so that an overwrite is impossible or harmless.
 
+Object stores are not POSIX at the read either. pyarrow opens an object with a HEAD request and
+reads it with GETs, so an object deleted after the open fails the next read (a local file that
+was opened stays readable). Every read here therefore translates the store's errors where the
+bytes are read, not only at the open: into :class:`StorageNotFoundError` when the object is not
+there (any more), so that callers can tell "gone" (a concurrent publisher finished the batch and
+deleted what it staged) from "cannot read" (:class:`~spark_ckpt.errors.StorageError`). Callers
+never see pyarrow's raw ``OSError``: they read through :meth:`Location.read_bytes`,
+:meth:`Location.read_parquet`, :func:`iter_chunks`, or the :class:`InputFile` that
+:meth:`Location.open_input` returns.
+
 Options come from where users already keep them, later ones overriding earlier:
 
 1. the standard environment variables and credential chains (pyarrow and delta-rs read them
@@ -31,16 +41,19 @@ without its file-system client, which is rebuilt on first use in the receiving p
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, cast
+from types import TracebackType
+from typing import Any, BinaryIO, Literal, cast
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from spark_ckpt.errors import ConfigError, StorageError
 
@@ -49,7 +62,9 @@ __all__ = [
     "S3A_KEYS",
     "SCHEMES",
     "Entry",
+    "InputFile",
     "Location",
+    "StorageNotFoundError",
     "StorageOptions",
     "iter_chunks",
     "s3a_options",
@@ -74,6 +89,16 @@ S3A_KEYS = {
     "fs.s3a.path.style.access": "AWS_PATH_STYLE",
     "fs.s3a.connection.ssl.enabled": "AWS_SSL",
 }
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """The file (object) is not there: at the open, or at a read after the open.
+
+    A :class:`~spark_ckpt.errors.StorageError` (callers that only care that a read failed catch
+    that) and a :class:`FileNotFoundError`. On an object store it also means "deleted after it
+    was opened", which a local disk never shows: callers that can lose a race to a concurrent
+    writer (a publisher of the same batch) catch this one, and only this one.
+    """
 
 
 def _is_secret(key: str) -> bool:
@@ -284,7 +309,38 @@ class Location:
 
     def _fail(self, what: str, error: BaseException) -> StorageError:
         # The error names the location, never its options (they may hold credentials).
-        return StorageError(f"cannot {what} {self.url}: {_describe(error)}")
+        kind = StorageNotFoundError if _not_found(error) else StorageError
+        return kind(f"cannot {what} {self.url}: {_describe(error)}")
+
+    def _read_failure(self, error: OSError) -> StorageError:
+        """The typed error for ``error``, raised by a read of this file after it was opened.
+
+        The store's message does not always say "not found": a ranged GET of a deleted object
+        whose 404 body does not fit the read's buffer fails as ``AWS Error INTERNAL_FAILURE ...
+        Failed to flush response stream``, its status lost. So a failed read asks the store
+        whether the object is still there (one request, on the error path only).
+        """
+        if _not_found(error):
+            return self._fail("read", error)
+        try:
+            gone = self.fs.get_file_info(self.path).type == pafs.FileType.NotFound
+        except OSError:
+            gone = False  # the store cannot say: report what the read said
+        if gone:
+            return StorageNotFoundError(
+                f"cannot read {self.url}: it was deleted after it was opened ({_describe(error)})"
+            )
+        return self._fail("read", error)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Translate what a read of this file raises into the storage layer's errors."""
+        try:
+            yield
+        except StorageError:
+            raise
+        except OSError as e:
+            raise self._read_failure(e) from e
 
     def info(self) -> pafs.FileInfo:
         """The file system's information about this location."""
@@ -327,23 +383,71 @@ class Location:
         return bool(self.info().type == pafs.FileType.Directory)
 
     def read_bytes(self) -> bytes | None:
-        """The whole file, or None when it does not exist."""
+        """The whole file, or None when it is not there (at the open, or gone by the read).
+
+        Raises
+        ------
+        StorageError
+            When the file is there but cannot be read.
+        """
         try:
-            with self.fs.open_input_stream(self.path) as stream:
-                return bytes(stream.read())
-        except FileNotFoundError:
-            return None
+            stream = self.fs.open_input_stream(self.path)
         except OSError as e:
             if _not_found(e):
                 return None
-            raise self._fail("read", e) from e
-
-    def open_input(self) -> pa.NativeFile:
-        """A random-access reader of the file (caller closes it)."""
+            raise self._fail("open", e) from e
         try:
-            return self.fs.open_input_file(self.path)
+            with self._reading(), stream:
+                return bytes(stream.read())
+        except StorageNotFoundError:
+            return None
+
+    def open_input(self) -> InputFile:
+        """A random-access reader of the file (caller closes it); every read translates errors.
+
+        Raises
+        ------
+        StorageNotFoundError
+            When the file is not there. On an object store the same error can come from any
+            later read: the object was deleted after the open.
+        StorageError
+            When it cannot be opened for another reason.
+        """
+        try:
+            return InputFile(self, self.fs.open_input_file(self.path))
         except OSError as e:
             raise self._fail("open", e) from e
+
+    def read_parquet(
+        self,
+        columns: Sequence[str] | None = None,
+        *,
+        missing_columns: Literal["fail", "skip"] = "fail",
+    ) -> pa.Table:
+        """The rows of a Parquet file, all columns or ``columns`` (footer read once).
+
+        ``missing_columns="skip"`` reads those of ``columns`` the file has (optional columns);
+        ``"fail"`` lets pyarrow refuse a column the file lacks. Read with pyarrow's own reader of
+        the store (no copy through Python).
+
+        Raises
+        ------
+        StorageNotFoundError
+            When the file is not there, at the open or at any read (deleted meanwhile).
+        StorageError
+            When it cannot be read for another reason.
+        """
+        try:
+            handle = self.fs.open_input_file(self.path)
+        except OSError as e:
+            raise self._fail("open", e) from e
+        with self._reading(), handle:
+            parquet = pq.ParquetFile(handle)
+            wanted = None if columns is None else list(columns)
+            if wanted is not None and missing_columns == "skip":
+                names = set(parquet.schema_arrow.names)
+                wanted = [c for c in wanted if c in names]
+            return parquet.read(columns=wanted)
 
     def list(self, *, recursive: bool = False) -> list[Entry]:
         """Files below this location (names relative to it); [] when it does not exist."""
@@ -402,6 +506,8 @@ class Location:
 
         Small files are copied whole (:meth:`write_bytes`: the target appears atomically);
         larger ones are streamed in chunks of :data:`COPY_CHUNK` bytes, never held in memory.
+        Missing also means deleted during the copy (an object store does not hold an opened
+        file); a copy that fails part way deletes the part of the target it wrote.
         """
         info = self.info()
         if info.type != pafs.FileType.File or info.size is None:
@@ -414,10 +520,17 @@ class Location:
             target.write_bytes(data)
             return len(data)
         copied = 0
-        with target.open_output() as sink:
-            for chunk in iter_chunks(self, 0, size, COPY_CHUNK):
-                sink.write(chunk)
-                copied += len(chunk)
+        try:
+            with target.open_output() as sink:
+                for chunk in iter_chunks(self, 0, size, COPY_CHUNK):
+                    sink.write(chunk)
+                    copied += len(chunk)
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                target.delete()  # closing the sink made what it had a whole object
+            if isinstance(e, StorageNotFoundError) and not self.exists():
+                return None  # this file is gone (not the target's bucket)
+            raise
         return copied
 
     def delete(self) -> bool:
@@ -457,11 +570,20 @@ class _SyncedFile(io.FileIO):
         super().close()
 
 
+_NOT_FOUND = (
+    "Path does not exist",  # pyarrow, at the open (a HEAD that found nothing)
+    "NoSuchKey",
+    "NO_SUCH_KEY",  # a GET on AWS S3 of a key deleted after the open
+    "RESOURCE_NOT_FOUND",  # the same from other S3 servers (moto, MinIO) and a 404 without body
+    "BlobNotFound",  # Azure
+)
+
+
 def _not_found(error: BaseException) -> bool:
+    if isinstance(error, FileNotFoundError) or getattr(error, "errno", None) == errno.ENOENT:
+        return True
     text = str(error)
-    return (
-        isinstance(error, FileNotFoundError) or "NoSuchKey" in text or "Path does not exist" in text
-    )
+    return any(marker in text for marker in _NOT_FOUND)
 
 
 _REFUSED = (
@@ -573,8 +695,90 @@ def _write_local_atomically(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
+class InputFile:
+    """A random-access reader of one file (object) whose every call translates store errors.
+
+    Returned by :meth:`Location.open_input`; runs wherever that is called (driver or executor).
+    pyarrow accepts it wherever it takes a file (``pa.ipc.open_file``, ``pq.ParquetFile``) and
+    reads through :meth:`read_buffer`, without a copy. A read of an object deleted after the open
+    raises :class:`StorageNotFoundError`; any other failure a
+    :class:`~spark_ckpt.errors.StorageError` naming the location. Not picklable (it holds an
+    open connection); pass the :class:`Location` instead.
+    """
+
+    def __init__(self, location: Location, handle: pa.NativeFile) -> None:
+        self.location = location
+        self._handle = handle
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return bool(self._handle.closed)
+
+    def readable(self) -> bool:
+        """Always True."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always True (random access)."""
+        return True
+
+    def writable(self) -> bool:
+        """Always False."""
+        return False
+
+    def size(self) -> int:
+        """The file's size in bytes."""
+        with self.location._reading():
+            return int(self._handle.size())
+
+    def tell(self) -> int:
+        """The current position."""
+        with self.location._reading():
+            return int(self._handle.tell())
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move to ``offset`` (from the start, the position or the end: ``whence`` 0, 1, 2)."""
+        with self.location._reading():
+            return int(self._handle.seek(offset, whence))
+
+    def read(self, nbytes: int | None = None) -> bytes:
+        """Up to ``nbytes`` bytes from the position (all the rest when None); b"" at the end."""
+        with self.location._reading():
+            return bytes(self._handle.read(nbytes))
+
+    def read_buffer(self, nbytes: int | None = None) -> pa.Buffer:
+        """As :meth:`read`, as an Arrow buffer (what pyarrow's readers call)."""
+        with self.location._reading():
+            return self._handle.read_buffer(nbytes)
+
+    def close(self) -> None:
+        """Close the reader (a store error at the close is translated too)."""
+        with self.location._reading():
+            self._handle.close()
+
+    def __enter__(self) -> InputFile:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 def iter_chunks(location: Location, start: int, stop: int, chunk: int) -> Iterator[bytes]:
-    """Bytes ``[start, stop)`` of a file, in pieces of at most ``chunk`` (a random-access read)."""
+    """Bytes ``[start, stop)`` of a file, in pieces of at most ``chunk`` (a random-access read).
+
+    Raises
+    ------
+    StorageNotFoundError
+        When the file is not there, at the open or at any read (deleted meanwhile).
+    StorageError
+        When it cannot be read for another reason.
+    """
     with location.open_input() as handle:
         handle.seek(start)
         remaining = stop - start
@@ -583,4 +787,4 @@ def iter_chunks(location: Location, start: int, stop: int, chunk: int) -> Iterat
             if not data:
                 return
             remaining -= len(data)
-            yield bytes(data)
+            yield data
