@@ -25,18 +25,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 
-from spark_ckpt.errors import MirrorSchemaError, PublishError, StorageError
+from spark_ckpt.errors import MirrorSchemaError, PublishError
 from spark_ckpt.state.mirrors import (
     CHECKPOINTS_TABLE,
     STAGING_DIR,
     TYPES_COLUMN,
     table_directory,
 )
-from spark_ckpt.state.storage import Location, StorageOptions
+from spark_ckpt.state.storage import Location, StorageNotFoundError, StorageOptions
 from spark_ckpt.testing.faults import crash_point
 
 from ..staging import StagedFile, staged_location, staged_name, write_staged_file
@@ -137,13 +136,13 @@ def _evolve(
 
 
 def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table | None:
-    parts = []
-    for staged in files:
-        with staged_location(changelog, staged.path).open_input() as handle:
-            parquet = pq.ParquetFile(handle)  # the footer is read once, for names and rows
-            names = parquet.schema_arrow.names
-            wanted = [c for c in (*CHANGE_COLUMNS, TYPES_COLUMN) if c in names]
-            parts.append(parquet.read(columns=wanted))
+    parts = [
+        # column_types only when the stream has it
+        staged_location(changelog, staged.path).read_parquet(
+            (*CHANGE_COLUMNS, TYPES_COLUMN), missing_columns="skip"
+        )
+        for staged in files
+    ]
     return pa.concat_tables(parts, promote_options="default") if parts else None
 
 
@@ -219,14 +218,15 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
         folded = empty_folded(schema)
     else:
         try:
-            with root.child(*plan.folded.split("/")).open_input() as handle:
-                folded = pq.read_table(handle)
-        except StorageError:
-            # Gone: a concurrent publisher finished N (it deletes N's staging last).
+            folded = root.child(*plan.folded.split("/")).read_parquet()
+        except StorageNotFoundError:
+            # Gone, at the open or (an object store) at a read after it: a concurrent publisher
+            # finished N (it deletes N's staging last).
             again = load_table(location)
             done = None if again is None else again.transaction_version(query_id)
             if again is None or done is None or done < batch_id:
                 raise
+            _log.debug("mirror %s: a concurrent publisher published batch %d", plan.table, batch_id)
             return again.version()
         schema = pa.schema([f for f in folded.schema if f.name not in META_COLUMNS])
     rewrite = rewrite_table(

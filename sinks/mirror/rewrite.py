@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from spark_ckpt.state.storage import Location
@@ -187,6 +186,12 @@ def rewrite_table(
     ``folded`` holds row versions (:meth:`.fold.FoldedTable.history_arrow`): stored rows are
     never removed, a changed key's current version is closed, and the batch's versions are
     added. Nothing is committed; on error the files written so far are deleted.
+
+    Raises
+    ------
+    StorageError
+        When a file of the mirror's snapshot cannot be read (``StorageNotFoundError``: it is
+        gone, e.g. vacuumed while this snapshot was in use).
     """
     result = TableRewrite()
     try:
@@ -236,14 +241,12 @@ def _rewrite(
     for entry in _candidates(live, key_columns[0], first) if lookup.num_rows else []:
         path = str(entry["path"])
         location = staged_location(table, path)
-        with location.open_input() as handle:
-            file_keys = pq.read_table(handle, columns=list(key_columns))
+        file_keys = location.read_parquet(key_columns)
         result.files_read += 1
         mask = _hits(file_keys, lookup, key_columns)
         if not pc.any(mask).as_py():
             continue  # the statistics allowed a changed key, but the file holds none
-        with location.open_input() as handle:
-            rows = _align(pq.read_table(handle), schema)
+        rows = _align(location.read_parquet(), schema)
         matched = rows.filter(mask)
         kept = rows.filter(pc.invert(mask))
         if history:

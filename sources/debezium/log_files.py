@@ -26,7 +26,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import Literal, NamedTuple
 
 from spark_ckpt.errors import LogRewrittenError, SourcePathError, StateFormatError, StorageError
-from spark_ckpt.state.storage import Location
+from spark_ckpt.state.storage import Location, StorageNotFoundError
 
 __all__ = [
     "FILE_ORDERS",
@@ -327,15 +327,16 @@ def _file_chunks(
     target: Location, start: LogPosition, limit: int, closed: bool
 ) -> Generator[LogChunk, None, None]:
     path = target.url
+    deleted = (
+        f"change-log file {path!r} was deleted after it was listed for reading: the changes in "
+        f"it would be skipped. Files of the log may only be appended or added; restore the "
+        f"file, or start over with a new checkpointLocation"
+    )
     try:
         handle = target.open_input()
     except StorageError as e:
         if not target.exists():
-            raise LogRewrittenError(
-                f"change-log file {path!r} was deleted after it was listed for reading: the "
-                f"changes in it would be skipped. Files of the log may only be appended or "
-                f"added; restore the file, or start over with a new checkpointLocation"
-            ) from e
+            raise LogRewrittenError(deleted) from e
         raise SourcePathError(f"cannot read change-log file {path!r}: {e}") from e
     try:
         handle.seek(start.byte)
@@ -361,6 +362,11 @@ def _file_chunks(
                 piece = LogChunk(position, whole, tail, lines)
                 position = piece.end
                 yield piece
+    except StorageNotFoundError as e:
+        # On an object store the open does not hold the file: a read after it finds it gone.
+        raise LogRewrittenError(deleted) from e
+    except StorageError as e:
+        raise SourcePathError(f"cannot read change-log file {path!r}: {e}") from e
     finally:
         handle.close()
 

@@ -50,7 +50,7 @@ from spark_ckpt.errors import (
     StorageError,
 )
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
-from spark_ckpt.state.storage import Location
+from spark_ckpt.state.storage import InputFile, Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
@@ -1005,8 +1005,12 @@ def _pgoutput_keys(
     return table, op, key, None if before is None else json.loads(before)
 
 
-def _open_spill(spilled_file: Location) -> pa.NativeFile:
-    """Open a snapshot spill file on an executor, or say why it cannot be seen there."""
+def _open_spill(spilled_file: Location) -> InputFile:
+    """Open a snapshot spill file on an executor, or say why it cannot be seen there.
+
+    The reader's later reads (the record batches, one at a time) raise the storage layer's
+    errors too, naming the file: on an object store a read can fail after the open did not.
+    """
     try:
         return spilled_file.open_input()
     except StorageError as e:
