@@ -40,6 +40,7 @@ __all__ = [
     "SparkCkptError",
     "StateFormatError",
     "StorageError",
+    "StorageNotFoundError",
     "SupervisedQueryError",
     "TableCaptureError",
     "TableIncompatibleError",
@@ -136,6 +137,16 @@ class StorageError(SparkCkptError, OSError):
 
     An unknown scheme, an unreachable endpoint, wrong credentials, a missing bucket. The message
     names the location and what the store answered, never the credentials used.
+    """
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """The file (object) is not there: at the open, or at a read after the open.
+
+    A :class:`StorageError` (callers that only care that a read failed catch
+    that) and a :class:`FileNotFoundError`. On an object store it also means "deleted after it
+    was opened", which a local disk never shows: callers that can lose a race to a concurrent
+    writer (a publisher of the same batch) catch this one, and only this one.
     """
 
 

@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_ckpt.errors import ConfigError, StorageError
+from spark_ckpt.errors import ConfigError, StorageError, StorageNotFoundError
 
 __all__ = [
     "COPY_CHUNK",
@@ -89,16 +89,6 @@ S3A_KEYS = {
     "fs.s3a.path.style.access": "AWS_PATH_STYLE",
     "fs.s3a.connection.ssl.enabled": "AWS_SSL",
 }
-
-
-class StorageNotFoundError(StorageError, FileNotFoundError):
-    """The file (object) is not there: at the open, or at a read after the open.
-
-    A :class:`~spark_ckpt.errors.StorageError` (callers that only care that a read failed catch
-    that) and a :class:`FileNotFoundError`. On an object store it also means "deleted after it
-    was opened", which a local disk never shows: callers that can lose a race to a concurrent
-    writer (a publisher of the same batch) catch this one, and only this one.
-    """
 
 
 def _is_secret(key: str) -> bool:
