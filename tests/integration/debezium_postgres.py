@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pg_workload
 import psycopg
 from changelog_checks import Row, by_key, fold
+from debezium_harness import mirror_log
 from debezium_writer import DebeziumWriter
 from pg_cluster import PASSWORD, USER, PgCluster
 
@@ -176,21 +177,6 @@ class PostgresCapture:
 def mirror_tables(
     spark: SparkSession, control: spark_ckpt.Control, log: Path, root: Path, ckpt: Path
 ) -> dict[str, Any]:
-    """Mirror the whole log (availableNow), keys from keyColumns, types from the envelopes."""
-    keys = ";".join(f"{table}:{','.join(columns)}" for table, columns in KEYS.items())
-    query = (
-        spark.readStream.format("txn-cdc")
-        .option("connector", "debezium-json")
-        .option("columnTypes", "true")
-        .option("keyColumns", keys)
-        .option("maxChangesPerTrigger", "2000")
-        .load(str(log))
-        .writeStream.format("delta-2pc")
-        .option("mode", "mirror")
-        .option("path", str(root))
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert control.await_termination(query, 240), "the mirror query did not finish"
+    """Mirror the whole log (``debezium_harness.mirror_log``), read with ``read_consistent``."""
+    mirror_log(spark, control, log, root, ckpt, KEYS)
     return spark_ckpt.read_consistent(spark, str(root))
