@@ -559,6 +559,39 @@ class DebeziumWriter:
                     )
                 self._changed.wait(min(remaining, 0.5))
 
+    def wait_offsets_past_snapshot(self, timeout: float = 60.0) -> None:
+        """Block until Debezium's flushed offsets are past its initial snapshot.
+
+        Killed before that, Debezium finds no finished snapshot in its offsets and takes the
+        snapshot again when it restarts: a lost-offsets restart, which a reader rightly refuses
+        after streamed changes (``RepeatedSnapshotError``). A crash test that wants ordinary
+        repeats waits here first. The offsets file (Kafka Connect's ``FileOffsetBackingStore``,
+        a serialized map of JSON texts) then holds a streaming offset: PostgreSQL's
+        ``lsn_proc``, or the binlog ``gtids`` MySQL and MariaDB record while streaming.
+
+        Raises
+        ------
+        RuntimeError
+            If the JVM exits first, or no such offset is flushed within ``timeout`` seconds.
+        """
+        markers = (b"lsn_proc",) if self.connector == "postgres" else (b"gtids", b'"pos"')
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                data = self.offsets_file.read_bytes()
+            except FileNotFoundError:
+                data = b""
+            if any(marker in data for marker in markers) and b'"snapshot"' not in data:
+                return
+            with self._changed:
+                self._check_alive("while waiting for its offsets to pass the snapshot")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Debezium flushed no offset past its snapshot within {timeout:.0f}s; log "
+                    f"{self.log_file}:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
     def wait_idle(self, quiet_s: float = 2.0, timeout: float = 60.0) -> int:
         """Block until no new file was published for ``quiet_s`` seconds; return the count.
 

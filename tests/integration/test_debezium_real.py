@@ -55,7 +55,9 @@ def test_a_log_debezium_wrote_lands_whole_once_and_folds_to_the_tables(
         first = pg_workload.Workload(pg_dsn, transactions=80, seed=1, accounts=40).start()
         first.join(240)
         committed += first.committed
-        # Killed right after a file is published: its offsets lag, so it writes again.
+        # Killed right after a file is published: its offsets lag, so it writes again (once its
+        # offsets are past the snapshot, else it would take the snapshot again).
+        writer.wait_offsets_past_snapshot(120)
         writer.wait_for_records(writer.published_records() + 1, 60)
         writer.kill()
         while_down = pg_workload.Workload(pg_dsn, transactions=20, seed=2, accounts=40).start()
