@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING
 
 import pg_workload
 import psycopg
-from changelog_checks import by_key, fold, whole_once
+from changelog_checks import whole_once
 from conftest import wait_until
 from debezium_harness import delta_changes, delta_txn_ids
 from debezium_postgres import (
     KEYS,
+    assert_folds_to_tables,
     canonical,
-    debezium_value,
-    exact,
     large_transaction,
     mirror_tables,
     query,
@@ -91,13 +90,7 @@ def test_a_log_debezium_wrote_lands_whole_once_and_folds_to_the_tables(
     assert max(len(v) for v in by_txn.values()) >= 3000, "the large transaction was not whole"
 
     # The change log folded by key equals each table, row for row.
-    state = fold(rows, KEYS, debezium_value)
-    with psycopg.connect(pg_dsn) as conn:
-        for name, key_columns in KEYS.items():
-            cursor = conn.execute(f"SELECT * FROM {name}")
-            columns = [d.name for d in cursor.description or ()]
-            actual = by_key(columns, cursor.fetchall(), key_columns, lambda _, v: exact(v))
-            assert state[name] == actual, f"{name} differs from its folded change log"
+    assert_folds_to_tables(rows, pg_dsn)
 
     # Mirror mode's tables equal the source tables, row for row.
     spark.conf.set("spark.sql.session.timeZone", "UTC")
