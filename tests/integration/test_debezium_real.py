@@ -54,12 +54,14 @@ def test_a_log_debezium_wrote_lands_whole_once_and_folds_to_the_tables(
         first = pg_workload.Workload(pg_dsn, transactions=80, seed=1, accounts=40).start()
         first.join(240)
         committed += first.committed
-        # Killed right after a file is published: its offsets lag, so it writes again (once its
-        # offsets are past the snapshot, else it would take the snapshot again).
+        # Killed right after a file is published while transactions run: its offsets lag, so it
+        # writes again (once its offsets are past the snapshot, else it would take the snapshot
+        # again). The first workload is over by now, so the record waited for is this one's.
         writer.wait_offsets_past_snapshot(120)
-        writer.wait_for_records(writer.published_records() + 1, 60)
-        writer.kill()
+        published = writer.published_records()
         while_down = pg_workload.Workload(pg_dsn, transactions=20, seed=2, accounts=40).start()
+        writer.wait_for_records(published + 1, 60)
+        writer.kill()
         while_down.join(120)
         committed += while_down.committed
         writer.restart()

@@ -288,13 +288,21 @@ def test_debezium_to_s3_to_delta_mirrors_equal_the_source_tables(
             trigger="2 seconds",
         )
         transactions(pg_dsn, rng, 25)
-        # SIGKILL right after a publish: the offsets lag what is on S3, so Debezium repeats
-        # (once its offsets are past the snapshot, else it would take the snapshot again).
+        # SIGKILL right after a publish while transactions run: the offsets lag what is on S3,
+        # so Debezium repeats (once its offsets are past the snapshot, else it would take the
+        # snapshot again). The ones above are all published by now: the record waited for
+        # comes from these; the rest commit while the writer is down (the slot keeps them).
         writer.wait_offsets_past_snapshot(120)
-        writer.wait_for_records(writer.published_records() + 1, 60)
+        published = writer.published_records()
+        during_kill = threading.Thread(
+            target=transactions, args=(pg_dsn, random.Random(10), 10), daemon=True
+        )
+        during_kill.start()
+        writer.wait_for_records(published + 1, 60)
         writer.kill()
         before_kill = writer.published_names()
-        transactions(pg_dsn, rng, 10)  # while the writer is down: PostgreSQL's slot keeps them
+        during_kill.join(120)
+        assert not during_kill.is_alive(), "10 transactions did not commit within 120s"
         writer.start(90)
         transactions(pg_dsn, rng, 25)
         writer.wait_idle(1.5, 60)
