@@ -24,10 +24,11 @@ say "mypy --strict on the installed packages"
 
 say "pytest (integration, then unit)"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-"$VENV/bin/pytest" -p no:cacheprovider "$@"
+# The slowest tests are printed at the end of every run, so growth is seen when it happens.
+"$VENV/bin/pytest" -p no:cacheprovider --durations=10 "$@"
 
 # With arguments (a test file, -k ...) only those run; without, the Connect tests run too.
 if [ $# -eq 0 ]; then
     say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
-    "$VENV/bin/pytest" -p no:cacheprovider tests/connect
+    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 tests/connect
 fi
