@@ -45,6 +45,21 @@ SCENARIOS: dict[str, list[str | None]] = {
     "supervised_after_manifest": [f"after_manifest:{CRASH_BATCH}", None],
 }
 SUPERVISED = {"supervised_after_manifest"}
+CHAINED = "every_point_in_turn"
+# Every unsupervised kill point of SCENARIOS in one driver lineage, each in a later batch than
+# the one before (the restart re-runs the killed batch, then goes on to the next kill): one JVM
+# start per kill instead of a fresh log, checkpoint and clean run per point. The test suite runs
+# this; bench/crash_matrix.py still runs each point alone, from a fresh start, many times.
+SCENARIOS[CHAINED] = [
+    f"after_staging:{CRASH_BATCH}",
+    f"after_manifest:{CRASH_BATCH + 1}",
+    f"before_publish:{CRASH_BATCH + 2}",
+    f"during_publish:{CRASH_BATCH + 3}",
+    f"after_manifest:{CRASH_BATCH + 4}",
+    f"during_abort:{CRASH_BATCH + 4}",
+    None,
+]
+CHAINED_TRANSACTIONS = 70  # enough changes for CRASH_BATCH + 5 batches of CAP, with room
 RESTORED_FILE = "hook-restored.jsonl"  # in the scenario's workdir: what the hook was handed back
 HOOK_DIR = "CRASH_HARNESS_HOOK_DIR"  # environment: the local directory for RESTORED_FILE
 
@@ -59,6 +74,8 @@ class Outcome:
     torn: int
     versions: int
     crashes: int
+    fired: list[str] = field(default_factory=list)
+    """The faults that killed a driver, in order (``point:batch``)."""
 
 
 @dataclass
@@ -311,18 +328,20 @@ def run_scenario(
     """
     store = store or Store(str(workdir))
     log, table, checkpoint = store.uri("log"), store.uri("table"), store.uri("ckpt")
-    expected = make_log(log, seed, **store.storage)
+    transactions = CHAINED_TRANSACTIONS if name == CHAINED else 40
+    expected = make_log(log, seed, transactions, **store.storage)
     os.environ[HOOK_DIR] = str(workdir)
-    crashes = 0
+    fired: list[str] = []
     for fault in SCENARIOS[name]:
         status = run_driver(log, table, checkpoint, fault, name in SUPERVISED, store.settings)
         if fault is not None and status != -signal.SIGKILL:
             raise RuntimeError(f"scenario {name}: the fault {fault} never fired")
         if fault is None and status != 0:
             raise RuntimeError(f"scenario {name}: the clean run was killed")
-        crashes += fault is not None
+        if fault is not None:
+            fired.append(fault)
     lost, duplicated, torn, versions = verify(spark, table, expected)
-    return Outcome(name, lost, duplicated, torn, versions, crashes)
+    return Outcome(name, lost, duplicated, torn, versions, len(fired), fired)
 
 
 if __name__ == "__main__":
