@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # The test suite: lint, types, unit tests (no JVM) and integration tests (real Spark + Delta).
 # Sets up .venv and checks Java on first use. Extra arguments go to pytest.
+#   ./scripts/test.sh            the whole suite (the CI gate)
+#   ./scripts/test.sh --quick    the edit loop: lint, types, unit tests and the integration tests
+#                                marked `quick` (one per component), Connect's included
+#   ./scripts/test.sh ARGS       lint, types, then pytest ARGS (a file, -k ...), no Connect tests
 set -euo pipefail
+QUICK=0
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" test
 cd "$ROOT"
 
@@ -22,13 +28,41 @@ say "mypy --strict on the installed packages"
 # The workers' launcher is a top-level module of the standard library only: checked as a file.
 (cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" "$ROOT/spark_ckpt_python.py")
 
-say "pytest (integration, then unit)"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
+# Two pytest processes (pytest-xdist) share the tests: integration tests mostly wait on JVMs,
+# triggers and servers, so one process leaves a core idle much of the time. A module whose tests
+# share an expensive fixture (the cluster, a crash chain) is one xdist_group, run by one worker.
+# -n 0 in ARGS runs everything in one process; SPARK_CKPT_TEST_WORKERS sets the count.
+PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}" --dist loadgroup)
 # The slowest tests are printed at the end of every run, so growth is seen when it happens.
-"$VENV/bin/pytest" -p no:cacheprovider --durations=10 "$@"
+DURATIONS=(--durations=10 --durations-min=1.0)
 
-# With arguments (a test file, -k ...) only those run; without, the Connect tests run too.
-if [ $# -eq 0 ]; then
-    say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
-    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 tests/connect
+if [ "$QUICK" = 1 ]; then
+    say "pytest, quick tier (unit tests and the integration tests marked quick)"
+    "${PYTEST[@]}" "${DURATIONS[@]}" -m "not integration or quick" "$@"
+    say "pytest tests/connect, quick tier"
+    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 -m quick tests/connect
+elif [ $# -gt 0 ]; then
+    # With arguments (a test file, -k ...) only those run, without the Connect tests.
+    say "pytest $*"
+    "${PYTEST[@]}" "${DURATIONS[@]}" "$@"
+else
+    # The Connect tests run in a process of their own (a Connect server and a classic session
+    # cannot share one), started beside the main run so that their waits overlap its work; their
+    # output is printed when both are done.
+    CONNECT_LOG="$ROOT/.cache/test-connect.log"
+    mkdir -p "$ROOT/.cache"
+    say "pytest tests/connect (through a Spark Connect server), beside the main run; log: $CONNECT_LOG"
+    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 tests/connect >"$CONNECT_LOG" 2>&1 &
+    CONNECT_PID=$!
+    say "pytest (integration and unit, $(( ${SPARK_CKPT_TEST_WORKERS:-2} )) processes)"
+    MAIN_STATUS=0
+    "${PYTEST[@]}" "${DURATIONS[@]}" || MAIN_STATUS=$?
+    CONNECT_STATUS=0
+    wait "$CONNECT_PID" || CONNECT_STATUS=$?
+    say "pytest tests/connect (ran beside the main run)"
+    cat "$CONNECT_LOG"
+    if [ "$MAIN_STATUS" != 0 ] || [ "$CONNECT_STATUS" != 0 ]; then
+        die "tests failed: main pytest exit $MAIN_STATUS, Connect pytest exit $CONNECT_STATUS"
+    fi
 fi

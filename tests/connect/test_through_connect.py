@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.connect
 
 
+@pytest.mark.quick
 def test_a_plain_query_is_exact_and_its_history_is_kept(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:

@@ -82,6 +82,7 @@ def status(checkpoint: Path, capsys: pytest.CaptureFixture[str], *extra: str) ->
     return capsys.readouterr().out
 
 
+@pytest.mark.quick
 def test_an_incomplete_transaction_is_shown_while_it_lasts_then_fails_the_query(
     spark: SparkSession,
     control: spark_ckpt.Control,

@@ -36,6 +36,7 @@ def test_spark_user_has_the_connector_privileges(mariadb_server: MariaDbServer) 
         assert privilege in grants
 
 
+@pytest.mark.quick
 def test_binlog_grows_with_an_insert(mariadb_server: MariaDbServer, mariadb_database: str) -> None:
     mariadb_server.execute(
         "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))", mariadb_database

@@ -110,6 +110,7 @@ def _normalised(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     }
 
 
+@pytest.mark.quick
 def test_mirror_tables_track_the_source_and_read_consistently(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from s3_server import SECRET_KEY, S3Server
 from streams import expected_notes, generated, table_notes
 
@@ -62,6 +63,7 @@ def assert_each_transaction_in_one_version(spark: SparkSession, table: str) -> N
         before = now
 
 
+@pytest.mark.quick
 def test_pipeline_on_s3_publishes_every_transaction_once(
     spark: SparkSession,
     control: spark_ckpt.Control,

@@ -55,6 +55,7 @@ def txlog_rows(spark: SparkSession, table: Path) -> int:
     return spark.read.format("delta").load(str(table)).where("`table` = 'public.txlog'").count()
 
 
+@pytest.mark.quick
 def test_snapshot_then_concurrent_stream_lands_exactly_once(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 import spark_ckpt
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ def test_static_registration_needs_no_register_call(tmp_path: Path) -> None:
     assert "ROWS 1" in result.stdout, result.stderr[-3000:]
 
 
+@pytest.mark.quick
 def test_install_registers_the_formats(spark: SparkSession, tmp_path: Path) -> None:
     """install(spark) registers txn-cdc through the session as well."""
     control = spark_ckpt.install(spark)

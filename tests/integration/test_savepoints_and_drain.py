@@ -106,6 +106,7 @@ def assert_whole_and_once(found: Counter[str], sizes: dict[str, int]) -> None:
         assert events == sizes[txn_id], f"{txn_id}: {events} of {sizes[txn_id]} events"
 
 
+@pytest.mark.quick
 def test_savepoint_drain_and_relocated_restore(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:

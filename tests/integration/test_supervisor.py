@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 
+@pytest.mark.quick
 def test_failed_query_is_restarted_and_resumes_exactly(
     spark: SparkSession,
     control: spark_ckpt.Control,

@@ -141,6 +141,7 @@ def test_growing_directory_never_emits_a_partial_transaction(
     assert len(collector.batches) > 3
 
 
+@pytest.mark.quick
 def test_stop_and_restart_loses_and_duplicates_nothing(spark: SparkSession, tmp_path: Path) -> None:
     """Stopping mid-stream and restarting on the same checkpoint is exact; re-runs replay."""
     rng = random.Random(11)
