@@ -33,8 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # Three driver runs on the cluster, each shipping the jars to fresh executors: several minutes.
-# One xdist worker runs both tests, so only one of them starts the (session) cluster.
-pytestmark = [pytest.mark.timeout(1800), pytest.mark.xdist_group("cluster")]
+pytestmark = pytest.mark.timeout(1800)
 
 STALLED_BATCH = 1
 STALL_SECONDS = 120  # long enough to kill the executors; a retried attempt does not stall

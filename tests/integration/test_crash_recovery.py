@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-# One xdist worker runs every test of the module, so the chain (a module fixture) runs once.
-pytestmark = pytest.mark.xdist_group("crash-recovery")
-
 CHAIN = crash_harness.SCENARIOS[crash_harness.CHAINED]
 SINGLE_POINT_SCENARIOS = sorted(
     set(crash_harness.SCENARIOS) - crash_harness.SUPERVISED - {crash_harness.CHAINED}

@@ -19,9 +19,6 @@ from spark_ckpt.sinks.options import SinkOptions
 from spark_ckpt.sources.options import SourceOptions
 from spark_ckpt.state.storage import Location, StorageOptions
 
-# One xdist worker runs every test of the module, so one strict server serves them all.
-pytestmark = pytest.mark.xdist_group("strict-s3-server")
-
 
 def cases(server: S3Server, bucket: str) -> dict[str, tuple[str, dict[str, str], str]]:
     """Name -> (uri, storage options, what the message must say)."""
