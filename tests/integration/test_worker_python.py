@@ -1,4 +1,8 @@
-"""Spark's Python processes import the installed pyspark, not the copy in pyspark.zip."""
+"""How local_session sets Spark up.
+
+Its Python processes import the installed pyspark, not the copy in pyspark.zip, and Delta
+rebuilds table state with one partition per core.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark import cloudpickle
+
+from spark_ckpt.spark.session import local_cores
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,6 +26,15 @@ def _origin(_: Any) -> str:
     import pyspark
 
     return pyspark.__file__ or ""
+
+
+def test_a_local_session_rebuilds_delta_state_with_one_partition_per_core(
+    spark: SparkSession,
+) -> None:
+    """Delta's default of 50 partitions made every read of a small table's version 3x slower."""
+    assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "2"  # local[2]
+    assert (local_cores("local"), local_cores("local[3]"), local_cores("local[4,2]")) == (1, 3, 4)
+    assert local_cores("local[*]") >= 1
 
 
 def test_task_workers_import_pyspark_with_cached_bytecode(spark: SparkSession) -> None:
