@@ -163,15 +163,15 @@ class Control:
             for error in (CheckpointPolicyError, ConfigError):
                 message = message_in_trace(str(e), error)
                 if message is not None:
-                    self.listener.finished(str(query.id)).wait(
+                    self.listener.finished(str(query.runId)).wait(
                         None if deadline is None else max(0.0, deadline - time.monotonic())
                     )
                     raise error(message) from e
             raise
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self.listener.finished(str(query.id)).wait(remaining):
+        if not self.listener.finished(str(query.runId)).wait(remaining):
             return False
-        failure = self.listener.final_error(str(query.id))
+        failure = self.listener.final_error(str(query.runId))
         if failure is not None:
             # The query ended but what it completed could not all be published: never report
             # a clean end with a tail left behind.

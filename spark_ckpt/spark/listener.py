@@ -119,15 +119,21 @@ class CheckpointListener(StreamingQueryListener):
         with self._lock:
             self._watchers[query_id] = watcher
 
-    def final_error(self, query_id: str) -> BaseException | None:
-        """The failure of ``query_id``'s termination hooks (its final publish), if any."""
+    def final_error(self, run_id: str) -> BaseException | None:
+        """The failure of run ``run_id``'s termination hooks (its final publish), if any."""
         with self._lock:
-            return self._final_errors.get(query_id)
+            return self._final_errors.get(run_id)
 
-    def finished(self, query_id: str) -> threading.Event:
-        """Set once the termination hooks of ``query_id`` have run."""
+    def finished(self, run_id: str) -> threading.Event:
+        """Set once the termination hooks of run ``run_id`` (``StreamingQuery.runId``) have run.
+
+        Keyed by run, not by query: every run of a query on one checkpoint has the same id,
+        and Spark delivers a run's start to listeners synchronously but its termination
+        through the asynchronous listener bus, so a stopped run's termination can arrive
+        after the next run of the same query started.
+        """
         with self._lock:
-            return self._finished.setdefault(query_id, threading.Event())
+            return self._finished.setdefault(run_id, threading.Event())
 
     def _run_hooks(self, query_id: str, batch_id: int | None, run_id: str | None) -> None:
         for registration in self._state.registrations(query_id):
@@ -145,19 +151,18 @@ class CheckpointListener(StreamingQueryListener):
                 )
                 self.errors.append((query_id, batch_id, e))
                 with self._lock:
-                    if batch_id is None:
-                        self._final_errors[query_id] = e
+                    if batch_id is None and run_id is not None:
+                        self._final_errors[run_id] = e
                     watcher = self._watchers.get(query_id)
                 if watcher is not None:
                     watcher.publish_failed(batch_id, e)
 
     def _submit(self, query_id: str, batch_id: int | None, run_id: str | None) -> Future[None]:
         future = self._worker.submit(self._run_hooks, query_id, batch_id, run_id)
-        if batch_id is None:
-            # The signal of the run that ended, taken now: a later run of the same query (same
-            # checkpoint, same id) arms a new one as it starts, and this run's final publish,
-            # still running then, must not tell that run's waiters its tail is published.
-            done = self.finished(query_id)
+        if batch_id is None and run_id is not None:
+            # The signal of the run that ended: a later run of the same query (same checkpoint,
+            # same id) has a signal of its own, which this run's final publish never sets.
+            done = self.finished(run_id)
             future.add_done_callback(lambda _: done.set())
         return future
 
@@ -218,8 +223,7 @@ class CheckpointListener(StreamingQueryListener):
         here are the ones the query's sources see.
         """
         with self._lock:
-            self._finished[str(event.id)] = threading.Event()
-            self._final_errors.pop(str(event.id), None)
+            self._finished.setdefault(str(event.runId), threading.Event())
         if self._on_start is not None:
             try:
                 self._on_start()

@@ -382,11 +382,11 @@ class SupervisedQuery:
         query = self.query
         if query is not None:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._control.listener.finished(str(query.id)).wait(remaining):
+            if not self._control.listener.finished(str(query.runId)).wait(remaining):
                 return False
         if self._error is not None:
             raise self._error
-        failure = None if query is None else self._control.listener.final_error(str(query.id))
+        failure = None if query is None else self._control.listener.final_error(str(query.runId))
         if failure is not None:
             raise failure  # never report a clean end with a tail left behind
         return True
@@ -426,7 +426,7 @@ class SupervisedQuery:
             query.stop()
         self._done.wait(timeout)
         if query is not None:
-            self._control.listener.finished(str(query.id)).wait(timeout)
+            self._control.listener.finished(str(query.runId)).wait(timeout)
         if unfinished is not None:
             raise SupervisedQueryError(self.name, [], unfinished)
 
@@ -482,7 +482,7 @@ class SupervisedQuery:
         """
         self.stop(drain=drain, timeout=timeout)
         query = self.query
-        failure = None if query is None else self._control.listener.final_error(str(query.id))
+        failure = None if query is None else self._control.listener.final_error(str(query.runId))
         if failure is not None:
             raise failure
         return self.savepoint(target)

@@ -100,9 +100,9 @@ def test_hooks_run_after_each_progress_event_and_after_termination(state: Contro
     listener.onQueryProgress(progress(0))
     listener.onQueryProgress(progress(1))
     listener.onQueryTerminated(terminated())
-    assert listener.finished(QUERY).wait(10), "termination hooks did not run"
+    assert listener.finished(RUN).wait(10), "termination hooks did not run"
     assert calls.seen == [0, 1, None]
-    assert listener.final_error(QUERY) is None
+    assert listener.final_error(RUN) is None
 
 
 def test_queries_without_registrations_are_left_alone(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_queries_without_registrations_are_left_alone(tmp_path: Path) -> None:
     listener.onQueryStarted(started())
     listener.onQueryProgress(progress(0))
     listener.onQueryTerminated(terminated())
-    assert listener.finished(QUERY).wait(10)
+    assert listener.finished(RUN).wait(10)
     assert calls.seen == []
 
 
@@ -125,12 +125,14 @@ def test_hook_failures_are_kept_and_a_failed_final_hook_is_reported(state: Contr
     listener.onQueryProgress(progress(0))
     listener.onQueryProgress(progress(1))
     listener.onQueryTerminated(terminated())
-    assert listener.finished(QUERY).wait(10)
+    assert listener.finished(RUN).wait(10)
     assert calls.seen == [0, 1, None]
     assert [(q, b) for q, b, _ in listener.errors] == [(QUERY, 0), (QUERY, None)]
-    assert isinstance(listener.final_error(QUERY), OSError)
-    listener.onQueryStarted(started())  # a restart clears the previous run's final error
-    assert listener.final_error(QUERY) is None
+    assert isinstance(listener.final_error(RUN), OSError)
+    second = str(uuid.UUID(int=9))
+    listener.onQueryStarted(started(second))  # a restart has no final error of its own yet
+    assert listener.final_error(second) is None
+    assert isinstance(listener.final_error(RUN), OSError)
 
 
 def test_registration_is_idempotent(state: ControlState) -> None:
@@ -160,15 +162,44 @@ def test_a_runs_final_publish_does_not_signal_the_next_run_of_the_query(
     listener = CheckpointListener(state, {"delta-2pc": hook})
     listener.onQueryStarted(started())
     listener.onQueryTerminated(terminated())
-    first_done = listener.finished(QUERY)
+    first_done = listener.finished(RUN)
     listener.onQueryStarted(started(second))
-    second_done = listener.finished(QUERY)
+    second_done = listener.finished(second)
     release.set()
     assert first_done.wait(10), "the first run's final hook did not finish"
     assert finals == [RUN]
     assert not second_done.is_set(), "the second run was signalled by the first run's hook"
     listener.onQueryTerminated(terminated(run=second))
     assert second_done.wait(10), "the second run's final hook did not finish"
+    assert finals == [RUN, second]
+
+
+def test_a_runs_termination_delivered_after_the_next_run_started_does_not_signal_it(
+    state: ControlState,
+) -> None:
+    """Spark posts a run's start to listeners synchronously, its termination through the bus.
+
+    Stopped and started again at once, a query's old run may be reported terminated after its
+    new run started: the old run's final hook must not tell the new run's waiters that their
+    tail is published (it did, keyed by query id, and a bounded run's waiter read the table
+    before its last batch was published).
+    """
+    second = str(uuid.UUID(int=9))
+    finals: list[str | None] = []
+
+    def hook(registration: Registration, batch_id: int | None, run_id: str | None) -> None:
+        if batch_id is None:
+            finals.append(run_id)
+
+    listener = CheckpointListener(state, {"delta-2pc": hook})
+    listener.onQueryStarted(started())
+    listener.onQueryStarted(started(second))  # before the first run's termination arrives
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(RUN).wait(10), "the first run's final hook did not finish"
+    assert finals == [RUN]
+    assert not listener.finished(second).is_set(), "the new run was signalled by the old one"
+    listener.onQueryTerminated(terminated(run=second))
+    assert listener.finished(second).wait(10), "the second run's final hook did not finish"
     assert finals == [RUN, second]
 
 
