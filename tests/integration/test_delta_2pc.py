@@ -66,6 +66,7 @@ def committed_batches(checkpoint: Path) -> list[int]:
     return SparkCheckpoint(str(checkpoint)).committed_batches()
 
 
+@pytest.mark.quick
 def test_bounded_run_is_fully_visible_when_it_ends(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:
@@ -83,7 +84,6 @@ def test_bounded_run_is_fully_visible_when_it_ends(
     assert DeltaTable(str(table)).transaction_version(query_id) == batches[-1]
 
 
-@pytest.mark.quick
 def test_every_delta_version_adds_whole_transactions(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:
