@@ -164,7 +164,7 @@ def test_stop_and_restart_publishes_everything_once(
         second.processAllAvailable()
     finally:
         second.stop()
-    assert control.listener.finished(str(second.id)).wait(60)
+    assert control.listener.finished(str(second.runId)).wait(60)
     assert notes_of(spark.read.format("delta").load(str(table))) == expected_notes(expected)
 
 
