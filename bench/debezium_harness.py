@@ -240,31 +240,16 @@ def delta_txn_ids(table: str | os.PathLike[str]) -> set[str]:
 def delta_changes(table: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every row of the Delta table, each with ``version``: the version that added its file.
 
-    Read with delta-rs and pyarrow (no JVM). The sink only ever adds files; a version that
-    removed one fails here, since "the version that added it" would then not say what each
-    version showed.
+    Read with delta-rs and pyarrow (no JVM): :func:`delta_versions.added_rows`.
 
     Raises
     ------
     AssertionError
         If a version removed a file.
     """
-    import pyarrow.parquet as pq
-    from deltalake import DeltaTable
+    from delta_versions import added_rows
 
-    delta = DeltaTable(str(table))
-    seen: set[str] = set()
-    rows: list[dict[str, Any]] = []
-    for version in range(delta.version() + 1):
-        delta.load_as_version(version)
-        files = set(delta.file_uris())
-        assert seen <= files, f"Delta version {version} removed {sorted(seen - files)}"
-        for uri in sorted(files - seen):
-            for row in pq.read_table(uri.removeprefix("file://")).to_pylist():
-                row["version"] = version
-                rows.append(row)
-        seen = files
-    return rows
+    return added_rows(table)
 
 
 def mirror_log(

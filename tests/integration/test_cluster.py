@@ -65,7 +65,9 @@ class ClusterRun:
         return bool(staging.list(recursive=True))
 
     def verify(self, spark: SparkSession) -> tuple[int, int, int, int]:
-        return crash_harness.verify(spark, self.store.uri("table"), self.expected)
+        return crash_harness.verify(
+            spark, self.store.uri("table"), self.expected, self.store.storage
+        )
 
 
 def test_executor_and_driver_kills_on_a_growing_log_on_s3(
