@@ -19,7 +19,13 @@ def test_three_kills_during_an_incremental_snapshot_lose_and_repeat_nothing(
     One plugin here (pgoutput; the other kill test runs wal2json), for the suite's time budget.
 
     The table replays exactly, every streamed transaction is whole, each restart resumes after
-    the chunks already emitted, and chunk reads stay under 1.5 times the table's rows.
+    the chunks already emitted, and chunk reads stay under twice the table's rows.
+
+    The bound on reads: the three killed batches repeat their reads (2 chunks each), so exactly
+    1.3 times the rows is the least; a chunk is also read again whenever a transaction that
+    committed before its window raced its read (under this workload, on a loaded machine, 4 of
+    the 20 chunks once: 1.5). A restart that went back to the table's start would read at least
+    2.8 times the rows (chunks 5, 10 and 15 again), so twice still tells the two apart.
     """
     result = pg_incremental_crash.run_scenario(
         spark, pg_dsn, tmp_path, "pgoutput", rows=24_000, chunk_rows=1_200, kills=3
@@ -31,4 +37,4 @@ def test_three_kills_during_an_incremental_snapshot_lose_and_repeat_nothing(
     done = [kill["chunks_done"] for kill in result["at_kills"]]
     assert done == sorted(done), f"a restart went back: {result}"
     assert done[-1] > done[0], f"no progress across restarts: {result}"
-    assert result["read_ratio"] < 1.5, result
+    assert result["read_ratio"] < 2.0, result
