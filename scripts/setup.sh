@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 EXTRA="${1:-}"
 
-say() { printf '\033[1m[spark-ckpt]\033[0m %s\n' "$*"; }
+# Each step is stamped with the seconds since the command started, so a slow one shows.
+say() { printf '\033[1m[spark-ckpt +%ss]\033[0m %s\n' "$SECONDS" "$*"; }
 die() { printf '\033[1;31m[spark-ckpt] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
 # --- Python ------------------------------------------------------------------------------------
