@@ -26,9 +26,7 @@ def _open(table: str | os.PathLike[str], storage: Mapping[str, str] | None) -> A
     return DeltaTable(location.url, storage_options=location.delta_options())
 
 
-def version_count(
-    table: str | os.PathLike[str], storage: Mapping[str, str] | None = None
-) -> int:
+def version_count(table: str | os.PathLike[str], storage: Mapping[str, str] | None = None) -> int:
     """How many versions ``table`` has (its newest version + 1)."""
     return int(_open(table, storage).version()) + 1
 
