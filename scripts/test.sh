@@ -16,11 +16,12 @@ say "ruff"
 "$VENV/bin/ruff" format --check .
 
 say "cargo fmt, clippy and test (the connectors' native parts and what they share)"
-for NATIVE in "$ROOT"/sources/native/Cargo.toml "$ROOT"/sources/*/native/Cargo.toml; do
-  cargo fmt --manifest-path "$NATIVE" --check
-  cargo clippy --quiet --manifest-path "$NATIVE" --all-targets -- -D warnings
-  cargo test --quiet --release --manifest-path "$NATIVE"  # reuses the release build of pip install
-done
+# One workspace (sources/Cargo.toml): its dependencies compile once for every crate in it.
+CARGO_WORKSPACE="$ROOT/sources/Cargo.toml"
+cargo fmt --manifest-path "$CARGO_WORKSPACE" --all --check
+cargo clippy --quiet --manifest-path "$CARGO_WORKSPACE" --workspace --all-targets -- -D warnings
+# --release reuses the dependencies pip install built (sources/target/release).
+cargo test --quiet --release --manifest-path "$CARGO_WORKSPACE" --workspace
 
 say "mypy --strict on the installed packages"
 # Checked as installed: sources/ and sinks/ only exist as spark_ckpt.sources / .sinks there.
