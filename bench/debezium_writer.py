@@ -42,11 +42,9 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +54,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from maven_build import build_once
+
 __all__ = ["DebeziumWriter", "writer_jar"]
 
 PROJECT = Path(__file__).resolve().parent / "peers" / "debezium-writer"
@@ -64,24 +64,12 @@ JAR = PROJECT / "target" / "debezium-writer.jar"
 MARIADB_JAR = PROJECT / "target" / "debezium-jsonl-writer-mariadb.jar"
 """Debezium 3.5.0.Final, MariaDB connector (``mvn -Pmariadb``)."""
 CONNECTORS = ("postgres", "mariadb", "mysql")
-CACHE = Path(__file__).resolve().parents[1] / ".cache"
-MAVEN_REPO = CACHE / "maven"
 PASSWORD_ENV = "DEBEZIUM_WRITER_PASSWORD"
 FINAL_NAME = re.compile(r"^\d{10}\.jsonl$")
 S3_SCHEMES = ("s3://", "s3a://")
 _SECRET_ENV = re.compile(r"SECRET|TOKEN|PASSWORD|KEY", re.IGNORECASE)
 
-_BUILD_TIMEOUT_S = 1800.0
 _LOG_TAIL_CHARS = 4000
-
-
-def _newest_source_mtime() -> float:
-    sources = [PROJECT / "pom.xml", *(p for p in (PROJECT / "src").rglob("*") if p.is_file())]
-    return max(p.stat().st_mtime for p in sources)
-
-
-def _jar_fresh(jar: Path) -> bool:
-    return jar.exists() and jar.stat().st_mtime >= _newest_source_mtime()
 
 
 def writer_jar(connector: str = "postgres") -> Path:
@@ -114,63 +102,8 @@ def writer_jar(connector: str = "postgres") -> Path:
     if connector not in CONNECTORS:
         raise ValueError(f"connector must be one of {', '.join(CONNECTORS)}, got {connector!r}")
     mariadb = connector == "mariadb"
-    jar = MARIADB_JAR if mariadb else JAR
-    if _jar_fresh(jar):
-        return jar
-    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
-    if missing:
-        raise RuntimeError(
-            f"cannot build the Debezium writer: {' and '.join(missing)} not found on PATH "
-            "(Debian: apt-get install openjdk-17-jdk-headless maven)"
-        )
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with (CACHE / "debezium-writer.build.lock").open("w") as lock:
-        deadline = time.monotonic() + _BUILD_TIMEOUT_S
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"another process held the writer's build lock for "
-                        f"{_BUILD_TIMEOUT_S:.0f}s ({lock.name})"
-                    ) from None
-                time.sleep(0.5)
-        try:
-            if _jar_fresh(jar):  # built by whoever held the lock before us
-                return jar
-            command = [
-                "mvn",
-                "-q",
-                "-B",
-                f"-Dmaven.repo.local={MAVEN_REPO}",
-                "-DskipTests",
-                *(["-Pmariadb"] if mariadb else []),
-                "package",
-            ]
-            try:
-                result = subprocess.run(
-                    command,
-                    cwd=PROJECT,
-                    capture_output=True,
-                    text=True,
-                    timeout=_BUILD_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as e:
-                raise RuntimeError(
-                    f"building the Debezium writer took over {_BUILD_TIMEOUT_S:.0f}s"
-                ) from e
-            if result.returncode != 0 or not jar.exists():
-                output = (result.stdout + result.stderr).strip()[-_LOG_TAIL_CHARS:]
-                raise RuntimeError(
-                    f"building the Debezium writer failed ({' '.join(command)} in {PROJECT}, "
-                    f"exit {result.returncode}):\n{output}"
-                )
-            return jar
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    goals = [*(["-Pmariadb"] if mariadb else []), "package"]
+    return build_once(PROJECT, MARIADB_JAR if mariadb else JAR, goals, what="the Debezium writer")
 
 
 class DebeziumWriter:
