@@ -201,7 +201,8 @@ public final class DebeziumJsonlWriter {
         props.setProperty("tombstones.on.delete", Boolean.toString(tombstones));
         props.setProperty("heartbeat.interval.ms", "0");
         props.setProperty("converter.schemas.enable", Boolean.toString(schemas));
-        props.setProperty("offset.storage", "org.apache.kafka.connect.storage.FileOffsetBackingStore");
+        // Kafka's file store, saved atomically: see AtomicFileOffsetBackingStore.
+        props.setProperty("offset.storage", AtomicFileOffsetBackingStore.class.getName());
         props.setProperty("offset.storage.file.filename", offsets.toString());
         props.setProperty("offset.flush.interval.ms", Long.toString(flushMs));
         switch (connector) {
