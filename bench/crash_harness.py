@@ -318,23 +318,19 @@ def verify(
     """Count (lost, duplicated, torn, versions) of the table's every Delta version.
 
     What each version shows comes from the files the versions up to it added (read with delta-rs:
-    :func:`delta_versions.added_rows`, one Parquet read per file instead of a Spark job per
+    :func:`delta_versions.rows_by_version`, one Parquet read per file instead of a Spark job per
     version); delta-spark reads the newest version, which must show the same rows. ``storage``
     reaches a table on an object store (``spark`` must reach it too).
     """
-    from delta_versions import added_rows, version_count
+    from delta_versions import rows_by_version
 
     size_of = {note: len(txn) for txn in expected for note in txn}
     txn_of = {note: index for index, txn in enumerate(expected) for note in txn}
-    rows = added_rows(table, storage, columns=["after"])
-    versions = version_count(table, storage)
-    added: dict[int, list[str]] = defaultdict(list)
-    for row in rows:
-        added[row["version"]].append(json.loads(row["after"])["note"])
+    by_version = rows_by_version(table, storage, columns=["after"])
     torn: set[int] = set()
     final: Counter[str] = Counter()
-    for version in range(versions):
-        final.update(added[version])
+    for added in by_version:
+        final.update(json.loads(row["after"])["note"] for row in added)
         per_txn: dict[int, int] = defaultdict(int)
         for note in final:
             per_txn[txn_of[note]] += 1
@@ -345,7 +341,7 @@ def verify(
     lost = sum(1 for txn in expected if any(final[note] == 0 for note in txn))
     duplicated = sum(1 for txn in expected if any(final[note] > 1 for note in txn))
     assert all(size_of[n] for n in final)
-    return lost, duplicated, len(torn), versions
+    return lost, duplicated, len(torn), len(by_version)
 
 
 def run_scenario(
