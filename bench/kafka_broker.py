@@ -25,13 +25,13 @@ import atexit
 import base64
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import IO
 
+from loopback import free_port
 from maven_build import build_once
 
 __all__ = ["KafkaBroker", "kafka_lib"]
@@ -51,12 +51,6 @@ def kafka_lib() -> Path:
     return build_once(PROJECT, LIB, ["package"], what="Apache Kafka's jars")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class KafkaBroker:
     """One KRaft node (broker and controller) in its own JVM, on two free loopback ports.
 
@@ -72,8 +66,8 @@ class KafkaBroker:
     def __init__(self, workdir: str | os.PathLike[str], heap: str = "512m") -> None:
         self.workdir = Path(workdir)
         self.heap = heap
-        self.port = _free_port()
-        self.controller_port = _free_port()
+        self.port = free_port()
+        self.controller_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         atexit.register(self._reap)

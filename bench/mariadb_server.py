@@ -24,12 +24,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from loopback import free_port
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
@@ -74,12 +75,6 @@ def _find_install_db(mariadbd: Path) -> Path:
     if found:
         return Path(found)
     raise RuntimeError("mariadb-install-db not found beside mariadbd nor on PATH")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _tail(path: Path, chars: int = 2000) -> str:
@@ -187,7 +182,7 @@ class MariaDbServer:
         if self._as_root:
             shutil.chown(self.workdir, "mysql")
         if not self.port:
-            self.port = _free_port()
+            self.port = free_port()
         self._write_config()
         if fresh:
             self._install()

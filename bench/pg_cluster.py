@@ -16,10 +16,11 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from loopback import free_port
 
 __all__ = ["PgCluster", "find_bin_dir"]
 
@@ -47,12 +48,6 @@ def find_bin_dir() -> Path:
 def _version_key(path: str) -> int:
     part = path.split("/")[4]
     return int(part) if part.isdigit() else 0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class PgCluster:
@@ -110,7 +105,7 @@ class PgCluster:
             "--locale=C.UTF-8",
         )
         password_file.unlink()
-        self.port = _free_port()
+        self.port = free_port()
         settings = {
             "wal_level": "logical",
             "max_replication_slots": "20",

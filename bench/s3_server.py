@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+from loopback import free_port
 
 __all__ = ["S3Server"]
 
 ACCESS_KEY = "spark-ckpt-test"
 SECRET_KEY = "s3-secret-never-logged"  # the tests check that it never appears in errors or logs
 REGION = "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class S3Server:
@@ -48,7 +43,7 @@ class S3Server:
     """
 
     def __init__(self, port: int | None = None, *, checks_credentials: bool = False) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.checks_credentials = checks_credentials
         self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY

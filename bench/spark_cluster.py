@@ -17,23 +17,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from loopback import free_port
+
 __all__ = ["SparkCluster"]
 
 WORKER_MEMORY = "1536m"
 EXECUTOR_MEMORY = "1g"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _spark_home() -> Path:
@@ -55,8 +50,8 @@ class SparkCluster:
 
     def __init__(self, workdir: str | Path, workers: int = 2) -> None:
         self.workdir = Path(workdir)
-        self.port = _free_port()
-        self.ui_port = _free_port()
+        self.port = free_port()
+        self.ui_port = free_port()
         self.workers = workers
         self._processes: list[subprocess.Popen[bytes]] = []
 
