@@ -6,8 +6,9 @@ The workload is ``bench/pg_workload.py``'s; Debezium writes decimals as strings
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -35,10 +36,52 @@ KEYS = {
 }
 
 
-def writer_for(server: PgCluster, dsn: str, tmp_path: Path) -> DebeziumWriter:
-    """Debezium on the test database; decimals as exact strings, timestamps as ISO text."""
+SIGNAL_TABLE = "public.debezium_signal"
+"""Debezium's signal table (``signal.data.collection``), captured like the others."""
+
+WITH_SIGNALS = {**KEYS, SIGNAL_TABLE: ("id",)}
+"""The tables and keys of a capture that takes signals."""
+
+CHUNK_ROWS = 16
+"""Rows per chunk of an incremental snapshot (``incremental.snapshot.chunk.size``)."""
+
+
+def create_signal_table(dsn: str) -> None:
+    """The signal table in the structure Debezium's documentation requires (id, type, data)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE debezium_signal "
+            "(id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+        )
+
+
+def request_incremental_snapshot(dsn: str, tables: Sequence[str]) -> None:
+    """Send Debezium an ``execute-snapshot`` signal for ``tables`` (an incremental snapshot)."""
+    data = json.dumps({"data-collections": list(tables), "type": "incremental"})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO debezium_signal VALUES (%s, 'execute-snapshot', %s)",
+            (f"snapshot-{uuid.uuid4().hex[:8]}", data),
+        )
+
+
+def writer_for(
+    server: PgCluster, dsn: str, tmp_path: Path, *, signals: bool = False
+) -> DebeziumWriter:
+    """Debezium on the test database; decimals as exact strings, timestamps as ISO text.
+
+    ``signals``: Debezium takes signals from :data:`SIGNAL_TABLE` (created by
+    :func:`create_signal_table`), which it captures too, and snapshots incrementally in chunks
+    of :data:`CHUNK_ROWS` rows.
+    """
     database = dsn.rsplit("/", 1)[1]
     tag = uuid.uuid4().hex[:8]
+    tables = list(pg_workload.TABLES)
+    props = {"decimal.handling.mode": "string"}
+    if signals:
+        tables.append(SIGNAL_TABLE)
+        props["signal.data.collection"] = SIGNAL_TABLE
+        props["incremental.snapshot.chunk.size"] = str(CHUNK_ROWS)
     return DebeziumWriter(
         "postgres",
         tmp_path / "log",
@@ -48,11 +91,11 @@ def writer_for(server: PgCluster, dsn: str, tmp_path: Path) -> DebeziumWriter:
         user=USER,
         password=PASSWORD,
         database=database,
-        tables=",".join(pg_workload.TABLES),
+        tables=",".join(tables),
         slot=f"dbz_{tag}",
         publication=f"dbz_{tag}",
         roll_records=200,
-        props={"decimal.handling.mode": "string"},
+        props=props,
     )
 
 
@@ -126,11 +169,13 @@ def canonical(column: str, value: Any) -> Any:
     return value
 
 
-def assert_folds_to_tables(rows: Sequence[Row], dsn: str) -> None:
-    """The change log folded by key equals each table (``SELECT *``), row for row."""
-    state = fold(rows, KEYS, debezium_value)
+def assert_folds_to_tables(
+    rows: Sequence[Row], dsn: str, keys: Mapping[str, Sequence[str]] = KEYS
+) -> None:
+    """The change log folded by key equals each table of ``keys`` (``SELECT *``), row for row."""
+    state = fold(rows, keys, debezium_value)
     with psycopg.connect(dsn) as conn:
-        for name, key_columns in KEYS.items():
+        for name, key_columns in keys.items():
             cursor = conn.execute(f"SELECT * FROM {name}")
             columns = [d.name for d in cursor.description or ()]
             actual = by_key(columns, cursor.fetchall(), key_columns, lambda _, v: exact(v))
@@ -175,8 +220,13 @@ class PostgresCapture:
 
 
 def mirror_tables(
-    spark: SparkSession, control: spark_ckpt.Control, log: Path, root: Path, ckpt: Path
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    log: Path,
+    root: Path,
+    ckpt: Path,
+    keys: Mapping[str, Sequence[str]] = KEYS,
 ) -> dict[str, Any]:
     """Mirror the whole log (``debezium_harness.mirror_log``), read with ``read_consistent``."""
-    mirror_log(spark, control, log, root, ckpt, KEYS)
+    mirror_log(spark, control, log, root, ckpt, keys)
     return spark_ckpt.read_consistent(spark, str(root))

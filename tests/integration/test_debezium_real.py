@@ -17,12 +17,16 @@ from changelog_checks import whole_once
 from conftest import wait_until
 from debezium_harness import delta_changes, delta_txn_ids
 from debezium_postgres import (
-    KEYS,
+    CHUNK_ROWS,
+    SIGNAL_TABLE,
+    WITH_SIGNALS,
     assert_folds_to_tables,
     canonical,
+    create_signal_table,
     large_transaction,
     mirror_tables,
     query,
+    request_incremental_snapshot,
     writer_for,
 )
 from pg_cluster import PgCluster
@@ -40,9 +44,14 @@ def test_a_log_debezium_wrote_lands_whole_once_and_folds_to_the_tables(
     pg_dsn: str,
     tmp_path: Path,
 ) -> None:
-    """Snapshot + workload + a large transaction + a writer SIGKILL: each xid in one version."""
+    """Snapshot + workload + a large transaction + a writer SIGKILL + an incremental snapshot.
+
+    Each xid lands in one Delta version, and so does each chunk of the incremental snapshot,
+    at its place in the history of the keys it holds.
+    """
     pg_workload.create_schema(pg_dsn, accounts=40)
-    writer = writer_for(pg_server, pg_dsn, tmp_path).start()
+    create_signal_table(pg_dsn)
+    writer = writer_for(pg_server, pg_dsn, tmp_path, signals=True).start()
     table = tmp_path / "table"
     supervised = control.supervise(
         lambda: query(spark, tmp_path / "log", table),
@@ -67,6 +76,8 @@ def test_a_log_debezium_wrote_lands_whole_once_and_folds_to_the_tables(
         writer.restart()
         committed.append(large_transaction(pg_dsn, 3000))
         second = pg_workload.Workload(pg_dsn, transactions=60, seed=3, accounts=40).start()
+        # Chunks read while the workload changes the same rows.
+        request_incremental_snapshot(pg_dsn, ["public.accounts", "public.orders"])
         second.join(240)
         committed += second.committed
         writer.wait_idle(2.0, 180)
@@ -87,18 +98,29 @@ def test_a_log_debezium_wrote_lands_whole_once_and_folds_to_the_tables(
     snapshot = by_txn.pop("snapshot")
     assert {r["op"] for r in snapshot} == {"r"}
     assert sum(1 for r in snapshot if r["table"] == "public.accounts") == 40
-    streamed = {int(t) for t in by_txn}
+    # Each chunk of the incremental snapshot is one unit (no transaction: named by its first
+    # record's place in the log), whole in one version (whole_once).
+    chunks = {t: v for t, v in by_txn.items() if not t.isdigit()}
+    assert {r["op"] for v in chunks.values() for r in v} == {"r"}
+    assert {r["table"] for v in chunks.values() for r in v} == {"public.accounts", "public.orders"}
+    assert 1 < max(len(v) for v in chunks.values()) <= CHUNK_ROWS, sorted(map(len, chunks.values()))
+    # Debezium's own transactions: the signal and the watermarks it writes to the signal table.
+    signals = {t for t, v in by_txn.items() if {r["table"] for r in v} == {SIGNAL_TABLE}}
+    streamed = {int(t) for t in by_txn.keys() - chunks.keys() - signals}
     assert sorted(streamed) == sorted(committed), "a committed transaction is missing or extra"
     assert max(len(v) for v in by_txn.values()) >= 3000, "the large transaction was not whole"
 
-    # The change log folded by key equals each table, row for row.
-    assert_folds_to_tables(rows, pg_dsn)
+    # The change log folded by key equals each table, row for row: the chunks' rows are read
+    # state, right only at their place in each key's history.
+    assert_folds_to_tables(rows, pg_dsn, WITH_SIGNALS)
 
     # Mirror mode's tables equal the source tables, row for row.
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    mirrors = mirror_tables(spark, control, tmp_path / "log", tmp_path / "mirror", tmp_path / "m")
+    mirrors = mirror_tables(
+        spark, control, tmp_path / "log", tmp_path / "mirror", tmp_path / "m", WITH_SIGNALS
+    )
     with psycopg.connect(pg_dsn) as conn:
-        for name in KEYS:
+        for name in WITH_SIGNALS:
             cursor = conn.execute(f"SELECT * FROM {name}")
             columns = [d.name for d in cursor.description or ()]
             source = sorted(

@@ -115,6 +115,48 @@ def test_a_snapshot_taken_again_after_streaming_is_refused(tmp_path: Path) -> No
     assert sum(1 for r in rows if r["txn_id"] == "snapshot") == 14
 
 
+def test_incremental_snapshot_chunks_are_whole_units_at_their_place_in_the_log() -> None:
+    """Debezium 3.6.1 (pgoutput), an incremental snapshot of orders in chunks of 3 rows.
+
+    Debezium writes each chunk's rows (no transaction block) right before the INSERT of the
+    window's close watermark into the signal table: each chunk is one unit there.
+    """
+    rows, _ = read_all(FIXTURES / "incremental-postgres-3.6.1")
+    txns = transactions(rows)
+    chunks = [t for t in txns.values() if t[0]["op"] == "r"]
+    ids = [[json.loads(r["after"])["id"] for r in chunk] for chunk in chunks]
+    assert ids == [[1, 2, 3], [4, 5, 6], [8, 9]]  # 7 was deleted before its chunk was read
+    assert all(r["txn_size"] == len(chunk) for chunk in chunks for r in chunk)
+    order = [(t[0]["table"], t[0]["op"]) for t in txns.values()]
+    # Each chunk lies between its window's open and close watermark (signal-table inserts).
+    for i, (_, op) in enumerate(order):
+        if op == "r":
+            assert order[i - 1] == order[i + 1] == ("public.debezium_signal", "c"), order
+
+
+def test_a_chunk_the_log_ends_inside_is_held_back_with_its_reason(tmp_path: Path) -> None:
+    """Until the record after a chunk's last row is read, the chunk is held back, visibly."""
+    source = FIXTURES / "incremental-postgres-3.6.1"
+    log = tmp_path / "log"
+    log.mkdir()
+    # 0000000006.jsonl ends after the first row of the last chunk (orders 8).
+    for f in sorted(source.glob("*.jsonl"))[:6]:
+        (log / f.name).write_bytes(f.read_bytes())
+    connector = DebeziumJsonConnector(Location(str(log)))
+    plan = connector.plan(connector.initial_offset(), None)
+    assert plan.held_back is not None
+    assert "incremental snapshot" in plan.held_back.message, plan.held_back
+    assert "0000000006.jsonl:7" in plan.held_back.message
+    assert plan.held_changes == 1
+    # A budget (maxChangesPerTrigger) that ends inside a chunk still plans the chunk whole.
+    connector = DebeziumJsonConnector(Location(str(log)))
+    plan = connector.plan(connector.initial_offset(), 7)
+    assert plan.unit_sizes == [1, 1, 1, 1, 1, 1, 3]
+    (log / "0000000007.jsonl").write_bytes((source / "0000000007.jsonl").read_bytes())
+    rows, _ = read_all(log)
+    assert [len(t) for t in transactions(rows).values() if t[0]["op"] == "r"] == [3, 3, 2]
+
+
 # Debezium's documentation of each connector's transaction metadata shows the BEGIN, the END
 # and an event's ``transaction`` block of one transaction, the same id in all three; the source
 # blocks are each connector's documented ``source`` fields.

@@ -175,6 +175,9 @@ pub struct Assembler {
     recent_order: VecDeque<String>,
     emitted: Option<Emitted>,
     planned: PlannedUnits,
+    /// The id of the run of incremental-snapshot records being read (see
+    /// :meth:`Assembler::close_incremental`), tracked for every reader whatever it consumes.
+    incremental: Option<String>,
 }
 
 type Failure = (Problem, Where);
@@ -483,7 +486,15 @@ impl Assembler {
             file: pos.file.clone(),
             line: pos.line + 1,
         };
-        match record.map_err(|p| (p, at.clone()))? {
+        let record = record.map_err(|p| (p, at.clone()))?;
+        let chunk_row = matches!(
+            &record,
+            Record::Change(c) if c.txn_id.is_none() && c.snapshot == SnapshotMark::Incremental
+        );
+        if !chunk_row {
+            self.close_incremental(&at);
+        }
+        match record {
             Record::Skip(kind) => {
                 if only.is_none() {
                     let counter = match kind {
@@ -518,15 +529,23 @@ impl Assembler {
                     }
                     self.snapshot_record(change, pos, &at)?;
                 }
+                None if chunk_row => {
+                    let txn_id = self
+                        .incremental
+                        .get_or_insert_with(|| format!("{}:{}", at.file, at.line))
+                        .clone();
+                    if only.is_some_and(|o| !o.contains(&txn_id)) {
+                        return Ok(Vec::new());
+                    }
+                    // An incremental snapshot reads rows at no log position of its own: never
+                    // compared with the delivered position.
+                    change.position = None;
+                    self.change(&txn_id, change, pos, &at)?;
+                }
                 None => {
                     let txn_id = format!("{}:{}", at.file, at.line);
                     if only.is_some_and(|o| !o.contains(&txn_id)) {
                         return Ok(Vec::new());
-                    }
-                    if change.snapshot == SnapshotMark::Incremental {
-                        // An incremental snapshot reads rows at no log position of its own:
-                        // never compared with the delivered position.
-                        change.position = None;
                     }
                     self.begin_txn(&txn_id, pos, &at);
                     let txn = self.open.get_mut(&txn_id).expect("begun above");
@@ -548,6 +567,34 @@ impl Assembler {
             },
         }
         self.release()
+    }
+
+    /// End the run of incremental-snapshot records being read, if any: the record at ``at``
+    /// is not one of its rows.
+    ///
+    /// Debezium's incremental snapshot (DBLog's watermarks, ``AbstractIncrementalSnapshot
+    /// ChangeEventSource`` in debezium-core) reads a chunk of rows between a low and a high
+    /// watermark, drops from it every key the log changed inside that window, and emits what
+    /// is left in one go (``sendWindowEvents``) when the stream reaches the high watermark:
+    /// the chunk's rows are consecutive records without a transaction block, and the record
+    /// after them is the close watermark's INSERT into the signal table (whose table Debezium
+    /// requires in its include list) or, in MySQL's read-only mode, the first event past the
+    /// high watermark. Delivered as one unit there, the chunk is never seen in part and stays
+    /// at its place in each key's history. Consecutive chunks with nothing between them are
+    /// one unit.
+    fn close_incremental(&mut self, at: &Where) {
+        let Some(run) = self.incremental.take() else {
+            return;
+        };
+        if let Some(txn) = self.open.get_mut(&run) {
+            txn.end = Some(End {
+                event_count: txn.count,
+                collections: None,
+                ts_ms: None,
+                at: at.clone(),
+            });
+            self.ended.push_back(run);
+        }
     }
 
     /// A record of Debezium's initial snapshot: all of them, ``first`` to ``last``, make one
@@ -875,6 +922,7 @@ impl Assembler {
             recent_order: VecDeque::new(),
             emitted: None,
             planned: PlannedUnits::default(),
+            incremental: None,
         }
     }
 
@@ -1160,6 +1208,16 @@ impl Assembler {
                 "Debezium's initial snapshot is being read ({} row(s) so far, first record \
                  {}:{}): it is delivered whole once its last record (source.snapshot=last) is \
                  read",
+                oldest.count,
+                oldest.first.file,
+                oldest.first.line + 1
+            ));
+        }
+        if self.incremental.as_deref() == Some(oldest.txn_id.as_str()) {
+            return Some(format!(
+                "a chunk of Debezium's incremental snapshot is being read ({} row(s) so far, \
+                 first record {}:{}): it is delivered whole once the record after its last row \
+                 (the signal table's close watermark) is read",
                 oldest.count,
                 oldest.first.file,
                 oldest.first.line + 1
