@@ -40,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import crash_harness
+import jvm_archive
 
 __all__ = [
     "DebeziumDriver",
@@ -130,7 +131,7 @@ class DebeziumDriver:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stop_file.unlink(missing_ok=True)
         self.runs += 1
-        env = dict(os.environ)
+        env = jvm_archive.driver_env(dict(os.environ))  # C1 only, the class archive
         env.pop("SPARK_CKPT_FAULT", None)
         if fault:
             env["SPARK_CKPT_FAULT"] = fault
