@@ -110,7 +110,6 @@ def _normalised(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     }
 
 
-@pytest.mark.quick
 def test_mirror_tables_track_the_source_and_read_consistently(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:
@@ -220,6 +219,8 @@ def test_a_changed_column_type_stops_the_query_before_publishing(
     assert DeltaTable(str(root / ORDERS)).version() == before
 
 
+# The quick tier's mirror test (the one above races readers against a producer for a minute).
+@pytest.mark.quick
 def test_scd2_mirrors_keep_every_version_and_the_current_rows_equal_the_source(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:

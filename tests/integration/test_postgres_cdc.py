@@ -55,7 +55,10 @@ def txlog_rows(spark: SparkSession, table: Path) -> int:
     return spark.read.format("delta").load(str(table)).where("`table` = 'public.txlog'").count()
 
 
-@pytest.mark.quick
+# The quick tier runs it with one plugin (pgoutput, PostgreSQL's own); the full suite with both.
+@pytest.mark.parametrize(
+    "pg_plugin", ["wal2json", pytest.param("pgoutput", marks=pytest.mark.quick)], indirect=True
+)
 def test_snapshot_then_concurrent_stream_lands_exactly_once(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
