@@ -64,6 +64,9 @@ class ConnectorOptions(abc.ABC):
     CHANGES_PER_PARTITION: ClassVar[int] = 50_000
     """The connector's default for ``changesPerPartition``."""
 
+    PREFIXES: ClassVar[tuple[str, ...]] = ()
+    """Option families the connector takes free keys under (``kafka.``), besides its NAMES."""
+
     @classmethod
     @abc.abstractmethod
     def parse(cls, options: OptionReader) -> ConnectorOptions:
@@ -131,8 +134,9 @@ class SourceOptions:
         classes = {name: connector_options_class(name) for name in CONNECTORS}
         # Every connector's options are known words, so a typo is named whichever one is used.
         names = [*COMMON_OPTIONS, *dict.fromkeys(n for c in classes.values() for n in c.NAMES)]
+        prefixes = [STORAGE_PREFIX, *dict.fromkeys(p for c in classes.values() for p in c.PREFIXES)]
         reader = OptionReader(
-            options, "txn-cdc", names, ignored=[IDENTITY_OPTION], prefixes=[STORAGE_PREFIX]
+            options, "txn-cdc", names, ignored=[IDENTITY_OPTION], prefixes=prefixes
         )
         if reader.text("connector") is None:
             raise ConfigError(

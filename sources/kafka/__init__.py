@@ -1,0 +1,1 @@
+"""Debezium's Kafka topics as a txn-cdc connector (``connector=kafka``)."""
