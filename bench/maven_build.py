@@ -4,7 +4,8 @@ The tests' Java parts (Debezium's embedded engine, Apache Kafka) come from Maven
 project-local repository ``.cache/maven`` (a ``~/.m2`` holding POMs without jars breaks Spark's
 Ivy resolution of Delta's jars). A build runs only when its output is missing or older than the
 project's sources, under an exclusive file lock in ``.cache`` shared by every peer (they share
-the Maven repository), so concurrent callers (pytest-xdist workers, benchmarks) build once::
+the Maven repository), so concurrent callers (pytest-xdist workers, benchmarks) build once, and
+nobody uses an output while a build may be writing it (the lock is taken shared to check)::
 
     build_once(PROJECT, JAR, ["-Pmariadb", "package"], what="the Debezium writer")
 """
@@ -17,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 __all__ = ["CACHE", "MAVEN_REPO", "build_once"]
 
@@ -49,28 +51,22 @@ def build_once(project: Path, output: Path, goals: Sequence[str], *, what: str) 
         If ``mvn`` or ``java`` is missing, another process holds the lock for over 30 minutes,
         or the build fails (with the end of Maven's output).
     """
-    if _fresh(project, output):
-        return output
-    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
-    if missing:
-        raise RuntimeError(
-            f"cannot build {what}: {' and '.join(missing)} not found on PATH "
-            "(Debian: apt-get install openjdk-17-jdk-headless maven)"
-        )
     CACHE.mkdir(parents=True, exist_ok=True)
-    with (CACHE / "peers.build.lock").open("w") as lock:
-        deadline = time.monotonic() + _BUILD_TIMEOUT_S
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"another process held the peers' build lock for "
-                        f"{_BUILD_TIMEOUT_S:.0f}s ({lock.name})"
-                    ) from None
-                time.sleep(0.5)
+    with (CACHE / "peers.build.lock").open("a") as lock:
+        # A build holds the lock exclusively while Maven writes its output in place (the shade
+        # plugin writes the jar, copy-dependencies fills the directory file by file): an output
+        # is trusted only under the shared lock, never while a build may still be writing it.
+        _lock(lock, fcntl.LOCK_SH)
+        if _fresh(project, output):
+            return output
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
+        if missing:
+            raise RuntimeError(
+                f"cannot build {what}: {' and '.join(missing)} not found on PATH "
+                "(Debian: apt-get install openjdk-17-jdk-headless maven)"
+            )
+        _lock(lock, fcntl.LOCK_EX)
         try:
             if _fresh(project, output):  # built by whoever held the lock before us
                 return output
@@ -97,3 +93,19 @@ def build_once(project: Path, output: Path, goals: Sequence[str], *, what: str) 
             return output
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _lock(lock: IO[str], mode: int) -> None:
+    """Take ``lock`` in ``mode`` (shared or exclusive), waiting at most the build timeout."""
+    deadline = time.monotonic() + _BUILD_TIMEOUT_S
+    while True:
+        try:
+            fcntl.flock(lock, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"another process held the peers' build lock for {_BUILD_TIMEOUT_S:.0f}s "
+                    f"({lock.name})"
+                ) from None
+            time.sleep(0.5)
