@@ -11,6 +11,7 @@ mod assembler;
 mod dialect;
 mod event;
 mod images;
+mod kafka;
 mod plan;
 mod problem;
 mod rows;
@@ -19,5 +20,6 @@ mod text;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<assembler::Assembler>()?;
+    m.add_class::<kafka::KafkaAssembler>()?;
     Ok(())
 }

@@ -1,0 +1,200 @@
+"""Units from Debezium's Kafka topics, on records Debezium 3.6.1 wrote through Kafka Connect.
+
+``tests/fixtures/kafka/postgres-3.6.1`` holds every record of every topic
+(``bench/capture_kafka_fixture.py``: a snapshot of orders and items, six transactions, an
+incremental snapshot of orders in chunks of 2 rows). The items topic has two partitions. The
+partitions are fed here in several interleavings: whichever partition is read first, the units
+and their order are the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_ckpt.errors import EventCountMismatchError
+from spark_ckpt.sources.debezium._native import KafkaAssembler
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kafka" / "postgres-3.6.1"
+
+Partition = tuple[str, list[tuple[int, bytes | None]]]
+
+
+def partitions() -> list[Partition]:
+    out = []
+    for path in sorted(FIXTURE.glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text().splitlines() if line]
+        topic, _, number = path.stem.rpartition("-")
+        values = [
+            (r["offset"], None if r["value"] is None else r["value"].encode()) for r in records
+        ]
+        out.append((f"{topic}/{number}", values))
+    return out
+
+
+def round_robin(parts: list[Partition], block: int) -> Iterator[tuple[int, int]]:
+    """``(partition, count)`` feeding steps: ``block`` records of each partition in turn."""
+    positions = [0] * len(parts)
+    while any(p < len(records) for p, (_, records) in zip(positions, parts, strict=True)):
+        for i, (_, records) in enumerate(parts):
+            if positions[i] < len(records):
+                n = min(block, len(records) - positions[i])
+                yield i, n
+                positions[i] += n
+
+
+def one_after_another(parts: list[Partition], first: str) -> Iterator[tuple[int, int]]:
+    """Every record of the partitions named ``first``-ish first, then the others, whole."""
+    order = sorted(range(len(parts)), key=lambda i: first not in parts[i][0])
+    for i in order:
+        yield i, len(parts[i][1])
+
+
+def assemble(
+    parts: list[Partition], steps: Iterator[tuple[int, int]], visible: list[int] | None = None
+) -> KafkaAssembler:
+    """Feed ``steps`` in one trigger whose target is ``visible`` (default: every record)."""
+    assembler = KafkaAssembler()
+    for name, _ in parts:
+        assembler.add_partition(name, 0)
+    assembler.set_target(visible or [len(records) for _, records in parts])
+    fed = [0] * len(parts)
+    for i, count in steps:
+        block = parts[i][1][fed[i] : fed[i] + count]
+        fed[i] += count
+        nxt = block[-1][0] + 1 if block else fed[i]
+        assembler.feed(i, [o for o, _ in block], [v for _, v in block], nxt)
+    return assembler
+
+
+def units(assembler: KafkaAssembler) -> list[tuple[str, str, int]]:
+    out = []
+    for index in range(len(assembler.unit_sizes())):
+        _, kind, key, size, _, _ = assembler.unit(index)
+        out.append((kind, key, size))
+    return out
+
+
+EXPECTED = [
+    ("snapshot", "snapshot", 6),
+    ("transaction", "732", 4),
+    ("transaction", "733", 3),
+    ("transaction", "734", 2),
+    ("transaction", "735", 2),
+    ("transaction", "736", 2),
+    ("transaction", "737", 1),
+    ("transaction", "738", 3),
+    ("transaction", "739", 1),
+    ("chunk", None, 2),  # orders 1, 4: before the transaction that closes its window (740)
+    ("transaction", "740", 1),
+    ("transaction", "741", 1),
+    ("chunk", None, 2),  # orders 5, 6
+    ("transaction", "742", 1),
+    ("transaction", "743", 1),
+    ("chunk", None, 1),  # orders 30
+    ("transaction", "744", 1),
+    ("transaction", "745", 1),
+    ("transaction", "746", 1),
+]
+
+
+def _same(found: list[tuple[str, str, int]]) -> None:
+    assert [(k, None if k == "chunk" else key, n) for k, key, n in found] == EXPECTED
+
+
+FEEDS: dict[str, Callable[[list[Partition]], Iterator[tuple[int, int]]]] = {
+    "round robin, 1 record": lambda p: round_robin(p, 1),
+    "round robin, 3 records": lambda p: round_robin(p, 3),
+    "transaction topic first": lambda p: one_after_another(p, "transaction"),
+    "orders first": lambda p: one_after_another(p, "orders"),
+    "items first": lambda p: one_after_another(p, "items"),
+}
+
+
+@pytest.mark.parametrize("feed", sorted(FEEDS))
+def test_every_interleaving_gives_the_same_units_in_the_same_order(feed: str) -> None:
+    parts = partitions()
+    assembler = assemble(parts, FEEDS[feed](parts))
+    _same(units(assembler))
+    assert assembler.held_events == 0
+    assert dict(assembler.skipped())["tombstones"] == 3
+
+
+def test_a_batch_ends_each_partition_after_its_records_of_the_batch() -> None:
+    parts = partitions()
+    names = [name for name, _ in parts]
+    assembler = assemble(parts, round_robin(parts, 2))
+    order_of = {key: order for order, _, key, *_ in map(assembler.unit, range(19))}
+    ends = dict(zip(names, assembler.cut(order_of["733"]), strict=True))
+    # Through 733: its END (transaction offset 3), orders up to its delete's tombstone (6),
+    # items/0 after 732's three inserts, items/1 after 733's delete and its tombstone.
+    assert ends == {
+        "dbz.public.debezium_signal/0": 0,
+        "dbz.public.items/0": 3,
+        "dbz.public.items/1": 5,
+        "dbz.public.orders/0": 7,
+        "dbz.transaction/0": 4,
+    }
+
+
+def test_a_transaction_whose_events_are_not_visible_yet_holds_back_what_follows() -> None:
+    parts = partitions()
+    # Everything but items/1: 733 (a delete of an item there) cannot be complete.
+    steps = [(i, len(records)) for i, (name, records) in enumerate(parts) if "items/1" not in name]
+    assembler = assemble(parts, iter(steps))
+    assert units(assembler) == []  # the snapshot's rows in items/1 are missing too
+    holdup = assembler.holdup()
+    assert holdup is not None
+    assert "snapshot" in holdup
+    assert assembler.held_events > 0
+
+
+def test_nothing_is_released_before_every_partition_reaches_the_target() -> None:
+    parts = partitions()
+    names = [name for name, _ in parts]
+    items0 = names.index("dbz.public.items/0")
+    # Everything is fed but items/0, which the target says holds 6 records: any of them may
+    # have been sent before the snapshot's last record.
+    steps = [(i, len(records)) for i, (_, records) in enumerate(parts) if i != items0]
+    assembler = assemble(parts, iter(steps))
+    assert units(assembler) == []
+    block = parts[items0][1]
+    assembler.feed(items0, [o for o, _ in block], [v for _, v in block], len(block))
+    _same(units(assembler))
+
+
+def test_an_end_with_fewer_events_than_read_is_a_typed_error() -> None:
+    parts = partitions()
+    txn = next(i for i, (name, _) in enumerate(parts) if "transaction" in name)
+    records = list(parts[txn][1])
+    offset, value = records[1]  # END of 732: event_count 4
+    assert value is not None
+    records[1] = (offset, value.replace(b'"event_count":4', b'"event_count":3'))
+    parts[txn] = (parts[txn][0], records)
+    order = [i for i in range(len(parts)) if i != txn] + [txn]
+    with pytest.raises(EventCountMismatchError, match=r"dbz\.transaction/0"):
+        assemble(parts, iter((i, len(parts[i][1])) for i in order))
+
+
+def _segments(assembler: KafkaAssembler, part: int, start: int, end: int) -> list[Any]:
+    return assembler.segments(part, start, end)
+
+
+def test_segments_tell_executors_each_records_unit() -> None:
+    parts = partitions()
+    names = [name for name, _ in parts]
+    assembler = assemble(parts, round_robin(parts, 4))
+    orders = names.index("dbz.public.orders/0")
+    segments = _segments(assembler, orders, 0, len(parts[orders][1]))
+    # The snapshot's 3 rows (events 3-5: its rows in items/1 come first), the transactions'
+    # records (with tombstones), then the chunks' rows.
+    assert segments[0] == (0, 3, "block", 0, 3, 6)
+    assert segments[1][:3] == (3, 12, "txns")
+    assert [s[2] for s in segments[2:]] == ["block", "block", "block"]
+    items1 = names.index("dbz.public.items/1")
+    # The snapshot's rows in items/1 are its events 0-2: every index once.
+    assert _segments(assembler, items1, 0, 3)[0] == (0, 3, "block", 0, 0, 6)
