@@ -128,6 +128,7 @@ class KafkaConnect:
 
     @property
     def log_file(self) -> Path:
+        """The JVM's output, appended across restarts."""
         return self.workdir / "connect.log"
 
     def _worker_properties(self) -> Path:
