@@ -1,0 +1,496 @@
+//! Units from Debezium's Kafka topics: records read partition by partition, released in one
+//! order that agrees with every partition's order (``sources/kafka/DESIGN.md``).
+//!
+//! The driver's planner feeds each partition's records in offset order, partitions in any
+//! interleaving; this assembler decodes their metadata (no payloads) and keeps, per partition,
+//! which unit each record belongs to, so that a batch that ends at unit ``k`` can end every
+//! partition where its records of units ``<= k`` end.
+//!
+//! Each trigger reads every partition up to a *target*, its end offsets taken before reading
+//! (:meth:`KafkaAssembler.set_target`). A unit closes when its closing record is read (a
+//! transaction's ``END``, the initial snapshot's ``last`` record, for an incremental-snapshot
+//! chunk the ``END`` of the first transaction past its rows' source position, a change without
+//! transaction metadata itself) and is released only once every partition has been read up to
+//! the target in force then: every record sent before the closing one has been read (records of
+//! different partitions become visible in the order they were sent: exactly so with Kafka
+//! Connect's exactly-once source support read ``read_committed``; DESIGN.md).
+//!
+//! Units: Debezium's transactions (in ``END`` order of the one-partition transaction topic,
+//! complete when their ``END`` and all their events per ``data_collections`` have been read),
+//! the initial snapshot (one unit, before everything), incremental-snapshot chunks (the
+//! ``incremental`` rows at one source position, released right before the first transaction
+//! that ends past that position) and changes without transaction metadata (each a unit). A
+//! unit is released only when no unreleased unit has a record before one of its records in a
+//! partition: no key's history is reordered.
+
+use std::collections::VecDeque;
+
+use indexmap::IndexMap;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+
+use crate::dialect::SnapshotMark;
+use crate::event::{parse_line, Change, Marker, Record, Skipped};
+use crate::problem::{ErrorKind, Problem};
+use crate::text::py_repr_str;
+
+type UnitId = usize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Txn,
+    Snapshot,
+    Chunk,
+    Single,
+}
+
+/// Who a record belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// No unit: a tombstone, heartbeat or schema change (skipped).
+    Nobody,
+    /// A repeat Debezium sent again (dropped).
+    Dropped,
+    Unit(UnitId),
+}
+
+struct Rec {
+    offset: i64,
+    owner: Owner,
+}
+
+struct Part {
+    name: String,
+    /// The next offset to read.
+    next: i64,
+    /// Records read since the base, in offset order.
+    records: VecDeque<Rec>,
+    /// Records before this index are released, dropped or nobody's (a lower bound).
+    settled: usize,
+}
+
+struct End {
+    event_count: i64,
+    collections: Option<IndexMap<String, i64, FxBuildHasher>>,
+    ts_ms: Option<i64>,
+    position: Option<String>,
+}
+
+struct Unit {
+    kind: Kind,
+    key: String,
+    count: i64,
+    end: Option<End>,
+    tables: Vec<(String, i64)>,
+    orders: FxHashSet<i64>,
+    parts: Vec<usize>,
+    first: (usize, i64),
+    position: Option<String>,
+    max_ts: Option<i64>,
+    /// The read target (an index into ``targets``) in force when the unit closed: it is
+    /// released once every partition has been read up to it.
+    barrier: Option<usize>,
+    /// The id was released before: a repeat when it completes at or before what was delivered.
+    reused: bool,
+    order: Option<i64>,
+    dropped: bool,
+}
+
+impl Unit {
+    fn new(kind: Kind, key: String, first: (usize, i64)) -> Self {
+        Unit {
+            kind,
+            key,
+            count: 0,
+            end: None,
+            tables: Vec::new(),
+            orders: FxHashSet::default(),
+            parts: Vec::new(),
+            first,
+            position: None,
+            max_ts: None,
+            barrier: None,
+            reused: false,
+            order: None,
+            dropped: false,
+        }
+    }
+
+    fn settled(&self) -> bool {
+        self.order.is_some() || self.dropped
+    }
+}
+
+/// A released unit, as a batch plans it.
+struct Planned {
+    id: UnitId,
+    order: i64,
+    size: i64,
+    /// What was delivered once it is (the furthest source position).
+    high: Option<String>,
+}
+
+/// Assembles units from the records of Kafka partitions (driver, per query run).
+///
+/// Parameters (Python): ``first_order``, the order of the next unit released; ``high``, the
+/// furthest source position delivered before (Debezium's repeats at or before it are dropped);
+/// ``snapshot_delivered``, whether an initial snapshot was delivered before.
+#[pyclass(module = "spark_ckpt.sources.debezium._native")]
+pub struct KafkaAssembler {
+    parts: Vec<Part>,
+    units: Vec<Unit>,
+    /// Open transactions by id (their unit).
+    txns: FxHashMap<String, UnitId>,
+    /// Transactions whose ``END`` was read, in that order, not yet released.
+    ended: VecDeque<UnitId>,
+    snapshot: Option<UnitId>,
+    /// Open chunks by their rows' source position, in the order first read.
+    chunks: IndexMap<String, UnitId, FxBuildHasher>,
+    /// Changes without transaction metadata, not yet released, in read order.
+    singles: VecDeque<UnitId>,
+    planned: Vec<Planned>,
+    released_ids: FxHashSet<String>,
+    next_order: i64,
+    high: Option<String>,
+    snapshot_delivered: bool,
+    /// The partitions' end offsets each trigger reads up to (:meth:`set_target`), in order.
+    targets: Vec<Vec<i64>>,
+    repeats: i64,
+    tombstones: i64,
+    heartbeats: i64,
+    schema_changes: i64,
+}
+
+type Failure = (Problem, usize, i64);
+
+fn fail(kind: ErrorKind, part: usize, offset: i64, problem: String, expected: &str) -> Failure {
+    (
+        Problem::new(kind, problem, expected.to_owned()),
+        part,
+        offset,
+    )
+}
+
+fn further(current: &mut Option<String>, candidate: Option<String>) {
+    if let Some(candidate) = candidate {
+        if current.as_ref().is_none_or(|c| candidate > *c) {
+            *current = Some(candidate);
+        }
+    }
+}
+
+mod records;
+mod release;
+
+/// A planned unit as Python sees it: ``(order, kind, key, size, commit_ts_ms, high)``.
+type UnitTuple = (i64, &'static str, String, i64, Option<i64>, Option<String>);
+
+/// A segment of a partition's offsets as an executor reads it: ``(from, to, what, order,
+/// first_index, size)``: ``what`` is ``"txns"`` (each change's transaction by id, its index
+/// its ``total_order - 1``), ``"block"`` (the changes of unit ``order`` from ``first_index``
+/// on) or ``"drop"``.
+type Segment = (i64, i64, &'static str, i64, i64, i64);
+
+#[pymethods]
+impl KafkaAssembler {
+    #[new]
+    #[pyo3(signature = (first_order = 0, high = None, snapshot_delivered = false))]
+    fn py_new(first_order: i64, high: Option<String>, snapshot_delivered: bool) -> Self {
+        KafkaAssembler {
+            parts: Vec::new(),
+            units: Vec::new(),
+            txns: FxHashMap::default(),
+            ended: VecDeque::new(),
+            snapshot: None,
+            chunks: IndexMap::default(),
+            singles: VecDeque::new(),
+            planned: Vec::new(),
+            released_ids: FxHashSet::default(),
+            next_order: first_order,
+            high,
+            snapshot_delivered,
+            targets: Vec::new(),
+            repeats: 0,
+            tombstones: 0,
+            heartbeats: 0,
+            schema_changes: 0,
+        }
+    }
+
+    /// Register a partition read from offset ``start``; returns its index (driver, once per
+    /// partition per run).
+    fn add_partition(&mut self, name: String, start: i64) -> usize {
+        self.parts.push(Part {
+            name,
+            next: start,
+            records: VecDeque::new(),
+            settled: 0,
+        });
+        self.parts.len() - 1
+    }
+
+    /// Feed records of partition ``part`` in offset order: ``offsets[i]`` holds ``values[i]``
+    /// (None: a tombstone); ``next`` is the offset to read after them (past any control
+    /// records). Driver, once per block of records consumed.
+    ///
+    /// Raises the typed ``spark_ckpt.errors`` error of the first bad record, naming
+    /// ``<topic>/<partition>`` and the offset.
+    fn feed(
+        &mut self,
+        py: Python<'_>,
+        part: usize,
+        offsets: Vec<i64>,
+        values: Vec<Option<Bound<'_, PyBytes>>>,
+        next: i64,
+    ) -> PyResult<()> {
+        if part >= self.parts.len() || offsets.len() != values.len() {
+            return Err(PyValueError::new_err(
+                "feed: unknown partition or mismatched lists",
+            ));
+        }
+        for (offset, value) in offsets.into_iter().zip(values) {
+            let data = value.as_ref().map(|b| b.as_bytes());
+            if let Err((problem, part, offset)) = self.feed_record(part, offset, data) {
+                let name = self.parts[part].name.clone();
+                return Err(problem.into_py(py, &name, offset.unsigned_abs()));
+            }
+        }
+        self.parts[part].next = next;
+        self.close_chunks();
+        self.release_all();
+        Ok(())
+    }
+
+    /// The partitions' end offsets (registration order) this trigger reads up to, taken before
+    /// reading (driver, once per trigger). A unit that closes while it is in force is released
+    /// once every partition has been read up to it.
+    fn set_target(&mut self, ends: Vec<i64>) -> PyResult<()> {
+        if ends.len() != self.parts.len() {
+            return Err(PyValueError::new_err(
+                "set_target: one end offset per partition",
+            ));
+        }
+        self.targets.push(ends);
+        self.release_all();
+        Ok(())
+    }
+
+    /// Sizes of the planned units (released, not yet delivered), in order.
+    fn unit_sizes(&self) -> Vec<i64> {
+        self.planned.iter().map(|p| p.size).collect()
+    }
+
+    /// Planned unit ``index`` (see :data:`UnitTuple`).
+    fn unit(&self, index: usize) -> PyResult<UnitTuple> {
+        let p = self
+            .planned
+            .get(index)
+            .ok_or_else(|| PyValueError::new_err(format!("no planned unit {index}")))?;
+        let unit = &self.units[p.id];
+        let kind = match unit.kind {
+            Kind::Txn => "transaction",
+            Kind::Snapshot => "snapshot",
+            Kind::Chunk => "chunk",
+            Kind::Single => "change",
+        };
+        let ts = unit.end.as_ref().and_then(|e| e.ts_ms).or(unit.max_ts);
+        Ok((p.order, kind, unit.key.clone(), p.size, ts, p.high.clone()))
+    }
+
+    /// Where each partition ends for a batch ending with unit ``order``: per partition (in
+    /// registration order) the offset after its longest prefix of records of units up to
+    /// ``order``, repeats and skipped records.
+    fn cut(&mut self, order: i64) -> PyResult<Vec<i64>> {
+        self.planned_index(order)?;
+        let mut out = Vec::with_capacity(self.parts.len());
+        for part in &self.parts {
+            let mut end = part.next;
+            for rec in &part.records {
+                let inside = match rec.owner {
+                    Owner::Nobody | Owner::Dropped => true,
+                    Owner::Unit(id) => self.units[id].order.is_some_and(|o| o <= order),
+                };
+                if !inside {
+                    end = rec.offset;
+                    break;
+                }
+            }
+            out.push(end);
+        }
+        Ok(out)
+    }
+
+    /// The segments of ``[start, end)`` of partition ``part`` for a batch of units up to
+    /// ``order`` (see :data:`Segment`). Driver, once per Spark partition of a batch.
+    fn segments(&self, part: usize, start: i64, end: i64) -> PyResult<Vec<Segment>> {
+        let p = self
+            .parts
+            .get(part)
+            .ok_or_else(|| PyValueError::new_err(format!("no partition {part}")))?;
+        let mut out: Vec<Segment> = Vec::new();
+        // Per block unit, the index of its next change here (its changes in earlier partitions
+        // and before ``start`` come first).
+        let mut seen: FxHashMap<UnitId, i64> = FxHashMap::default();
+        for rec in &p.records {
+            if rec.offset >= end {
+                break;
+            }
+            let (what, order, size, unit_id) = match rec.owner {
+                Owner::Nobody => ("txns", -1, 0, None),
+                Owner::Dropped => ("drop", -1, 0, None),
+                Owner::Unit(id) => {
+                    let unit = &self.units[id];
+                    let order = unit.order.unwrap_or(-1);
+                    if unit.kind == Kind::Txn {
+                        ("txns", -1, 0, None)
+                    } else {
+                        ("block", order, unit.count, Some(id))
+                    }
+                }
+            };
+            let index = unit_id.map_or(0, |id| {
+                let n = seen.entry(id).or_insert_with(|| self.block_base(id, part));
+                *n += 1;
+                *n - 1
+            });
+            if rec.offset < start {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if last.2 == what && last.3 == order && last.1 == rec.offset => {
+                    last.1 = rec.offset + 1;
+                }
+                _ => out.push((rec.offset, rec.offset + 1, what, order, index, size)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Drop the first ``count`` planned units (a batch delivered them), and the records of
+    /// every partition up to ``ends`` (the batch's end offsets).
+    fn advance(&mut self, count: usize, ends: Vec<i64>) -> PyResult<()> {
+        if count > self.planned.len() || ends.len() != self.parts.len() {
+            return Err(PyValueError::new_err(
+                "advance: bad unit count or end offsets",
+            ));
+        }
+        self.planned.drain(..count);
+        for (part, end) in self.parts.iter_mut().zip(ends) {
+            while part.records.front().is_some_and(|r| r.offset < end) {
+                part.records.pop_front();
+                part.settled = part.settled.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// ``order`` of the next unit released.
+    #[getter]
+    fn next_order(&self) -> i64 {
+        self.next_order
+    }
+
+    /// The furthest source position delivered once every planned unit is.
+    #[getter]
+    fn high(&self) -> Option<String> {
+        self.high.clone()
+    }
+
+    /// Changes read and not released (held back).
+    #[getter]
+    fn held_events(&self) -> i64 {
+        self.units
+            .iter()
+            .filter(|u| !u.settled())
+            .map(|u| u.count)
+            .sum()
+    }
+
+    /// Unreleased units holding changes.
+    #[getter]
+    fn held_units(&self) -> usize {
+        self.units
+            .iter()
+            .filter(|u| !u.settled() && (u.count > 0 || u.end.is_some()))
+            .count()
+    }
+
+    /// Why units are held back, in words: the unit the others wait for (None when nothing is
+    /// held back).
+    fn holdup(&self) -> Option<String> {
+        let holding = |u: &Unit| !u.settled() && (u.count > 0 || u.end.is_some());
+        let at = |u: &Unit| {
+            let (part, offset) = u.first;
+            format!("{} offset {offset}", self.parts[part].name)
+        };
+        if let Some(unit) = self
+            .snapshot
+            .map(|id| &self.units[id])
+            .filter(|u| holding(u))
+        {
+            return Some(format!(
+                "Debezium's initial snapshot is being read ({} row(s) so far, first record {}): \
+                 it is delivered whole once its last record is read and every partition has \
+                 been read up to where it ended then",
+                unit.count,
+                at(unit)
+            ));
+        }
+        if let Some(&head) = self.ended.front() {
+            let unit = &self.units[head];
+            let end = unit.end.as_ref().expect("ended");
+            if !self.txn_complete(head) {
+                return Some(format!(
+                    "transaction {} (first record {}) has ended but only {} of its {} change \
+                     events have been read; {} later-ended transaction(s) wait behind it",
+                    py_repr_str(&unit.key),
+                    at(unit),
+                    unit.count,
+                    end.event_count,
+                    self.ended.len() - 1
+                ));
+            }
+        }
+        if let Some(chunk) = self
+            .chunks
+            .values()
+            .map(|&id| &self.units[id])
+            .find(|u| holding(u))
+        {
+            return Some(format!(
+                "a chunk of Debezium's incremental snapshot is being read ({} row(s) so far, \
+                 first record {}): it is delivered whole right before the transaction that \
+                 closes its window",
+                chunk.count,
+                at(chunk)
+            ));
+        }
+        let unit = self.units.iter().find(|u| holding(u))?;
+        Some(match unit.kind {
+            Kind::Txn if unit.end.is_none() => format!(
+                "transaction {} (first record {}) has {} change event(s) but its END has not \
+                 been read yet",
+                py_repr_str(&unit.key),
+                at(unit),
+                unit.count
+            ),
+            _ => format!(
+                "{} (first record {}) waits behind an earlier unit of its partition",
+                py_repr_str(&unit.key),
+                at(unit)
+            ),
+        })
+    }
+
+    /// Records skipped so far, as ``(name, count)``.
+    fn skipped(&self) -> Vec<(&'static str, i64)> {
+        vec![
+            ("repeats", self.repeats),
+            ("tombstones", self.tombstones),
+            ("heartbeats", self.heartbeats),
+            ("schemaChanges", self.schema_changes),
+        ]
+    }
+}

@@ -1,0 +1,273 @@
+//! What each record read from a partition is: which unit it belongs to, or none.
+
+use super::*;
+
+impl KafkaAssembler {
+    pub(super) fn new_unit(&mut self, unit: Unit) -> UnitId {
+        self.units.push(unit);
+        self.units.len() - 1
+    }
+
+    /// Record that ``id`` has a record at ``offset`` of partition ``part``.
+    pub(super) fn own(&mut self, part: usize, offset: i64, id: UnitId) {
+        self.parts[part].records.push_back(Rec {
+            offset,
+            owner: Owner::Unit(id),
+        });
+        let unit = &mut self.units[id];
+        if !unit.parts.contains(&part) {
+            unit.parts.push(part);
+        }
+    }
+
+    pub(super) fn nobody(&mut self, part: usize, offset: i64, owner: Owner) {
+        self.parts[part].records.push_back(Rec { offset, owner });
+    }
+
+    pub(super) fn feed_record(
+        &mut self,
+        part: usize,
+        offset: i64,
+        value: Option<&[u8]>,
+    ) -> Result<(), Failure> {
+        let Some(data) = value else {
+            self.tombstones += 1;
+            self.nobody(part, offset, Owner::Nobody);
+            return Ok(());
+        };
+        let record = parse_line(data, false).map_err(|p| (p, part, offset))?;
+        match record {
+            Record::Skip(kind) => {
+                match kind {
+                    Skipped::Tombstone => self.tombstones += 1,
+                    Skipped::Heartbeat => self.heartbeats += 1,
+                    Skipped::SchemaChange => self.schema_changes += 1,
+                }
+                self.nobody(part, offset, Owner::Nobody);
+            }
+            Record::Marker(marker) => self.marker(part, offset, marker)?,
+            Record::Change(change) => match change.txn_id.as_deref() {
+                Some(_) => self.txn_change(part, offset, change)?,
+                None if change.snapshot.in_initial() => self.snapshot_row(part, offset, change)?,
+                None if change.snapshot == SnapshotMark::Incremental => {
+                    self.chunk_row(part, offset, change)
+                }
+                None => {
+                    let key = format!("{}:{offset}", self.parts[part].name);
+                    let id = self.new_unit(Unit::new(Kind::Single, key, (part, offset)));
+                    self.count(id, &change);
+                    self.units[id].end = Some(End {
+                        event_count: 1,
+                        collections: None,
+                        ts_ms: None,
+                        position: None,
+                    });
+                    self.units[id].barrier = self.targets.len().checked_sub(1);
+                    self.own(part, offset, id);
+                    self.singles.push_back(id);
+                }
+            },
+        }
+        Ok(())
+    }
+
+    pub(super) fn count(&mut self, id: UnitId, change: &Change<'_>) {
+        let unit = &mut self.units[id];
+        unit.count += 1;
+        match unit
+            .tables
+            .iter_mut()
+            .find(|(name, _)| change.table.is(name))
+        {
+            Some(entry) => entry.1 += 1,
+            None => unit.tables.push((change.table.qualified(), 1)),
+        }
+        if let Some(ts) = change.ts_ms {
+            if unit.max_ts.is_none_or(|m| ts > m) {
+                unit.max_ts = Some(ts);
+            }
+        }
+        further(&mut unit.position, change.position.clone());
+    }
+
+    pub(super) fn txn_unit(&mut self, txn_id: &str, first: (usize, i64)) -> UnitId {
+        if let Some(&id) = self.txns.get(txn_id) {
+            return id;
+        }
+        let mut unit = Unit::new(Kind::Txn, txn_id.to_owned(), first);
+        unit.reused = self.released_ids.contains(txn_id);
+        let id = self.new_unit(unit);
+        self.txns.insert(txn_id.to_owned(), id);
+        id
+    }
+
+    pub(super) fn marker(
+        &mut self,
+        part: usize,
+        offset: i64,
+        marker: Marker<'_>,
+    ) -> Result<(), Failure> {
+        let id = self.txn_unit(&marker.txn_id, (part, offset));
+        self.own(part, offset, id);
+        if !marker.end {
+            return Ok(());
+        }
+        let quoted = py_repr_str(&marker.txn_id);
+        let unit = &mut self.units[id];
+        if unit.end.is_some() {
+            return Err(fail(
+                ErrorKind::DuplicateTransaction,
+                part,
+                offset,
+                format!("a second END of transaction {quoted}"),
+                "one BEGIN and one END per transaction id",
+            ));
+        }
+        if unit.count > marker.event_count {
+            return Err(fail(
+                ErrorKind::EventCountMismatch,
+                part,
+                offset,
+                format!(
+                    "END of transaction {quoted} says event_count={} but {} of its change \
+                     events were already read",
+                    marker.event_count, unit.count
+                ),
+                "event_count to equal the number of change events of the transaction",
+            ));
+        }
+        unit.end = Some(End {
+            event_count: marker.event_count,
+            collections: marker.collections,
+            ts_ms: marker.ts_ms,
+            position: marker.position.clone(),
+        });
+        further(&mut unit.position, marker.position);
+        unit.barrier = self.targets.len().checked_sub(1);
+        self.ended.push_back(id);
+        Ok(())
+    }
+
+    pub(super) fn txn_change(
+        &mut self,
+        part: usize,
+        offset: i64,
+        change: Change<'_>,
+    ) -> Result<(), Failure> {
+        let txn_id = change
+            .txn_id
+            .as_deref()
+            .expect("a transaction change")
+            .to_owned();
+        let id = self.txn_unit(&txn_id, (part, offset));
+        if let Some(order) = change.total_order {
+            if self.units[id].orders.contains(&order) {
+                // Debezium sending the event again after a restart inside the transaction.
+                self.repeats += 1;
+                self.nobody(part, offset, Owner::Dropped);
+                return Ok(());
+            }
+            self.units[id].orders.insert(order);
+        }
+        if let Some(end) = &self.units[id].end {
+            if self.units[id].count + 1 > end.event_count {
+                return Err(fail(
+                    ErrorKind::EventCountMismatch,
+                    part,
+                    offset,
+                    format!(
+                        "change event {} of transaction {} exceeds the event_count={} of its END",
+                        self.units[id].count + 1,
+                        py_repr_str(&txn_id),
+                        end.event_count
+                    ),
+                    "event_count to equal the number of change events of the transaction",
+                ));
+            }
+        }
+        self.count(id, &change);
+        self.own(part, offset, id);
+        Ok(())
+    }
+
+    /// A record of Debezium's initial snapshot. Its ``first`` mark is in one partition only, so
+    /// an attempt is told by its rows' source position (the snapshot's, the same on every row):
+    /// rows at a later position are Debezium's new attempt (it starts an unfinished snapshot
+    /// over), and what was read of the older one is dropped; rows at an earlier position are
+    /// the older attempt's, read late, and dropped.
+    pub(super) fn snapshot_row(
+        &mut self,
+        part: usize,
+        offset: i64,
+        change: Change<'_>,
+    ) -> Result<(), Failure> {
+        if let Some(open) = self.snapshot.filter(|&id| !self.units[id].settled()) {
+            let current = self.units[open].position.clone();
+            match (&change.position, &current) {
+                (Some(row), Some(attempt)) if row > attempt => {
+                    self.repeats += self.units[open].count;
+                    self.drop_unit(open);
+                    self.snapshot = None;
+                }
+                (Some(row), Some(attempt)) if row < attempt => {
+                    self.repeats += 1;
+                    self.nobody(part, offset, Owner::Dropped);
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        let id = match self.snapshot {
+            Some(id) if !self.units[id].settled() => id,
+            _ => {
+                if self.snapshot_delivered {
+                    return Err(fail(
+                        ErrorKind::RepeatedSnapshot,
+                        part,
+                        offset,
+                        "Debezium wrote its initial snapshot again after the first one was \
+                         delivered: its offsets were lost or reset. Delivered now, it would bring \
+                         back rows deleted or changed since the first snapshot"
+                            .to_owned(),
+                        "one initial snapshot per topic set: restore Kafka Connect's offsets for \
+                         the connector, or start over with a new checkpointLocation (and an \
+                         empty table)",
+                    ));
+                }
+                let unit = Unit::new(Kind::Snapshot, "snapshot".to_owned(), (part, offset));
+                let id = self.new_unit(unit);
+                self.snapshot = Some(id);
+                id
+            }
+        };
+        self.count(id, &change);
+        self.own(part, offset, id);
+        if change.snapshot == SnapshotMark::Last {
+            let unit = &mut self.units[id];
+            unit.end = Some(End {
+                event_count: 0, // grows with the rows read later: the barrier completes it
+                collections: None,
+                ts_ms: None,
+                position: None,
+            });
+            unit.barrier = self.targets.len().checked_sub(1);
+        }
+        Ok(())
+    }
+
+    pub(super) fn chunk_row(&mut self, part: usize, offset: i64, change: Change<'_>) {
+        let key = change.position.clone().unwrap_or_default();
+        let id = match self.chunks.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.new_unit(Unit::new(Kind::Chunk, key.clone(), (part, offset)));
+                self.chunks.insert(key, id);
+                id
+            }
+        };
+        self.count(id, &change);
+        // Compared with transactions' END positions, never with the delivered position.
+        self.units[id].position = None;
+        self.own(part, offset, id);
+    }
+}
