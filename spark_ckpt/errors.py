@@ -18,6 +18,7 @@ __all__ = [
     "CheckpointLocationError",
     "CheckpointPolicyError",
     "ConfigError",
+    "DataLossError",
     "DuplicateTransactionError",
     "EventCountMismatchError",
     "FencedError",
@@ -207,6 +208,15 @@ class LogRewrittenError(SparkCkptError, RuntimeError):
 
     A file already read grew, shrank or disappeared, or replaying a logged offset range did not
     reproduce what was planned: the same ``(start, end)`` would no longer yield the same rows.
+    """
+
+
+class DataLossError(SparkCkptError, RuntimeError):
+    """Records a query has not read yet are gone from the source.
+
+    Kafka's retention deleted them, or the topic was deleted and created again; the message names
+    the topic, the partition and the offsets. Raised only with ``failOnDataLoss=true`` (the
+    default), as Spark's Kafka source does.
     """
 
 

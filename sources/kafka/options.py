@@ -157,7 +157,6 @@ class KafkaOptions(ConnectorOptions):
 
     def connector(self, common: SourceOptions) -> ChangeConnector:
         """The connector (driver, once per query run)."""
-        raise ConfigError(
-            "connector=kafka is not available yet: its reader is being built (issue 31); "
-            "read Debezium's topics through files (connector=debezium-json) meanwhile"
-        )
+        from .connector import KafkaConnector
+
+        return KafkaConnector(self, gated=common.gated, column_types=common.column_types)

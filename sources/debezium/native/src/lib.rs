@@ -21,5 +21,6 @@ mod text;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<assembler::Assembler>()?;
     m.add_class::<kafka::KafkaAssembler>()?;
+    m.add_class::<kafka::KafkaRows>()?;
     Ok(())
 }

@@ -126,7 +126,7 @@ impl RowBuilder {
     }
 
     /// One row: ``event`` of transaction ``txn_id`` at ``(order, size, index)``.
-    fn push(
+    pub(crate) fn push(
         &mut self,
         event: &Event,
         txn_id: &str,

@@ -38,6 +38,9 @@ use crate::text::py_repr_str;
 
 type UnitId = usize;
 
+/// How many transaction ids dropped as repeats are remembered.
+const REPEATS_REMEMBERED: usize = 100_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Txn,
@@ -92,8 +95,6 @@ struct Unit {
     /// The read target (an index into ``targets``) in force when the unit closed: it is
     /// released once every partition has been read up to it.
     barrier: Option<usize>,
-    /// The id was released before: a repeat when it completes at or before what was delivered.
-    reused: bool,
     order: Option<i64>,
     dropped: bool,
 }
@@ -112,7 +113,6 @@ impl Unit {
             position: None,
             max_ts: None,
             barrier: None,
-            reused: false,
             order: None,
             dropped: false,
         }
@@ -151,7 +151,9 @@ pub struct KafkaAssembler {
     /// Changes without transaction metadata, not yet released, in read order.
     singles: VecDeque<UnitId>,
     planned: Vec<Planned>,
-    released_ids: FxHashSet<String>,
+    /// Transactions dropped as Debezium's repeats (their events read later are dropped too).
+    repeated: FxHashSet<String>,
+    repeated_order: VecDeque<String>,
     next_order: i64,
     high: Option<String>,
     snapshot_delivered: bool,
@@ -183,6 +185,9 @@ fn further(current: &mut Option<String>, candidate: Option<String>) {
 
 mod records;
 mod release;
+mod rows;
+
+pub use rows::KafkaRows;
 
 /// A planned unit as Python sees it: ``(order, kind, key, size, commit_ts_ms, high)``.
 type UnitTuple = (i64, &'static str, String, i64, Option<i64>, Option<String>);
@@ -207,7 +212,8 @@ impl KafkaAssembler {
             chunks: IndexMap::default(),
             singles: VecDeque::new(),
             planned: Vec::new(),
-            released_ids: FxHashSet::default(),
+            repeated: FxHashSet::default(),
+            repeated_order: VecDeque::new(),
             next_order: first_order,
             high,
             snapshot_delivered,
@@ -418,70 +424,59 @@ impl KafkaAssembler {
     }
 
     /// Why units are held back, in words: the unit the others wait for (None when nothing is
-    /// held back).
+    /// held back). Driver, once per trigger.
     fn holdup(&self) -> Option<String> {
-        let holding = |u: &Unit| !u.settled() && (u.count > 0 || u.end.is_some());
-        let at = |u: &Unit| {
-            let (part, offset) = u.first;
-            format!("{} offset {offset}", self.parts[part].name)
-        };
-        if let Some(unit) = self
-            .snapshot
-            .map(|id| &self.units[id])
-            .filter(|u| holding(u))
-        {
-            return Some(format!(
-                "Debezium's initial snapshot is being read ({} row(s) so far, first record {}): \
+        let id = self.held_unit()?;
+        let unit = &self.units[id];
+        let at = self.first_record(unit);
+        let key = py_repr_str(&unit.key);
+        Some(match (unit.kind, &unit.end) {
+            (Kind::Snapshot, _) => format!(
+                "Debezium's initial snapshot is being read ({} row(s) so far, first record {at}): \
                  it is delivered whole once its last record is read and every partition has \
                  been read up to where it ended then",
+                unit.count
+            ),
+            (Kind::Txn, Some(end)) if !self.txn_whole(id) => format!(
+                "transaction {key} (first record {at}) has ended but only {} of its {} change \
+                 events have been read; {} later-ended transaction(s) wait behind it",
                 unit.count,
-                at(unit)
-            ));
-        }
-        if let Some(&head) = self.ended.front() {
-            let unit = &self.units[head];
-            let end = unit.end.as_ref().expect("ended");
-            if !self.txn_complete(head) {
-                return Some(format!(
-                    "transaction {} (first record {}) has ended but only {} of its {} change \
-                     events have been read; {} later-ended transaction(s) wait behind it",
-                    py_repr_str(&unit.key),
-                    at(unit),
-                    unit.count,
-                    end.event_count,
-                    self.ended.len() - 1
-                ));
-            }
-        }
-        if let Some(chunk) = self
-            .chunks
-            .values()
-            .map(|&id| &self.units[id])
-            .find(|u| holding(u))
-        {
-            return Some(format!(
-                "a chunk of Debezium's incremental snapshot is being read ({} row(s) so far, \
-                 first record {}): it is delivered whole right before the transaction that \
-                 closes its window",
-                chunk.count,
-                at(chunk)
-            ));
-        }
-        let unit = self.units.iter().find(|u| holding(u))?;
-        Some(match unit.kind {
-            Kind::Txn if unit.end.is_none() => format!(
-                "transaction {} (first record {}) has {} change event(s) but its END has not \
+                end.event_count,
+                self.ended.len().saturating_sub(1)
+            ),
+            (Kind::Txn, None) => format!(
+                "transaction {key} (first record {at}) has {} change event(s) but its END has not \
                  been read yet",
-                py_repr_str(&unit.key),
-                at(unit),
+                unit.count
+            ),
+            (Kind::Chunk, _) => format!(
+                "a chunk of Debezium's incremental snapshot is being read ({} row(s) so far, \
+                 first record {at}): it is delivered whole right before the transaction that \
+                 closes its window",
                 unit.count
             ),
             _ => format!(
-                "{} (first record {}) waits behind an earlier unit of its partition",
-                py_repr_str(&unit.key),
-                at(unit)
+                "{key} (first record {at}) waits until every partition is read up to this \
+                 trigger's end, or behind an earlier unit of its partition"
             ),
         })
+    }
+
+    /// The unit :meth:`holdup` names, for people and to tell when it changes: the same text on
+    /// every trigger while it is the one held (None when nothing is held back).
+    fn oldest_held(&self) -> Option<String> {
+        let unit = &self.units[self.held_unit()?];
+        let kind = match unit.kind {
+            Kind::Txn => "transaction",
+            Kind::Snapshot => "initial snapshot",
+            Kind::Chunk => "incremental snapshot chunk",
+            Kind::Single => "change",
+        };
+        Some(format!(
+            "{kind} {} (first record {})",
+            py_repr_str(&unit.key),
+            self.first_record(unit)
+        ))
     }
 
     /// Records skipped so far, as ``(name, count)``.
@@ -492,5 +487,26 @@ impl KafkaAssembler {
             ("heartbeats", self.heartbeats),
             ("schemaChanges", self.schema_changes),
         ]
+    }
+}
+
+impl KafkaAssembler {
+    /// The unit the held-back ones wait for: the snapshot being read, the oldest transaction
+    /// that ended incomplete, a chunk being read, or the oldest unit holding changes.
+    fn held_unit(&self) -> Option<UnitId> {
+        let holding = |id: &UnitId| {
+            let u = &self.units[*id];
+            !u.settled() && (u.count > 0 || u.end.is_some())
+        };
+        self.snapshot
+            .filter(holding)
+            .or_else(|| self.ended.front().copied().filter(|&h| !self.txn_whole(h)))
+            .or_else(|| self.chunks.values().copied().find(holding))
+            .or_else(|| (0..self.units.len()).find(holding))
+    }
+
+    fn first_record(&self, unit: &Unit) -> String {
+        let (part, offset) = unit.first;
+        format!("{} offset {offset}", self.parts[part].name)
     }
 }

@@ -94,35 +94,66 @@ impl KafkaAssembler {
         if let Some(&id) = self.txns.get(txn_id) {
             return id;
         }
-        let mut unit = Unit::new(Kind::Txn, txn_id.to_owned(), first);
-        unit.reused = self.released_ids.contains(txn_id);
+        let unit = Unit::new(Kind::Txn, txn_id.to_owned(), first);
         let id = self.new_unit(unit);
         self.txns.insert(txn_id.to_owned(), id);
         id
     }
 
+    /// A BEGIN or END of the transaction topic.
+    ///
+    /// Debezium repeats a transaction whole after a restart (BEGIN, events, END again). An END
+    /// at or before what was released is such a repeat: dropped with what was read of it, and
+    /// its id remembered so that its events read later (another partition) are dropped too. A
+    /// second END of a transaction still open, with the same ``event_count``, is the repeat of
+    /// one not yet released: dropped alone.
     pub(super) fn marker(
         &mut self,
         part: usize,
         offset: i64,
         marker: Marker<'_>,
     ) -> Result<(), Failure> {
+        if marker.end && self.repeated.contains(marker.txn_id.as_ref()) {
+            self.nobody(part, offset, Owner::Dropped);
+            return Ok(());
+        }
         let id = self.txn_unit(&marker.txn_id, (part, offset));
-        self.own(part, offset, id);
         if !marker.end {
+            self.own(part, offset, id);
             return Ok(());
         }
         let quoted = py_repr_str(&marker.txn_id);
-        let unit = &mut self.units[id];
-        if unit.end.is_some() {
+        if let Some(end) = &self.units[id].end {
+            if end.event_count == marker.event_count {
+                self.nobody(part, offset, Owner::Dropped);
+                return Ok(());
+            }
             return Err(fail(
                 ErrorKind::DuplicateTransaction,
                 part,
                 offset,
-                format!("a second END of transaction {quoted}"),
-                "one BEGIN and one END per transaction id",
+                format!(
+                    "a second END of transaction {quoted}, with event_count={} where the first \
+                     said {}",
+                    marker.event_count, end.event_count
+                ),
+                "one BEGIN and one END per transaction id (the same END again after a restart)",
             ));
         }
+        let behind = matches!(
+            (&marker.position, &self.high),
+            (Some(position), Some(high)) if position <= high
+        );
+        if behind {
+            self.repeats += self.units[id].count;
+            self.txns.remove(marker.txn_id.as_ref());
+            self.remember_repeat(marker.txn_id.into_owned());
+            self.drop_unit(id);
+            self.nobody(part, offset, Owner::Dropped);
+            return Ok(());
+        }
+        self.own(part, offset, id);
+        let unit = &mut self.units[id];
         if unit.count > marker.event_count {
             return Err(fail(
                 ErrorKind::EventCountMismatch,
@@ -148,6 +179,18 @@ impl KafkaAssembler {
         Ok(())
     }
 
+    /// Remember a transaction id dropped as a repeat (a bounded window of the latest ones).
+    pub(super) fn remember_repeat(&mut self, txn_id: String) {
+        if self.repeated.insert(txn_id.clone()) {
+            self.repeated_order.push_back(txn_id);
+            if self.repeated_order.len() > REPEATS_REMEMBERED {
+                if let Some(old) = self.repeated_order.pop_front() {
+                    self.repeated.remove(&old);
+                }
+            }
+        }
+    }
+
     pub(super) fn txn_change(
         &mut self,
         part: usize,
@@ -159,6 +202,12 @@ impl KafkaAssembler {
             .as_deref()
             .expect("a transaction change")
             .to_owned();
+        if self.repeated.contains(&txn_id) {
+            // An event of a transaction whose repeated END was read first (another partition).
+            self.repeats += 1;
+            self.nobody(part, offset, Owner::Dropped);
+            return Ok(());
+        }
         let id = self.txn_unit(&txn_id, (part, offset));
         if let Some(order) = change.total_order {
             if self.units[id].orders.contains(&order) {

@@ -88,7 +88,6 @@ impl KafkaAssembler {
         unit.order = Some(order);
         if unit.kind == Kind::Txn {
             self.txns.remove(&unit.key);
-            self.released_ids.insert(unit.key.clone());
         }
         if unit.kind == Kind::Snapshot {
             // Its position is the snapshot's, not one streamed changes are compared with.
@@ -167,7 +166,6 @@ impl KafkaAssembler {
             self.repeats += unit.count;
             let key = unit.key.clone();
             self.txns.remove(&key);
-            self.released_ids.insert(key);
             self.drop_unit(id);
         } else {
             self.release(id);

@@ -1,0 +1,116 @@
+"""The connector's Kafka client: confluent-kafka's ``Consumer``, as the driver and executors use it.
+
+confluent-kafka (librdkafka, maintained by Confluent, wheels for every platform Spark runs on)
+reads what the Java client reads, including transactional topics under ``read_committed``, and
+decodes nothing: records arrive as bytes for the Debezium decoder. The pure-Python clients
+(kafka-python, aiokafka) read several times slower per record and would put Python on the
+per-record path this connector keeps native.
+
+The source never joins a consumer group: partitions are ``assign``-ed and offsets live in Spark's
+checkpoint, never committed to Kafka. librdkafka still wants a ``group.id``; unless the user sets
+``kafka.group.id``, a throwaway one is used.
+
+Runs on the driver (planning, once per trigger) and on executors (reading, once per task).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from spark_ckpt.errors import InvalidOptionError, SourceConnectionError
+
+from .client_config import PREFIX, masked
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+
+__all__ = ["METADATA_TIMEOUT_S", "new_consumer", "partitions_of", "transaction_topic_for"]
+
+METADATA_TIMEOUT_S = 30.0
+"""How long a metadata or watermark request may take before the broker counts as unreachable."""
+
+_PROPERTY = re.compile(r'property "([^"]+)"')
+
+
+def new_consumer(settings: Mapping[str, str], purpose: str) -> Consumer:
+    """A consumer with the user's settings, never committing offsets.
+
+    Raises
+    ------
+    InvalidOptionError
+        For a setting librdkafka does not accept, named as the option ``kafka.<setting>``
+        (a secret's value is never shown).
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    config = dict(settings)
+    config.setdefault("group.id", f"spark-ckpt-{purpose}-{uuid.uuid4().hex[:12]}")
+    config.setdefault("client.id", f"spark-ckpt-{purpose}")
+    config["enable.auto.commit"] = "false"
+    config["enable.auto.offset.store"] = "false"
+    try:
+        return Consumer(config)
+    except (KafkaException, ValueError, TypeError) as e:
+        text = str(e)
+        found = _PROPERTY.search(text)
+        key = found.group(1) if found else "bootstrap.servers"
+        shown = masked({key: config.get(key, "")})[key]
+        reason = text if shown == config.get(key, "") else "librdkafka refused it"
+        raise InvalidOptionError(
+            PREFIX + key, shown, f"a setting librdkafka (confluent-kafka) accepts: {reason}"
+        ) from None
+
+
+def partitions_of(
+    consumer: Consumer,
+    subscribe: Sequence[str],
+    pattern: str | None,
+    extra: Sequence[str] = (),
+) -> dict[str, int]:
+    """The topics to read, with their partition counts (driver, once per trigger).
+
+    ``subscribe`` names topics (a missing one has no partitions yet); ``pattern`` matches whole
+    topic names; ``extra`` (the transaction topic) is added when it exists. Kafka's internal
+    topics (``__consumer_offsets``, ...) never match.
+
+    Raises
+    ------
+    SourceConnectionError
+        When the brokers do not answer within :data:`METADATA_TIMEOUT_S`.
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+    except KafkaException as e:
+        raise SourceConnectionError(
+            f"the Kafka brokers did not answer a metadata request within "
+            f"{METADATA_TIMEOUT_S:.0f}s ({e.args[0] if e.args else e}): check "
+            f"kafka.bootstrap.servers and that the brokers run"
+        ) from None
+    existing = {name: len(meta.partitions) for name, meta in metadata.topics.items()}
+    wanted = set(subscribe) | set(extra)
+    if pattern is not None:
+        matcher = re.compile(pattern)
+        wanted |= {t for t in existing if matcher.fullmatch(t) and not t.startswith("__")}
+    return {t: existing[t] for t in sorted(wanted) if existing.get(t)}
+
+
+def transaction_topic_for(topics: Sequence[str], existing: Sequence[str]) -> str | None:
+    """Debezium's transaction topic for ``topics``: ``<topic.prefix>.transaction``.
+
+    Debezium names every topic ``<topic.prefix>.<...>``; the prefix may itself contain dots, so
+    each leading part of a data topic's name is tried, the longest first, against the topics
+    that exist. None when none exists (yet).
+    """
+    present = set(existing)
+    for topic in topics:
+        parts = topic.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            candidate = ".".join(parts[:cut]) + ".transaction"
+            if candidate in present and candidate != topic:
+                return candidate
+    return None

@@ -1,0 +1,225 @@
+"""The ``kafka`` connector: Debezium's topics read as whole units (DESIGN.md beside this file).
+
+The driver plans (:mod:`.planner`: every partition read up to the trigger's target, units
+assembled natively); a batch ends every partition where its records of the batch's units end,
+and its Spark partitions are offset ranges that executors read from the brokers
+(:mod:`.reader`). Offsets are Spark's per-partition JSON (:mod:`.offsets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_ckpt.errors import ConfigError, LogRewrittenError
+from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
+
+from ..connector import ChangeConnector, Plan, PlannedBatch
+from .client import new_consumer
+from .offsets import KafkaOffset, TopicPartition
+from .planner import KafkaPlanner
+from .reader import KafkaPartition, read_partition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..gate import Cut
+    from .options import KafkaOptions
+
+__all__ = ["KafkaConnector"]
+
+SOURCE = "kafka"
+"""The ``source`` column of rows whose record names no Debezium server."""
+
+
+class KafkaConnector(ChangeConnector):
+    """Reads Debezium's Kafka topics as whole transactions, snapshot and chunks.
+
+    Parameters
+    ----------
+    options
+        The connector's options.
+    gated
+        False (option ``gate=off``) is refused: a Kafka batch can only end at a unit boundary.
+    column_types
+        Add the ``column_types`` column from the records' Kafka Connect envelopes.
+    key_columns
+        Per table, the columns that make the key of a change whose record has none.
+    """
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        options: KafkaOptions,
+        *,
+        gated: bool = True,
+        column_types: bool = False,
+        key_columns: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        if not gated:
+            raise ConfigError(
+                "the kafka connector cannot run with gate=off: its batches end every partition "
+                "at a unit boundary"
+            )
+        self.options = options
+        self.column_types = column_types
+        self.key_columns = {t: list(c) for t, c in (key_columns or {}).items()}
+        self.consumer = new_consumer(options.client, "driver")
+        self._planner: KafkaPlanner | None = None
+        self._available_now: dict[TopicPartition, int] | None = None
+
+    # -- driver: planning -----------------------------------------------------------------
+
+    def initial_offset(self) -> dict[str, Any]:
+        """Where a new query starts: ``startingOffsets`` resolved now (driver, once)."""
+        starting = self.options.starting_offsets
+        if starting == "earliest":
+            return KafkaOffset(-1, 0).to_json()
+        planner = KafkaPlanner(self.options, KafkaOffset(-1, 0), self.consumer)
+        planner.discover()
+        positions: dict[TopicPartition, int] = {}
+        for tp in planner.partitions:
+            low, high = planner.watermarks(tp)
+            if starting == "latest":
+                positions[tp] = high
+                continue
+            given = starting.get(tp[0], {}).get(tp[1])
+            if given is not None:
+                positions[tp] = low if given == -2 else high if given == -1 else given
+        return KafkaOffset(-1, 0, positions).to_json()
+
+    def _planner_at(self, start: KafkaOffset) -> KafkaPlanner:
+        if self._planner is None or self._planner.base != start:
+            self._planner = KafkaPlanner(self.options, start, self.consumer)
+        return self._planner
+
+    def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
+        """Read every partition up to this trigger's target; the units it completed."""
+        planner = self._planner_at(KafkaOffset.from_json(start))
+        planner.scan(self._available_now)
+        assembler = planner.assembler
+        reason = assembler.holdup()
+        held = None if reason is None else SnapshotAvailability.soft_failure(reason)
+        return Plan(
+            assembler.unit_sizes(),
+            held,
+            assembler.held_events,
+            held_units=assembler.held_units,
+            oldest_held=assembler.oldest_held(),
+        )
+
+    def availability(self, cut: Cut) -> SnapshotAvailability:
+        """Available exactly at unit boundaries."""
+        if cut.at_boundary:
+            return AVAILABLE
+        return SnapshotAvailability.soft_failure("a Kafka batch ends only at a unit boundary")
+
+    def batch(self, cut: Cut, checkpoint_id: int) -> PlannedBatch:
+        """The batch of the planned units up to ``cut``; its end is the next plan's base."""
+        planner = self._planner
+        assert planner is not None
+        assert cut.at_boundary
+        end, partitions = self._planned(planner, cut.unit, checkpoint_id)
+        planner.advance(cut.unit + 1, end)
+        return PlannedBatch(end.to_json(), list(partitions))
+
+    def _planned(
+        self, planner: KafkaPlanner, last: int, checkpoint_id: int
+    ) -> tuple[KafkaOffset, list[KafkaPartition]]:
+        """The end offset and the partitions of a batch of planned units ``0..last``."""
+        assembler = planner.assembler
+        units = [assembler.unit(i) for i in range(last + 1)]
+        ends = assembler.cut(units[-1][0])
+        txns = tuple(
+            (key, order, size, ts)
+            for order, kind, key, size, ts, _ in units
+            if kind == "transaction"
+        )
+        blocks = tuple(
+            (order, key, size, ts)
+            for order, kind, key, size, ts, _ in units
+            if kind != "transaction"
+        )
+        base = planner.base
+        positions = dict(base.positions)
+        partitions: list[KafkaPartition] = []
+        for index, tp in enumerate(planner.partitions):
+            start = planner.starts[index]
+            positions[tp] = ends[index]
+            if ends[index] > start:
+                partitions.append(
+                    KafkaPartition(
+                        self.options.client,
+                        tp[0],
+                        tp[1],
+                        start,
+                        ends[index],
+                        SOURCE,
+                        txns,
+                        blocks,
+                        tuple(assembler.segments(index, start, ends[index])),
+                    )
+                )
+        end = KafkaOffset(
+            checkpoint_id,
+            base.emitted + last + 1,
+            positions,
+            units[-1][5],
+            base.snapshot or any(kind == "snapshot" for _, kind, *_ in units),
+        )
+        return end, partitions
+
+    def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
+        """Re-plan a logged batch after a restart: the same units, the same ranges."""
+        first, last = KafkaOffset.from_json(start), KafkaOffset.from_json(end)
+        planner = KafkaPlanner(self.options, first, self.consumer)
+        planner.scan(dict(last.positions))
+        count = last.emitted - first.emitted
+        found = len(planner.assembler.unit_sizes())
+        if count == 0:
+            return []
+        if found < count:
+            raise LogRewrittenError(
+                f"re-planning the logged batch {last.checkpoint} found {found} complete units "
+                f"up to its end offsets, not {count}: records the batch was planned from are "
+                f"gone from Kafka or changed"
+            )
+        replanned, partitions = self._planned(planner, count - 1, last.checkpoint)
+        if replanned.positions != last.positions:
+            raise LogRewrittenError(
+                f"re-planning the logged batch {last.checkpoint} now ends at "
+                f"{replanned.to_json()['topics']}, but it was logged ending at "
+                f"{end.get('topics')}: the topics changed behind the query"
+            )
+        self._planner = None
+        return list(partitions)
+
+    def prepare_available_now(self) -> None:
+        """Fix every partition's current end as the target of ``Trigger.availableNow``."""
+        planner = KafkaPlanner(self.options, KafkaOffset(-1, 0), self.consumer)
+        planner.discover()
+        self._available_now = {tp: planner.watermarks(tp)[1] for tp in planner.partitions}
+
+    # -- executors: reading ---------------------------------------------------------------
+
+    def read(self, partition: object) -> Iterator[pa.RecordBatch]:
+        """Yield the rows of one offset range (executor, once per task)."""
+        assert isinstance(partition, KafkaPartition)
+        return read_partition(partition, self.column_types, self.key_columns)
+
+    def status(self) -> dict[str, Any] | None:
+        """What this run's planner skipped and where it reads (driver, per trigger)."""
+        planner = self._planner
+        if planner is None:
+            return None
+        return {
+            "connector": self.name,
+            "transactionTopic": planner.transaction_topic,
+            "partitions": len(planner.partitions),
+            "skipped": dict(planner.assembler.skipped()) | {"lost": planner.lost},
+        }
+
+    def stop(self) -> None:
+        """Close the driver's consumer (driver, once)."""
+        self.consumer.close()

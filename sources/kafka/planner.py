@@ -1,0 +1,263 @@
+"""The ``kafka`` connector's driver-side planning: read every partition, assemble units.
+
+A :class:`KafkaPlanner` lives in the query's reader process from a base offset on: each trigger
+it finds the topics' partitions (new ones are read from their start), takes every partition's end
+offset as the trigger's *target*, and consumes each partition up to it, feeding the records to
+the native :class:`KafkaAssembler` (``sources/debezium/native/src/kafka``), which releases units
+once every partition has been read up to the target in force when they closed (DESIGN.md).
+
+``maxChangesPerTrigger`` caps batches, not reading: a trigger reads every partition to its target
+so that the units it closed can be released. What the planner holds meanwhile is each read
+record's offset and owner (no payload), about 24 bytes per record of the backlog.
+
+Runs on the driver, once per trigger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from spark_ckpt.errors import ConfigError, DataLossError, SourceConnectionError
+
+from .client import METADATA_TIMEOUT_S, partitions_of, transaction_topic_for
+from .offsets import KafkaOffset, TopicPartition
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
+
+    from spark_ckpt.sources.debezium._native import KafkaAssembler
+
+    from .options import KafkaOptions
+
+__all__ = ["READ_STALL_S", "KafkaPlanner"]
+
+_log = logging.getLogger(__name__)
+
+READ_STALL_S = 120.0
+"""How long reading may make no progress towards a trigger's target before the brokers count
+as unreachable (a typed failure; the failure manager's policy applies)."""
+
+_BLOCK = 10_000  # records per consume() call
+
+
+class KafkaPlanner:
+    """Planning state after ``base``: the assembler, the partitions and how far each was read.
+
+    Parameters
+    ----------
+    options
+        The connector's options.
+    base
+        The offset planning starts from (the last batch's end).
+    consumer
+        The driver's consumer (the connector owns it).
+    """
+
+    def __init__(self, options: KafkaOptions, base: KafkaOffset, consumer: Consumer) -> None:
+        from spark_ckpt.sources.debezium._native import KafkaAssembler
+
+        self.options = options
+        self.base = base
+        self.consumer = consumer
+        self.assembler: KafkaAssembler = KafkaAssembler(base.emitted, base.high, base.snapshot)
+        self.partitions: list[TopicPartition] = []
+        self.starts: list[int] = []
+        """Where the next batch starts in each partition (registration order)."""
+        self.next: list[int] = []
+        """The next offset to read of each partition."""
+        self.transaction_topic: str | None = options.transaction_topic or None
+        self.lost = 0
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        """``(first, end)`` offsets of a partition now (``end``: read_committed's last stable one).
+
+        Raises
+        ------
+        SourceConnectionError
+            When the brokers do not answer within the metadata timeout.
+        """
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        try:
+            low, high = self.consumer.get_watermark_offsets(
+                KafkaPartition(*tp), timeout=METADATA_TIMEOUT_S, cached=False
+            )
+        except KafkaException as e:
+            raise SourceConnectionError(
+                f"the Kafka brokers did not give the offsets of {tp[0]}/{tp[1]} within "
+                f"{METADATA_TIMEOUT_S:.0f}s ({e.args[0] if e.args else e})"
+            ) from None
+        return int(low), int(high)
+
+    def discover(self) -> None:
+        """Register partitions not seen before (driver, once per trigger).
+
+        Raises
+        ------
+        ConfigError
+            When the transaction topic has more than one partition.
+        """
+        options = self.options
+        wanted_txn = () if self.transaction_topic is None else (self.transaction_topic,)
+        topics = partitions_of(
+            self.consumer, options.subscribe, options.subscribe_pattern, wanted_txn
+        )
+        if self.transaction_topic is None and options.transaction_topic is None:
+            everything = partitions_of(self.consumer, (), ".*")
+            found = transaction_topic_for(sorted(topics), sorted(everything))
+            if found is not None:
+                self.transaction_topic = found
+                topics[found] = everything[found]
+        if self.transaction_topic and topics.get(self.transaction_topic, 1) > 1:
+            raise ConfigError(
+                f"Debezium's transaction topic {self.transaction_topic!r} has "
+                f"{topics[self.transaction_topic]} partitions: its order is the transactions' "
+                f"commit order only in one partition. Create it with one partition (Kafka "
+                f"Connect: a topic.creation group for it with partitions=1)"
+            )
+        known = set(self.partitions)
+        for topic, count in topics.items():
+            for partition in range(count):
+                tp = (topic, partition)
+                if tp in known:
+                    continue
+                start = self.base.position(topic, partition)
+                if start is None:
+                    start = self.watermarks(tp)[0]  # a partition new to the query: its start
+                self.assembler.add_partition(f"{topic}/{partition}", start)
+                self.partitions.append(tp)
+                self.starts.append(start)
+                self.next.append(start)
+
+    def advance(self, units: int, end: KafkaOffset) -> None:
+        """A batch delivered the first ``units`` planned units and ends at ``end`` (driver)."""
+        known = zip(self.partitions, self.starts, strict=True)
+        ends = [end.positions.get(tp, start) for tp, start in known]
+        self.assembler.advance(units, ends)
+        self.starts = ends
+        self.base = end
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _check_retained(self, index: int, low: int) -> None:
+        """Records the query still needs were deleted (retention, a recreated topic)."""
+        start = self.next[index]
+        if start >= low:
+            return
+        topic, partition = self.partitions[index]
+        what = (
+            f"offsets {start} to {low - 1} of {topic}/{partition} are no longer in Kafka "
+            f"(retention deleted them, or the topic was deleted and created again)"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}: the query has not read them yet, so their changes would be lost. "
+                f"Restore from a savepoint taken before, or set failOnDataLoss=false to skip "
+                f"them (their transactions are then incomplete and held back)"
+            )
+        _log.warning("%s: skipped (failOnDataLoss=false)", what)
+        self.lost += low - start
+        self.assembler.feed(index, [], [], low)
+        self.next[index] = low
+
+    def scan(self, stop: Mapping[TopicPartition, int] | None = None) -> None:
+        """Read every partition up to this trigger's target (driver, once per trigger).
+
+        ``stop`` caps the target (``Trigger.availableNow``'s end, fixed when the run started).
+
+        Raises
+        ------
+        SourceConnectionError
+            When reading makes no progress for :data:`READ_STALL_S` seconds.
+        DataLossError
+            Records not read yet were deleted (``failOnDataLoss=true``).
+        """
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        self.discover()
+        ends: list[int] = []
+        for index, tp in enumerate(self.partitions):
+            low, high = self.watermarks(tp)
+            self._check_retained(index, low)
+            if stop is not None:
+                high = min(high, stop.get(tp, self.next[index]))
+            ends.append(max(high, self.next[index]))
+        self.assembler.set_target(ends)
+        pending = {i for i, end in enumerate(ends) if self.next[i] < end}
+        if not pending:
+            return
+        where = {tp: i for i, tp in enumerate(self.partitions)}
+        self.consumer.assign(
+            [KafkaPartition(*self.partitions[i], self.next[i]) for i in sorted(pending)]
+        )
+        progressed = time.monotonic()
+        try:
+            while pending:
+                messages = self.consumer.consume(num_messages=_BLOCK, timeout=1.0)
+                fed = self._feed(messages, where, ends)
+                if fed:
+                    progressed = time.monotonic()
+                else:
+                    self._skip_control_records(pending, ends)
+                pending = {i for i in pending if self.next[i] < ends[i]}
+                if pending and time.monotonic() - progressed > READ_STALL_S:
+                    names = ", ".join(f"{t}/{p}" for t, p in (self.partitions[i] for i in pending))
+                    raise SourceConnectionError(
+                        f"reading {names} from the Kafka brokers made no progress for "
+                        f"{READ_STALL_S:.0f}s: the brokers are unreachable or the partitions' "
+                        f"leaders are unavailable"
+                    )
+        finally:
+            self.consumer.unassign()
+
+    def _feed(
+        self, messages: Sequence[Message], where: Mapping[TopicPartition, int], ends: list[int]
+    ) -> int:
+        """Feed consumed messages to the assembler, partition by partition; returns how many."""
+        from confluent_kafka import KafkaError
+
+        by_index: dict[int, tuple[list[int], list[bytes | None]]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise SourceConnectionError(f"reading from Kafka failed: {error.str()}")
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            if topic is None or partition is None or offset is None:
+                continue  # not a record (librdkafka's events carry no position)
+            index = where[(topic, partition)]
+            if offset >= ends[index] or offset < self.next[index]:
+                continue  # past this trigger's target: read again next trigger
+            offsets, values = by_index.setdefault(index, ([], []))
+            offsets.append(offset)
+            values.append(message.value())
+        for index, (offsets, values) in by_index.items():
+            self.assembler.feed(index, offsets, values, offsets[-1] + 1)
+            self.next[index] = offsets[-1] + 1
+        return sum(len(o) for o, _ in by_index.values())
+
+    def _skip_control_records(self, pending: set[int], ends: list[int]) -> None:
+        """Move past offsets that hold no record for the application.
+
+        Transaction markers (commit and abort records, KIP-98) and the records of aborted
+        transactions take offsets a ``read_committed`` consumer never returns; its position
+        moves past them.
+        """
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        positions = self.consumer.position(
+            [KafkaPartition(*self.partitions[i]) for i in sorted(pending)]
+        )
+        for position in positions:
+            index = self.partitions.index((position.topic, position.partition))
+            moved = min(int(position.offset), ends[index])
+            if moved > self.next[index]:
+                self.assembler.feed(index, [], [], moved)
+                self.next[index] = moved

@@ -1,0 +1,136 @@
+"""Reading one Kafka offset range on an executor and turning it into rows.
+
+A task reads ``[start, end)`` of one partition straight from the brokers (its own consumer,
+``assign``-ed, never committing) and builds rows natively (``KafkaRows``) from the batch's plan:
+which records are which unit's changes. Runs on executors, once per task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from spark_ckpt.errors import DataLossError, SourceConnectionError
+
+from ..debezium.types import typed_batch
+from .client import new_consumer
+from .client_config import masked
+
+__all__ = ["KafkaPartition", "read_partition"]
+
+READ_STALL_S = 120.0
+"""How long a task may make no progress reading its range before it fails."""
+
+_BLOCK = 10_000
+
+
+@dataclass(frozen=True)
+class KafkaPartition:
+    """The picklable value of one input partition: ``[start, end)`` of a topic's partition.
+
+    ``txns`` are the batch's transactions as ``(id, order, size, commit_ts_ms)``, ``blocks`` its
+    other units as ``(order, key, size, commit_ts_ms)``, ``segments`` what the range's records
+    are (``KafkaAssembler.segments``).
+    """
+
+    settings: Mapping[str, str] = field(repr=False)
+    topic: str
+    partition: int
+    start: int
+    end: int
+    source: str
+    txns: tuple[tuple[str, int, int, int | None], ...] = field(repr=False)
+    blocks: tuple[tuple[int, str, int, int | None], ...] = field(repr=False)
+    segments: tuple[tuple[int, int, str, int, int, int], ...] = field(repr=False)
+
+    def describe(self) -> str:
+        """For messages: the range and the brokers, secrets masked."""
+        brokers = masked(self.settings).get("bootstrap.servers", "?")
+        return f"{self.topic}/{self.partition} [{self.start}, {self.end}) from {brokers}"
+
+
+def read_partition(
+    part: KafkaPartition,
+    column_types: bool = False,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of ``part`` as Arrow record batches (executor, once per task).
+
+    Raises
+    ------
+    DataLossError
+        When records of the range were deleted since the batch was planned.
+    SourceConnectionError
+        When reading makes no progress for :data:`READ_STALL_S` seconds.
+    """
+    from confluent_kafka import KafkaError
+    from confluent_kafka import TopicPartition as KafkaPartitionId
+
+    from spark_ckpt.sources.debezium._native import KafkaRows
+
+    if part.start >= part.end:
+        return
+    rows = KafkaRows(
+        part.source,
+        column_types,
+        {t: list(c) for t, c in (key_columns or {}).items()},
+        list(part.txns),
+        list(part.blocks),
+        list(part.segments),
+    )
+    name = f"{part.topic}/{part.partition}"
+    consumer = new_consumer(part.settings, "executor")
+    try:
+        consumer.assign([KafkaPartitionId(part.topic, part.partition, part.start)])
+        position = part.start
+        progressed = time.monotonic()
+        while position < part.end:
+            messages = consumer.consume(num_messages=_BLOCK, timeout=1.0)
+            offsets: list[int] = []
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        raise DataLossError(
+                            f"records of {part.describe()} were deleted after the batch was "
+                            f"planned (retention, or the topic was recreated)"
+                        )
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise SourceConnectionError(f"reading {part.describe()} failed: {error.str()}")
+                offset = message.offset()
+                if offset is None or offset >= part.end or offset < position:
+                    continue
+                offsets.append(offset)
+                keys.append(message.key())
+                values.append(message.value())
+                position = offset + 1
+            if offsets:
+                rows.feed(name, offsets, keys, values)
+                progressed = time.monotonic()
+                built = rows.take_rows()
+                if built is not None:
+                    yield _batch(built, column_types)
+                continue
+            # Offsets without a record for the application (transaction markers, aborted
+            # records): the consumer's position moves past them.
+            (moved,) = consumer.position([KafkaPartitionId(part.topic, part.partition)])
+            if moved.offset is not None and moved.offset > position:
+                position = min(int(moved.offset), part.end)
+                progressed = time.monotonic()
+            if position < part.end and time.monotonic() - progressed > READ_STALL_S:
+                raise SourceConnectionError(
+                    f"reading {part.describe()} made no progress at offset {position} for "
+                    f"{READ_STALL_S:.0f}s: the brokers are unreachable"
+                )
+    finally:
+        consumer.close()
+
+
+def _batch(built: pa.StructArray, column_types: bool) -> pa.RecordBatch:
+    return typed_batch(built) if column_types else pa.RecordBatch.from_struct_array(built)

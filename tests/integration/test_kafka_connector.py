@@ -1,0 +1,122 @@
+"""The kafka connector on topics Debezium writes through Kafka Connect to a real broker.
+
+Kafka Connect (standalone, ``bench/kafka_connect.py``) runs Debezium's PostgreSQL connector on the
+test database; the order items topic has three partitions, so a transaction's changes are spread
+over several partitions of several topics besides the transaction topic. The connector is driven
+as the reader framework drives it (plan, cut at the last unit, batch, read each partition), with
+no Spark: every transaction must come out whole, in one batch, and the change log folded by key
+must equal the tables.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pg_workload
+import pytest
+from changelog_checks import Row
+from debezium_postgres import KEYS, assert_folds_to_tables
+from kafka_broker import KafkaBroker
+from kafka_connect import KafkaConnect, debezium_postgres
+from pg_cluster import PgCluster
+
+from spark_ckpt.model.options import OptionReader
+from spark_ckpt.sources.gate import Cut
+from spark_ckpt.sources.kafka.connector import KafkaConnector
+from spark_ckpt.sources.kafka.options import KafkaOptions
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def kafka_connect(kafka_broker: KafkaBroker) -> Iterator[KafkaConnect]:
+    """One Connect worker for the module's tests, each adding its own connector."""
+    connect = KafkaConnect(tempfile.mkdtemp(prefix="spark-ckpt-connect-"), kafka_broker.bootstrap)
+    connect.start()
+    yield connect
+    connect.stop()
+
+
+def connector_for(broker: KafkaBroker, prefix: str) -> KafkaConnector:
+    options = {
+        "kafka.bootstrap.servers": broker.bootstrap,
+        "subscribepattern": f"{prefix}[.].*",
+    }
+    reader = OptionReader(options, "txn-cdc", KafkaOptions.NAMES, prefixes=KafkaOptions.PREFIXES)
+    return KafkaConnector(KafkaOptions.parse(reader))
+
+
+def drain(
+    connector: KafkaConnector, want: set[str], timeout: float
+) -> tuple[list[Row], list[set[str]]]:
+    """Plan, cut and read batches until every id of ``want`` was delivered; rows and batches."""
+    start = connector.initial_offset()
+    rows: list[Row] = []
+    batches: list[set[str]] = []
+    deadline = time.monotonic() + timeout
+    checkpoint = 0
+    while not want <= {r["txn_id"] for r in rows}:
+        assert time.monotonic() < deadline, (
+            f"{len(want - {r['txn_id'] for r in rows})} transactions not delivered in "
+            f"{timeout:.0f}s; held back: {connector.plan(start, None).held_back}"
+        )
+        plan = connector.plan(start, None)
+        sizes = plan.unit_sizes
+        if not sizes:
+            time.sleep(0.5)
+            continue
+        batch = connector.batch(Cut(len(sizes) - 1, sizes[-1], sum(sizes), True), checkpoint)
+        checkpoint += 1
+        found: list[Row] = []
+        for part in batch.partitions:
+            for record_batch in connector.read(part):
+                found += record_batch.to_pylist()
+        assert len(found) == sum(sizes), "a batch's rows are not its units' changes"
+        rows += found
+        batches.append({r["txn_id"] for r in found})
+        start = batch.end
+    return rows, batches
+
+
+def test_debeziums_topics_come_out_whole_per_transaction_and_fold_to_the_tables(
+    kafka_broker: KafkaBroker,
+    kafka_connect: KafkaConnect,
+    pg_server: PgCluster,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    prefix = f"k{uuid.uuid4().hex[:6]}"
+    pg_workload.create_schema(pg_dsn, accounts=30)
+    kafka_broker.create_topic(f"{prefix}.public.order_items", partitions=3)
+    name = f"{prefix}-connector"
+    kafka_connect.add_connector(
+        name,
+        debezium_postgres(
+            pg_dsn, prefix=prefix, slot=f"slot_{prefix}", tables=",".join(pg_workload.TABLES)
+        ),
+    )
+    kafka_connect.wait_running(name)
+    try:
+        workload = pg_workload.Workload(pg_dsn, transactions=60, seed=4, accounts=30).start()
+        workload.join(240)
+        committed = {str(xid) for xid in workload.committed}
+        connector = connector_for(kafka_broker, prefix)
+        rows, batches = drain(connector, committed | {"snapshot"}, 180)
+    finally:
+        kafka_connect.delete_connector(name)
+    by_txn: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_txn[row["txn_id"]].append(row)
+    for txn_id, txn_rows in by_txn.items():
+        indexes = sorted(r["event_index"] for r in txn_rows)
+        assert indexes == list(range(txn_rows[0]["txn_size"])), f"{txn_id} is not whole"
+        assert sum(txn_id in b for b in batches) == 1, f"{txn_id} is in more than one batch"
+    assert {t for t in by_txn if t != "snapshot"} == committed
+    assert all(r["key"] for r in rows), "a row lacks the Kafka record's key"
+    assert_folds_to_tables(rows, pg_dsn, KEYS)
