@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from spark_ckpt.errors import ConfigError
+from spark_ckpt.errors import ConfigError, InvalidOptionError
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.state.registry import IDENTITY_OPTION
 from spark_ckpt.state.storage import StorageOptions
@@ -148,6 +148,12 @@ class SourceOptions:
         for name in names:
             if name not in COMMON_OPTIONS and name not in own.NAMES:
                 reader.forbid(name, f"no value: the {connector} connector does not read it")
+        for prefix in prefixes:
+            if prefix != STORAGE_PREFIX and prefix not in own.PREFIXES:
+                for key, value in reader.prefixed(prefix).items():
+                    raise InvalidOptionError(
+                        prefix + key, value, f"no value: the {connector} connector does not read it"
+                    )
         per_partition = reader.positive_int("changesPerPartition", own.CHANGES_PER_PARTITION)
         assert per_partition is not None
         return cls(

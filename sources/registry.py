@@ -18,6 +18,7 @@ __all__ = ["CONNECTORS", "connector_options_class"]
 
 CONNECTORS: dict[str, str] = {
     "debezium-json": "spark_ckpt.sources.debezium.options:DebeziumOptions",
+    "kafka": "spark_ckpt.sources.kafka.options:KafkaOptions",
     "postgres": "spark_ckpt.sources.postgres.options:PostgresOptions",
 }
 """Option value ``connector=...`` -> ``module:class`` of its options."""

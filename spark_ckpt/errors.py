@@ -24,6 +24,7 @@ __all__ = [
     "FencedError",
     "InvalidOptionError",
     "JavaNotFoundError",
+    "LateRecordError",
     "LogOrderError",
     "LogRewrittenError",
     "MalformedEventError",
@@ -192,6 +193,15 @@ class EventCountMismatchError(ChangeLogError):
 
 class DuplicateTransactionError(ChangeLogError):
     """A transaction id was begun, ended or written to again after it was complete."""
+
+
+class LateRecordError(ChangeLogError):
+    """A record of a unit without an event count became visible after the unit was delivered.
+
+    Kafka makes records visible per partition; one sent before a snapshot's last record may
+    become visible after it in another partition. The ``kafka`` connector waits for that
+    (``snapshotSettle``); a record later still is refused instead of delivered apart from its unit.
+    """
 
 
 class RepeatedSnapshotError(ChangeLogError):

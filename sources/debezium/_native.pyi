@@ -64,12 +64,21 @@ _Segment = tuple[int, int, str, int, int, int]
 
 class KafkaAssembler:
     def __init__(
-        self, first_order: int = 0, high: str | None = None, snapshot_delivered: bool = False
+        self,
+        first_order: int = 0,
+        high: str | None = None,
+        snapshot_delivered: bool = False,
+        settle_ms: int = 0,
     ) -> None: ...
     def add_partition(self, name: str, start: int) -> int: ...
-    def set_target(self, ends: list[int]) -> None: ...
+    def set_target(self, ends: list[int], taken_ms: int | None = None) -> None: ...
     def feed(
-        self, part: int, offsets: list[int], values: list[bytes | None], next: int
+        self,
+        part: int,
+        offsets: list[int],
+        values: list[bytes | None],
+        next: int,
+        timestamps: list[int] | None = None,
     ) -> None: ...
     def unit_sizes(self) -> list[int]: ...
     def unit(self, index: int) -> _KafkaUnit: ...

@@ -8,6 +8,7 @@ and its Spark partitions are offset ranges that executors read from the brokers
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from .reader import KafkaPartition, read_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from confluent_kafka import Consumer
 
     from ..gate import Cut
     from .options import KafkaOptions
@@ -65,9 +67,23 @@ class KafkaConnector(ChangeConnector):
         self.options = options
         self.column_types = column_types
         self.key_columns = {t: list(c) for t, c in (key_columns or {}).items()}
-        self.consumer = new_consumer(options.client, "driver")
+        self._consumer: Consumer | None = None
         self._planner: KafkaPlanner | None = None
         self._available_now: dict[TopicPartition, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What executors get: no client and no planning state (they read by partition)."""
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        state["_planner"] = None
+        return state
+
+    @property
+    def consumer(self) -> Consumer:
+        """The driver's consumer, created on first use (driver)."""
+        if self._consumer is None:
+            self._consumer = new_consumer(self.options.client, "driver")
+        return self._consumer
 
     # -- driver: planning -----------------------------------------------------------------
 
@@ -143,24 +159,25 @@ class KafkaConnector(ChangeConnector):
         )
         base = planner.base
         positions = dict(base.positions)
-        partitions: list[KafkaPartition] = []
+        ranges: list[tuple[int, int, int]] = []
         for index, tp in enumerate(planner.partitions):
-            start = planner.starts[index]
             positions[tp] = ends[index]
-            if ends[index] > start:
-                partitions.append(
-                    KafkaPartition(
-                        self.options.client,
-                        tp[0],
-                        tp[1],
-                        start,
-                        ends[index],
-                        SOURCE,
-                        txns,
-                        blocks,
-                        tuple(assembler.segments(index, start, ends[index])),
-                    )
-                )
+            if ends[index] > planner.starts[index]:
+                ranges.append((index, planner.starts[index], ends[index]))
+        partitions = [
+            KafkaPartition(
+                self.options.client,
+                *planner.partitions[index],
+                lo,
+                hi,
+                SOURCE,
+                txns,
+                blocks,
+                tuple(assembler.segments(index, lo, hi)),
+            )
+            for index, start, stop in ranges
+            for lo, hi in _pieces(start, stop, ranges, self.options.min_partitions)
+        ]
         end = KafkaOffset(
             checkpoint_id,
             base.emitted + last + 1,
@@ -222,4 +239,24 @@ class KafkaConnector(ChangeConnector):
 
     def stop(self) -> None:
         """Close the driver's consumer (driver, once)."""
-        self.consumer.close()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self._planner = None
+
+
+def _pieces(
+    start: int, stop: int, ranges: Sequence[tuple[int, int, int]], least: int | None
+) -> list[tuple[int, int]]:
+    """``[start, stop)`` split by offset so that all ``ranges`` make at least ``least`` pieces.
+
+    As Spark's Kafka source splits for ``minPartitions``: each range gets pieces in proportion
+    to its share of the batch's offsets (a unit's records may then be read by several tasks;
+    the plan's segments give each record its place whatever task reads it).
+    """
+    if least is None or len(ranges) >= least:
+        return [(start, stop)]
+    total = sum(hi - lo for _, lo, hi in ranges)
+    count = max(1, min(stop - start, round(least * (stop - start) / total)))
+    bounds = [start + (stop - start) * i // count for i in range(count + 1)]
+    return list(itertools.pairwise(bounds))

@@ -31,12 +31,20 @@ if TYPE_CHECKING:
     from ..connector import ChangeConnector
     from ..options import SourceOptions
 
-__all__ = ["EARLIEST", "LATEST", "KafkaOptions", "parse_starting_offsets"]
+__all__ = ["EARLIEST", "LATEST", "SNAPSHOT_SETTLE_S", "KafkaOptions", "parse_starting_offsets"]
 
 EARLIEST = -2
 """In a ``startingOffsets`` JSON: the partition's first offset (Spark's convention)."""
 LATEST = -1
 """In a ``startingOffsets`` JSON: the partition's end."""
+
+SNAPSHOT_SETTLE_S = 2.0
+"""``snapshotSettle``'s default. Kafka's producer sends one batch per partition per request, so a
+record sent before a snapshot's last one can become visible after it in another partition; a
+transaction is complete by its END's counts, a snapshot or chunk only by waiting. Kafka Connect
+sends a batch within milliseconds when the broker is healthy; 2 s leaves a wide margin and costs
+one trigger's delay once per snapshot or chunk. A record later still fails the query with
+``LateRecordError`` rather than being delivered apart from its unit."""
 
 StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 
@@ -97,6 +105,10 @@ class KafkaOptions(ConnectorOptions):
     transaction_topic
         Debezium's transaction metadata topic; None: find ``<prefix>.transaction`` among the
         topics; ``""``: read without one (option value ``none``).
+    snapshot_settle
+        Seconds a unit without an event count (the initial snapshot, an incremental chunk)
+        waits after its closing record was sent before it is complete (see
+        :data:`SNAPSHOT_SETTLE_S`).
     """
 
     NAMES: ClassVar[tuple[str, ...]] = (
@@ -106,6 +118,7 @@ class KafkaOptions(ConnectorOptions):
         "failOnDataLoss",
         "minPartitions",
         "transactionTopic",
+        "snapshotSettle",
     )
     PREFIXES: ClassVar[tuple[str, ...]] = (PREFIX,)
 
@@ -116,6 +129,7 @@ class KafkaOptions(ConnectorOptions):
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
     transaction_topic: str | None = None
+    snapshot_settle: float = SNAPSHOT_SETTLE_S
 
     @classmethod
     def parse(cls, options: OptionReader) -> KafkaOptions:
@@ -153,6 +167,7 @@ class KafkaOptions(ConnectorOptions):
             fail_on_data_loss=options.boolean("failOnDataLoss", True),
             min_partitions=options.positive_int("minPartitions"),
             transaction_topic=None if topic is None else "" if topic.lower() == "none" else topic,
+            snapshot_settle=options.duration("snapshotSettle", SNAPSHOT_SETTLE_S),
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:

@@ -62,7 +62,12 @@ class KafkaPlanner:
         self.options = options
         self.base = base
         self.consumer = consumer
-        self.assembler: KafkaAssembler = KafkaAssembler(base.emitted, base.high, base.snapshot)
+        self.assembler: KafkaAssembler = KafkaAssembler(
+            base.emitted,
+            base.high,
+            base.snapshot,
+            settle_ms=round(options.snapshot_settle * 1000),
+        )
         self.partitions: list[TopicPartition] = []
         self.starts: list[int] = []
         """Where the next batch starts in each partition (registration order)."""
@@ -188,7 +193,7 @@ class KafkaPlanner:
             if stop is not None:
                 high = min(high, stop.get(tp, self.next[index]))
             ends.append(max(high, self.next[index]))
-        self.assembler.set_target(ends)
+        self.assembler.set_target(ends, round(time.time() * 1000))
         pending = {i for i, end in enumerate(ends) if self.next[i] < end}
         if not pending:
             return
@@ -220,9 +225,9 @@ class KafkaPlanner:
         self, messages: Sequence[Message], where: Mapping[TopicPartition, int], ends: list[int]
     ) -> int:
         """Feed consumed messages to the assembler, partition by partition; returns how many."""
-        from confluent_kafka import KafkaError
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 
-        by_index: dict[int, tuple[list[int], list[bytes | None]]] = {}
+        by_index: dict[int, tuple[list[int], list[bytes | None], list[int]]] = {}
         for message in messages:
             error = message.error()
             if error is not None:
@@ -235,13 +240,15 @@ class KafkaPlanner:
             index = where[(topic, partition)]
             if offset >= ends[index] or offset < self.next[index]:
                 continue  # past this trigger's target: read again next trigger
-            offsets, values = by_index.setdefault(index, ([], []))
+            offsets, values, sent = by_index.setdefault(index, ([], [], []))
             offsets.append(offset)
             values.append(message.value())
-        for index, (offsets, values) in by_index.items():
-            self.assembler.feed(index, offsets, values, offsets[-1] + 1)
+            kind, stamp = message.timestamp()
+            sent.append(stamp if kind != TIMESTAMP_NOT_AVAILABLE else round(time.time() * 1000))
+        for index, (offsets, values, sent) in by_index.items():
+            self.assembler.feed(index, offsets, values, offsets[-1] + 1, sent)
             self.next[index] = offsets[-1] + 1
-        return sum(len(o) for o, _ in by_index.values())
+        return sum(len(o) for o, _, _ in by_index.values())
 
     def _skip_control_records(self, pending: set[int], ends: list[int]) -> None:
         """Move past offsets that hold no record for the application.

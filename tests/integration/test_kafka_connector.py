@@ -16,20 +16,26 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pg_workload
 import pytest
-from changelog_checks import Row
+from changelog_checks import Row, whole_once
+from conftest import wait_until
+from debezium_harness import delta_changes, delta_txn_ids
 from debezium_postgres import KEYS, assert_folds_to_tables
 from kafka_broker import KafkaBroker
 from kafka_connect import KafkaConnect, debezium_postgres
 from pg_cluster import PgCluster
 
+import spark_ckpt
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.sources.gate import Cut
 from spark_ckpt.sources.kafka.connector import KafkaConnector
 from spark_ckpt.sources.kafka.options import KafkaOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.integration
 
@@ -119,4 +125,71 @@ def test_debeziums_topics_come_out_whole_per_transaction_and_fold_to_the_tables(
         assert sum(txn_id in b for b in batches) == 1, f"{txn_id} is in more than one batch"
     assert {t for t in by_txn if t != "snapshot"} == committed
     assert all(r["key"] for r in rows), "a row lacks the Kafka record's key"
+    assert_folds_to_tables(rows, pg_dsn, KEYS)
+
+
+def test_a_streaming_query_lands_each_transaction_in_one_delta_version(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    kafka_broker: KafkaBroker,
+    kafka_connect: KafkaConnect,
+    pg_server: PgCluster,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """txn-cdc (connector=kafka) -> delta-2pc: every transaction whole in one version, once.
+
+    With minPartitions above the partitions' count, offset ranges are split, so one unit's
+    records are read by several tasks.
+    """
+    prefix = f"k{uuid.uuid4().hex[:6]}"
+    pg_workload.create_schema(pg_dsn, accounts=20)
+    kafka_broker.create_topic(f"{prefix}.public.order_items", partitions=2)
+    name = f"{prefix}-connector"
+    kafka_connect.add_connector(
+        name,
+        debezium_postgres(
+            pg_dsn, prefix=prefix, slot=f"slot_{prefix}", tables=",".join(pg_workload.TABLES)
+        ),
+    )
+    kafka_connect.wait_running(name)
+    table = tmp_path / "table"
+    try:
+        workload = pg_workload.Workload(pg_dsn, transactions=40, seed=5, accounts=20).start()
+        query = (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "kafka")
+            .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+            .option("subscribePattern", f"{prefix}[.].*")
+            .option("maxChangesPerTrigger", "40")
+            .option("minPartitions", "5")  # ranges split: a unit read by several tasks
+            .load()
+            .writeStream.format("delta-2pc")
+            .option("path", str(table))
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        workload.join(240)
+        committed = {str(xid) for xid in workload.committed} | {"snapshot"}
+        try:
+
+            def caught_up() -> bool:
+                if query.exception() is not None:
+                    raise AssertionError(f"the query failed: {query.exception()}")
+                return (table / "_delta_log").exists() and delta_txn_ids(table) >= committed
+
+            wait_until(
+                caught_up,
+                180,
+                f"the Delta table did not catch up with {len(committed)} transactions",
+            )
+        finally:
+            query.stop()
+    finally:
+        kafka_connect.delete_connector(name)
+    rows = delta_changes(table)
+    by_txn = whole_once(rows)
+    assert set(by_txn) == committed
+    assert len({r["version"] for r in rows}) > 2, "everything landed in one version"
     assert_folds_to_tables(rows, pg_dsn, KEYS)

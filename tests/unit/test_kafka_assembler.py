@@ -198,3 +198,22 @@ def test_segments_tell_executors_each_records_unit() -> None:
     items1 = names.index("dbz.public.items/1")
     # The snapshot's rows in items/1 are its events 0-2: every index once.
     assert _segments(assembler, items1, 0, 3)[0] == (0, 3, "block", 0, 0, 6)
+
+
+def test_a_snapshot_waits_until_records_sent_before_its_last_one_had_time_to_show() -> None:
+    """Kafka sends a batch per partition per request: earlier records may show up later."""
+    parts = partitions()
+    assembler = KafkaAssembler(settle_ms=2000)
+    for name, _ in parts:
+        assembler.add_partition(name, 0)
+    ends = [len(records) for _, records in parts]
+    assembler.set_target(ends, 1_500)  # taken 500 ms after every record was sent
+    for i, (_, records) in enumerate(parts):
+        offsets = [o for o, _ in records]
+        assembler.feed(i, offsets, [v for _, v in records], len(records), [1_000] * len(records))
+    assert units(assembler) == []  # the snapshot first: nothing before it is released
+    holdup = assembler.holdup()
+    assert holdup is not None
+    assert "snapshot" in holdup
+    assembler.set_target(ends, 3_000)  # 2 s after the last record was sent: nothing came
+    _same(units(assembler))

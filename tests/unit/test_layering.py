@@ -164,7 +164,21 @@ def test_sources_and_sinks_never_reach_into_the_spark_glue(name: str) -> None:
         assert not under(target, "spark_ckpt.spark"), (name, target)
 
 
-CONNECTORS = ("spark_ckpt.sources.debezium", "spark_ckpt.sources.postgres")
+CONNECTORS = (
+    "spark_ckpt.sources.debezium",
+    "spark_ckpt.sources.kafka",
+    "spark_ckpt.sources.postgres",
+)
+
+# The kafka connector reads Debezium's records, so it decodes them with the Debezium
+# connector's native decoder (issue 31 asks for that reuse) and types them as it does. The only
+# imports across connectors; moving the decoder into a crate of its own would remove them.
+SHARED = {
+    "spark_ckpt.sources.kafka": (
+        "spark_ckpt.sources.debezium._native",
+        "spark_ckpt.sources.debezium.types",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if under(n, "spark_ckpt.sources")))
@@ -175,7 +189,10 @@ def test_connectors_stay_in_their_folders(name: str) -> None:
     import paths loaded on use.
     """
     own = next((c for c in CONNECTORS if under(name, c)), None)
+    allowed = SHARED.get(own or "", ())
     for target in targets(name):
+        if any(under(target, shared) for shared in allowed):
+            continue
         for connector in CONNECTORS:
             if under(target, connector) and connector != own:
                 raise AssertionError(f"{name} imports {target}")

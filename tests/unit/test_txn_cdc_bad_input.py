@@ -156,7 +156,8 @@ def test_missing_path(tmp_path: Path) -> None:
         ({"changesPerPartition": "-5"}, InvalidOptionError, "a positive integer"),
         ({"softDeclineTimeout": "soon"}, InvalidOptionError, "10min"),
         ({"gate": "maybe"}, InvalidOptionError, "on, off"),
-        ({"connector": "kafka"}, InvalidOptionError, "debezium-json"),
+        ({"connector": "mongodb"}, InvalidOptionError, "debezium-json, kafka, postgres"),
+        ({"kafka.bootstrap.servers": "b:9092"}, InvalidOptionError, "debezium-json connector does"),
     ],
 )
 def test_bad_options_name_option_value_and_accepted(

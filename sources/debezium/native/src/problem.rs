@@ -12,6 +12,7 @@ pub enum ErrorKind {
     DuplicateTransaction,
     EventCountMismatch,
     RepeatedSnapshot,
+    LateRecord,
 }
 
 impl ErrorKind {
@@ -22,6 +23,7 @@ impl ErrorKind {
             ErrorKind::DuplicateTransaction => "DuplicateTransactionError",
             ErrorKind::EventCountMismatch => "EventCountMismatchError",
             ErrorKind::RepeatedSnapshot => "RepeatedSnapshotError",
+            ErrorKind::LateRecord => "LateRecordError",
         }
     }
 }

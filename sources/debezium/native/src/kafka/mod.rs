@@ -95,6 +95,9 @@ struct Unit {
     /// The read target (an index into ``targets``) in force when the unit closed: it is
     /// released once every partition has been read up to it.
     barrier: Option<usize>,
+    /// When the record that closed it was sent (its Kafka timestamp, ms): a unit without an
+    /// event count waits for a target taken ``settle_ms`` after it.
+    closed_ms: Option<i64>,
     order: Option<i64>,
     dropped: bool,
 }
@@ -113,6 +116,7 @@ impl Unit {
             position: None,
             max_ts: None,
             barrier: None,
+            closed_ms: None,
             order: None,
             dropped: false,
         }
@@ -157,8 +161,17 @@ pub struct KafkaAssembler {
     next_order: i64,
     high: Option<String>,
     snapshot_delivered: bool,
-    /// The partitions' end offsets each trigger reads up to (:meth:`set_target`), in order.
-    targets: Vec<Vec<i64>>,
+    /// The partitions' end offsets each trigger reads up to (:meth:`set_target`), in order,
+    /// with when they were taken (ms).
+    targets: Vec<(Vec<i64>, Option<i64>)>,
+    /// How long after its closing record was sent a unit without an event count waits for the
+    /// partitions' ends (records sent before it may become visible after it in another
+    /// partition: the producer sends one batch per partition per request).
+    settle_ms: i64,
+    /// The delivered snapshot's source position (to tell its late records from a new one).
+    snapshot_position: Option<String>,
+    /// The timestamp of the record being fed (ms).
+    fed_ms: Option<i64>,
     repeats: i64,
     tombstones: i64,
     heartbeats: i64,
@@ -201,8 +214,13 @@ type Segment = (i64, i64, &'static str, i64, i64, i64);
 #[pymethods]
 impl KafkaAssembler {
     #[new]
-    #[pyo3(signature = (first_order = 0, high = None, snapshot_delivered = false))]
-    fn py_new(first_order: i64, high: Option<String>, snapshot_delivered: bool) -> Self {
+    #[pyo3(signature = (first_order = 0, high = None, snapshot_delivered = false, settle_ms = 0))]
+    fn py_new(
+        first_order: i64,
+        high: Option<String>,
+        snapshot_delivered: bool,
+        settle_ms: i64,
+    ) -> Self {
         KafkaAssembler {
             parts: Vec::new(),
             units: Vec::new(),
@@ -218,6 +236,9 @@ impl KafkaAssembler {
             high,
             snapshot_delivered,
             targets: Vec::new(),
+            settle_ms,
+            snapshot_position: None,
+            fed_ms: None,
             repeats: 0,
             tombstones: 0,
             heartbeats: 0,
@@ -243,6 +264,7 @@ impl KafkaAssembler {
     ///
     /// Raises the typed ``spark_ckpt.errors`` error of the first bad record, naming
     /// ``<topic>/<partition>`` and the offset.
+    #[pyo3(signature = (part, offsets, values, next, timestamps = None))]
     fn feed(
         &mut self,
         py: Python<'_>,
@@ -250,19 +272,27 @@ impl KafkaAssembler {
         offsets: Vec<i64>,
         values: Vec<Option<Bound<'_, PyBytes>>>,
         next: i64,
+        timestamps: Option<Vec<i64>>,
     ) -> PyResult<()> {
-        if part >= self.parts.len() || offsets.len() != values.len() {
+        if part >= self.parts.len()
+            || offsets.len() != values.len()
+            || timestamps
+                .as_ref()
+                .is_some_and(|t| t.len() != offsets.len())
+        {
             return Err(PyValueError::new_err(
                 "feed: unknown partition or mismatched lists",
             ));
         }
-        for (offset, value) in offsets.into_iter().zip(values) {
+        for (i, (offset, value)) in offsets.into_iter().zip(values).enumerate() {
+            self.fed_ms = timestamps.as_ref().map(|t| t[i]);
             let data = value.as_ref().map(|b| b.as_bytes());
             if let Err((problem, part, offset)) = self.feed_record(part, offset, data) {
                 let name = self.parts[part].name.clone();
                 return Err(problem.into_py(py, &name, offset.unsigned_abs()));
             }
         }
+        self.fed_ms = None;
         self.parts[part].next = next;
         self.close_chunks();
         self.release_all();
@@ -272,13 +302,14 @@ impl KafkaAssembler {
     /// The partitions' end offsets (registration order) this trigger reads up to, taken before
     /// reading (driver, once per trigger). A unit that closes while it is in force is released
     /// once every partition has been read up to it.
-    fn set_target(&mut self, ends: Vec<i64>) -> PyResult<()> {
+    #[pyo3(signature = (ends, taken_ms = None))]
+    fn set_target(&mut self, ends: Vec<i64>, taken_ms: Option<i64>) -> PyResult<()> {
         if ends.len() != self.parts.len() {
             return Err(PyValueError::new_err(
                 "set_target: one end offset per partition",
             ));
         }
-        self.targets.push(ends);
+        self.targets.push((ends, taken_ms));
         self.release_all();
         Ok(())
     }

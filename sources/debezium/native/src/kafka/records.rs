@@ -63,6 +63,7 @@ impl KafkaAssembler {
                         position: None,
                     });
                     self.units[id].barrier = self.targets.len().checked_sub(1);
+                    self.units[id].closed_ms = self.fed_ms;
                     self.own(part, offset, id);
                     self.singles.push_back(id);
                 }
@@ -175,6 +176,7 @@ impl KafkaAssembler {
         });
         further(&mut unit.position, marker.position);
         unit.barrier = self.targets.len().checked_sub(1);
+        unit.closed_ms = self.fed_ms;
         self.ended.push_back(id);
         Ok(())
     }
@@ -269,6 +271,26 @@ impl KafkaAssembler {
         let id = match self.snapshot {
             Some(id) if !self.units[id].settled() => id,
             _ => {
+                if self.snapshot_delivered
+                    && change.position.is_some()
+                    && change.position == self.snapshot_position
+                {
+                    return Err(fail(
+                        ErrorKind::LateRecord,
+                        part,
+                        offset,
+                        "a record of Debezium's initial snapshot became visible after the \
+                         snapshot was delivered: Kafka made it visible later than records sent \
+                         after it to other partitions, by more than the connector waits \
+                         (snapshotSettle). Delivered now, it would be a part of the snapshot \
+                         apart from the rest"
+                            .to_owned(),
+                        "records of one snapshot visible within snapshotSettle of its last one: \
+                         raise snapshotSettle, or use Kafka Connect's exactly-once source support \
+                         (its records become visible together), and start over with a new \
+                         checkpointLocation (and an empty table)",
+                    ));
+                }
                 if self.snapshot_delivered {
                     return Err(fail(
                         ErrorKind::RepeatedSnapshot,
@@ -300,6 +322,7 @@ impl KafkaAssembler {
                 position: None,
             });
             unit.barrier = self.targets.len().checked_sub(1);
+            unit.closed_ms = self.fed_ms;
         }
         Ok(())
     }

@@ -44,8 +44,26 @@ impl KafkaAssembler {
     /// every record sent before its closing record has been read (records of different
     /// partitions become visible in the order they were sent; see DESIGN.md).
     pub(super) fn reached(&self, id: UnitId) -> bool {
-        self.units[id].barrier.is_some_and(|t| {
+        let unit = &self.units[id];
+        let Some(first) = unit.barrier else {
+            return false;
+        };
+        // A transaction is whole by its END's counts; a unit without a count waits for a
+        // target taken settle_ms after its closing record was sent.
+        let after = match unit.closed_ms {
+            Some(sent) if unit.kind != Kind::Txn && self.settle_ms > 0 => {
+                Some(sent + self.settle_ms)
+            }
+            _ => None,
+        };
+        let target = match after {
+            None => Some(first),
+            Some(after) => (first..self.targets.len())
+                .find(|&t| self.targets[t].1.is_some_and(|taken| taken >= after)),
+        };
+        target.is_some_and(|t| {
             self.targets[t]
+                .0
                 .iter()
                 .zip(&self.parts)
                 .all(|(&end, part)| part.next >= end)
@@ -92,6 +110,7 @@ impl KafkaAssembler {
         if unit.kind == Kind::Snapshot {
             // Its position is the snapshot's, not one streamed changes are compared with.
             self.snapshot_delivered = true;
+            self.snapshot_position.clone_from(&unit.position);
         } else {
             further(&mut self.high, unit.position.clone());
         }
@@ -188,25 +207,37 @@ impl KafkaAssembler {
 
     /// A chunk's end: the END of a transaction past its rows' position was read.
     pub(super) fn close_chunks(&mut self) {
-        let ended: Vec<Option<String>> = self
+        let ended: Vec<(Option<String>, Option<i64>)> = self
             .ended
             .iter()
-            .map(|&id| self.units[id].end.as_ref().and_then(|e| e.position.clone()))
+            .map(|&id| {
+                let unit = &self.units[id];
+                (
+                    unit.end.as_ref().and_then(|e| e.position.clone()),
+                    unit.closed_ms,
+                )
+            })
             .collect();
         let keys: Vec<(String, UnitId)> =
             self.chunks.iter().map(|(k, &id)| (k.clone(), id)).collect();
         for (key, id) in keys {
-            if self.units[id].end.is_none()
-                && ended.iter().flatten().any(|position| key < *position)
-            {
+            if self.units[id].end.is_some() {
+                continue;
+            }
+            let closing = ended
+                .iter()
+                .find(|(position, _)| position.as_ref().is_some_and(|p| key < *p));
+            if let Some((_, sent)) = closing {
                 let count = self.units[id].count;
-                self.units[id].end = Some(End {
+                let unit = &mut self.units[id];
+                unit.end = Some(End {
                     event_count: count,
                     collections: None,
                     ts_ms: None,
                     position: None,
                 });
-                self.units[id].barrier = self.targets.len().checked_sub(1);
+                unit.barrier = self.targets.len().checked_sub(1);
+                unit.closed_ms = *sent;
             }
         }
     }
