@@ -150,9 +150,10 @@ class SourceOptions:
                 reader.forbid(name, f"no value: the {connector} connector does not read it")
         for prefix in prefixes:
             if prefix != STORAGE_PREFIX and prefix not in own.PREFIXES:
-                for key, value in reader.prefixed(prefix).items():
+                for key in reader.prefixed(prefix):
+                    # The value is not shown: client settings hold passwords.
                     raise InvalidOptionError(
-                        prefix + key, value, f"no value: the {connector} connector does not read it"
+                        prefix + key, "***", f"no value: the {connector} connector does not read it"
                     )
         per_partition = reader.positive_int("changesPerPartition", own.CHANGES_PER_PARTITION)
         assert per_partition is not None
