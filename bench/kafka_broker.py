@@ -34,13 +34,25 @@ from typing import IO
 from loopback import free_port
 from maven_build import build_once
 
-__all__ = ["KafkaBroker", "kafka_lib"]
+__all__ = ["KafkaBroker", "kafka_lib", "signal_group"]
 
 PROJECT = Path(__file__).resolve().parent / "peers" / "kafka"
 LIB = PROJECT / "target" / "lib"
 
 _START_TIMEOUT_S = 120.0
 _LOG_TAIL_CHARS = 4000
+
+
+def signal_group(process: subprocess.Popen[bytes] | None, sig: int, timeout: float) -> None:
+    """Send ``sig`` to a JVM's process group; SIGKILL it if it outlives ``timeout`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30.0)
 
 
 def kafka_lib() -> Path:
@@ -214,15 +226,7 @@ class KafkaBroker:
 
     def _signal(self, sig: signal.Signals, timeout: float) -> None:
         process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            os.killpg(process.pid, sig)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30.0)
+        signal_group(process, sig, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from kafka_broker import kafka_lib
+from kafka_broker import kafka_lib, signal_group
 from loopback import free_port
 
 __all__ = ["KafkaConnect", "debezium_postgres"]
@@ -277,15 +277,7 @@ class KafkaConnect:
 
     def _signal(self, sig: signal.Signals, timeout: float) -> None:
         process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            os.killpg(process.pid, sig)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30.0)
+        signal_group(process, sig, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
