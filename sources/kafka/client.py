@@ -25,9 +25,15 @@ from spark_ckpt.errors import InvalidOptionError, SourceConnectionError
 from .client_config import PREFIX, masked
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, KafkaError
 
-__all__ = ["METADATA_TIMEOUT_S", "new_consumer", "partitions_of", "transaction_topic_for"]
+__all__ = [
+    "METADATA_TIMEOUT_S",
+    "is_out_of_range",
+    "new_consumer",
+    "partitions_of",
+    "transaction_topic_for",
+]
 
 METADATA_TIMEOUT_S = 30.0
 """How long a metadata or watermark request may take before the broker counts as unreachable."""
@@ -51,6 +57,10 @@ def new_consumer(settings: Mapping[str, str], purpose: str) -> Consumer:
     config.setdefault("client.id", f"spark-ckpt-{purpose}")
     config["enable.auto.commit"] = "false"
     config["enable.auto.offset.store"] = "false"
+    # An assigned offset the brokers no longer hold is an error the reader sees
+    # (ERR__AUTO_OFFSET_RESET), never a silent jump to the partition's end (librdkafka's
+    # default, "largest"): the source decides what lost records mean (failOnDataLoss).
+    config["auto.offset.reset"] = "error"
     try:
         return Consumer(config)
     except (KafkaException, ValueError, TypeError) as e:
@@ -64,11 +74,23 @@ def new_consumer(settings: Mapping[str, str], purpose: str) -> Consumer:
         ) from None
 
 
+def is_out_of_range(error: KafkaError) -> bool:
+    """Whether a consume error says the brokers no longer hold the position being read.
+
+    librdkafka reports it as ``ERR__AUTO_OFFSET_RESET`` under ``auto.offset.reset=error`` (set by
+    :func:`new_consumer`), or passes the broker's ``OFFSET_OUT_OF_RANGE`` on.
+    """
+    from confluent_kafka import KafkaError
+
+    return error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+
+
 def partitions_of(
     consumer: Consumer,
     subscribe: Sequence[str],
     pattern: str | None,
     extra: Sequence[str] = (),
+    timeout: float = METADATA_TIMEOUT_S,
 ) -> dict[str, int]:
     """The topics to read, with their partition counts (driver, once per trigger).
 
@@ -79,16 +101,16 @@ def partitions_of(
     Raises
     ------
     SourceConnectionError
-        When the brokers do not answer within :data:`METADATA_TIMEOUT_S`.
+        When the brokers do not answer within ``timeout`` seconds.
     """
     from confluent_kafka import KafkaException
 
     try:
-        metadata = consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+        metadata = consumer.list_topics(timeout=timeout)
     except KafkaException as e:
         raise SourceConnectionError(
             f"the Kafka brokers did not answer a metadata request within "
-            f"{METADATA_TIMEOUT_S:.0f}s ({e.args[0] if e.args else e}): check "
+            f"{timeout:.0f}s ({e.args[0] if e.args else e}): check "
             f"kafka.bootstrap.servers and that the brokers run"
         ) from None
     existing = {name: len(meta.partitions) for name, meta in metadata.topics.items()}

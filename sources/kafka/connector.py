@@ -174,6 +174,7 @@ class KafkaConnector(ChangeConnector):
                 txns,
                 blocks,
                 tuple(assembler.segments(index, lo, hi)),
+                self.options.poll_timeout,
             )
             for index, start, stop in ranges
             for lo, hi in _pieces(start, stop, ranges, self.options.min_partitions)
@@ -235,6 +236,7 @@ class KafkaConnector(ChangeConnector):
             "transactionTopic": planner.transaction_topic,
             "partitions": len(planner.partitions),
             "skipped": dict(planner.assembler.skipped()) | {"lost": planner.lost},
+            "deletedTopics": sorted({planner.partitions[i][0] for i in planner.gone}),
         }
 
     def stop(self) -> None:

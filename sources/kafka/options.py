@@ -31,7 +31,14 @@ if TYPE_CHECKING:
     from ..connector import ChangeConnector
     from ..options import SourceOptions
 
-__all__ = ["EARLIEST", "LATEST", "SNAPSHOT_SETTLE_S", "KafkaOptions", "parse_starting_offsets"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "POLL_TIMEOUT_MS",
+    "SNAPSHOT_SETTLE_S",
+    "KafkaOptions",
+    "parse_starting_offsets",
+]
 
 EARLIEST = -2
 """In a ``startingOffsets`` JSON: the partition's first offset (Spark's convention)."""
@@ -45,6 +52,13 @@ transaction is complete by its END's counts, a snapshot or chunk only by waiting
 sends a batch within milliseconds when the broker is healthy; 2 s leaves a wide margin and costs
 one trigger's delay once per snapshot or chunk. A record later still fails the query with
 ``LateRecordError`` rather than being delivered apart from its unit."""
+
+POLL_TIMEOUT_MS = 120_000
+"""``kafkaConsumer.pollTimeoutMs``'s default: Spark's Kafka source's (``spark.network.timeout``).
+Reading (on the driver for planning, on executors for a batch) that makes no progress for this
+long fails with ``SourceConnectionError``; metadata and offset requests wait at most 30 s, or this
+when it is shorter. librdkafka retries and reconnects within it, so a broker back in time costs
+only the wait."""
 
 StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 
@@ -109,6 +123,9 @@ class KafkaOptions(ConnectorOptions):
         Seconds a unit without an event count (the initial snapshot, an incremental chunk)
         waits after its closing record was sent before it is complete (see
         :data:`SNAPSHOT_SETTLE_S`).
+    poll_timeout
+        Seconds reading may make no progress before the brokers count as unreachable
+        (``kafkaConsumer.pollTimeoutMs``, see :data:`POLL_TIMEOUT_MS`).
     """
 
     NAMES: ClassVar[tuple[str, ...]] = (
@@ -119,6 +136,7 @@ class KafkaOptions(ConnectorOptions):
         "minPartitions",
         "transactionTopic",
         "snapshotSettle",
+        "kafkaConsumer.pollTimeoutMs",
     )
     PREFIXES: ClassVar[tuple[str, ...]] = (PREFIX,)
 
@@ -130,6 +148,7 @@ class KafkaOptions(ConnectorOptions):
     min_partitions: int | None = None
     transaction_topic: str | None = None
     snapshot_settle: float = SNAPSHOT_SETTLE_S
+    poll_timeout: float = POLL_TIMEOUT_MS / 1000
 
     @classmethod
     def parse(cls, options: OptionReader) -> KafkaOptions:
@@ -168,6 +187,11 @@ class KafkaOptions(ConnectorOptions):
             min_partitions=options.positive_int("minPartitions"),
             transaction_topic=None if topic is None else "" if topic.lower() == "none" else topic,
             snapshot_settle=options.duration("snapshotSettle", SNAPSHOT_SETTLE_S),
+            poll_timeout=(
+                options.positive_int("kafkaConsumer.pollTimeoutMs", POLL_TIMEOUT_MS)
+                or POLL_TIMEOUT_MS
+            )
+            / 1000,
         )
 
     def connector(self, common: SourceOptions) -> ChangeConnector:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import ConfigError, DataLossError, SourceConnectionError
 
-from .client import METADATA_TIMEOUT_S, partitions_of, transaction_topic_for
+from .client import METADATA_TIMEOUT_S, is_out_of_range, partitions_of, transaction_topic_for
 from .offsets import KafkaOffset, TopicPartition
 
 if TYPE_CHECKING:
@@ -32,13 +32,9 @@ if TYPE_CHECKING:
 
     from .options import KafkaOptions
 
-__all__ = ["READ_STALL_S", "KafkaPlanner"]
+__all__ = ["KafkaPlanner"]
 
 _log = logging.getLogger(__name__)
-
-READ_STALL_S = 120.0
-"""How long reading may make no progress towards a trigger's target before the brokers count
-as unreachable (a typed failure; the failure manager's policy applies)."""
 
 _BLOCK = 10_000  # records per consume() call
 
@@ -75,6 +71,11 @@ class KafkaPlanner:
         """The next offset to read of each partition."""
         self.transaction_topic: str | None = options.transaction_topic or None
         self.lost = 0
+        """Records skipped because Kafka no longer had them (``failOnDataLoss=false``)."""
+        self.gone: set[int] = set()
+        """Partitions of deleted topics, no longer read (``failOnDataLoss=false``)."""
+        self.timeout = min(METADATA_TIMEOUT_S, options.poll_timeout)
+        """Seconds a metadata or offset request may take."""
 
     # -- partitions -----------------------------------------------------------------------
 
@@ -91,12 +92,12 @@ class KafkaPlanner:
 
         try:
             low, high = self.consumer.get_watermark_offsets(
-                KafkaPartition(*tp), timeout=METADATA_TIMEOUT_S, cached=False
+                KafkaPartition(*tp), timeout=self.timeout, cached=False
             )
         except KafkaException as e:
             raise SourceConnectionError(
                 f"the Kafka brokers did not give the offsets of {tp[0]}/{tp[1]} within "
-                f"{METADATA_TIMEOUT_S:.0f}s ({e.args[0] if e.args else e})"
+                f"{self.timeout:.0f}s ({e.args[0] if e.args else e})"
             ) from None
         return int(low), int(high)
 
@@ -111,10 +112,10 @@ class KafkaPlanner:
         options = self.options
         wanted_txn = () if self.transaction_topic is None else (self.transaction_topic,)
         topics = partitions_of(
-            self.consumer, options.subscribe, options.subscribe_pattern, wanted_txn
+            self.consumer, options.subscribe, options.subscribe_pattern, wanted_txn, self.timeout
         )
         if self.transaction_topic is None and options.transaction_topic is None:
-            everything = partitions_of(self.consumer, (), ".*")
+            everything = partitions_of(self.consumer, (), ".*", timeout=self.timeout)
             found = transaction_topic_for(sorted(topics), sorted(everything))
             if found is not None:
                 self.transaction_topic = found
@@ -126,6 +127,7 @@ class KafkaPlanner:
                 f"commit order only in one partition. Create it with one partition (Kafka "
                 f"Connect: a topic.creation group for it with partitions=1)"
             )
+        self._check_deleted(topics)
         known = set(self.partitions)
         for topic, count in topics.items():
             for partition in range(count):
@@ -139,6 +141,38 @@ class KafkaPlanner:
                 self.partitions.append(tp)
                 self.starts.append(start)
                 self.next.append(start)
+
+    def _check_deleted(self, topics: Mapping[str, int]) -> None:
+        """Partitions read before whose topic is gone now (deleted, or no longer matching).
+
+        A topic missing from one metadata answer is asked for by name before it counts as
+        deleted, so a broker that is restarting is never taken for a deleted topic.
+        """
+        missing = sorted(
+            {
+                t
+                for i, (t, _) in enumerate(self.partitions)
+                if t not in topics and i not in self.gone
+            }
+        )
+        for topic in missing:
+            if topic in partitions_of(self.consumer, (topic,), None, timeout=self.timeout):
+                continue
+            indexes = [i for i, (t, _) in enumerate(self.partitions) if t == topic]
+            read_to = ", ".join(f"{self.partitions[i][1]}: {self.next[i]}" for i in indexes)
+            what = (
+                f"the topic {topic!r} was deleted, or no longer matches the subscription, after "
+                f"the query read it up to offsets {{{read_to}}}"
+            )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"{what}: records it held after those offsets were never read, and changes "
+                    f"of units not delivered yet are gone. Restore from a savepoint, or set "
+                    f"failOnDataLoss=false to go on without it (its units not delivered yet "
+                    f"are then incomplete and held back)"
+                )
+            _log.warning("%s: no longer read (failOnDataLoss=false)", what)
+            self.gone.update(indexes)
 
     def advance(self, units: int, end: KafkaOffset) -> None:
         """A batch delivered the first ``units`` planned units and ends at ``end`` (driver)."""
@@ -188,7 +222,19 @@ class KafkaPlanner:
         self.discover()
         ends: list[int] = []
         for index, tp in enumerate(self.partitions):
+            if index in self.gone:
+                ends.append(self.next[index])
+                continue
             low, high = self.watermarks(tp)
+            if high < self.next[index]:
+                raise DataLossError(
+                    f"the offsets of {tp[0]}/{tp[1]} went back: the query read it up to offset "
+                    f"{self.next[index]}, and it ends at {high} now. The topic was deleted and "
+                    f"created again (or lost records its leader had acknowledged): the query's "
+                    f"offsets name records of a topic that no longer exists, whatever "
+                    f"failOnDataLoss says. Start the query on a new checkpoint (startingOffsets "
+                    f"for where to begin), or restore a savepoint taken of the new topic"
+                )
             self._check_retained(index, low)
             if stop is not None:
                 high = min(high, stop.get(tp, self.next[index]))
@@ -202,36 +248,53 @@ class KafkaPlanner:
             [KafkaPartition(*self.partitions[i], self.next[i]) for i in sorted(pending)]
         )
         progressed = time.monotonic()
+        stall = self.options.poll_timeout
         try:
             while pending:
                 messages = self.consumer.consume(num_messages=_BLOCK, timeout=1.0)
-                fed = self._feed(messages, where, ends)
-                if fed:
+                fed, out_of_range = self._feed(messages, where, ends)
+                if out_of_range:
+                    # Deleted (retention) between the watermarks and the fetch: as above.
+                    for index in out_of_range:
+                        self._check_retained(index, self.watermarks(self.partitions[index])[0])
+                    self.consumer.assign(
+                        [KafkaPartition(*self.partitions[i], self.next[i]) for i in sorted(pending)]
+                    )
+                if fed or out_of_range:
                     progressed = time.monotonic()
                 else:
                     self._skip_control_records(pending, ends)
                 pending = {i for i in pending if self.next[i] < ends[i]}
-                if pending and time.monotonic() - progressed > READ_STALL_S:
+                if pending and time.monotonic() - progressed > stall:
                     names = ", ".join(f"{t}/{p}" for t, p in (self.partitions[i] for i in pending))
                     raise SourceConnectionError(
                         f"reading {names} from the Kafka brokers made no progress for "
-                        f"{READ_STALL_S:.0f}s: the brokers are unreachable or the partitions' "
-                        f"leaders are unavailable"
+                        f"{stall:.0f}s (kafkaConsumer.pollTimeoutMs): the brokers are "
+                        f"unreachable or the partitions' leaders are unavailable"
                     )
         finally:
             self.consumer.unassign()
 
     def _feed(
         self, messages: Sequence[Message], where: Mapping[TopicPartition, int], ends: list[int]
-    ) -> int:
-        """Feed consumed messages to the assembler, partition by partition; returns how many."""
+    ) -> tuple[int, set[int]]:
+        """Feed consumed messages to the assembler, partition by partition.
+
+        Returns how many records were fed, and the partitions whose position Kafka no longer
+        holds (deleted since the watermarks were read).
+        """
         from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 
         by_index: dict[int, tuple[list[int], list[bytes | None], list[int]]] = {}
+        out_of_range: set[int] = set()
         for message in messages:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                place = (message.topic(), message.partition())
+                if is_out_of_range(error) and place in where:
+                    out_of_range.add(where[place])  # type: ignore[index]
                     continue
                 raise SourceConnectionError(f"reading from Kafka failed: {error.str()}")
             topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -248,7 +311,7 @@ class KafkaPlanner:
         for index, (offsets, values, sent) in by_index.items():
             self.assembler.feed(index, offsets, values, offsets[-1] + 1, sent)
             self.next[index] = offsets[-1] + 1
-        return sum(len(o) for o, _, _ in by_index.values())
+        return sum(len(o) for o, _, _ in by_index.values()), out_of_range
 
     def _skip_control_records(self, pending: set[int], ends: list[int]) -> None:
         """Move past offsets that hold no record for the application.

@@ -16,13 +16,10 @@ import pyarrow as pa
 from spark_ckpt.errors import DataLossError, SourceConnectionError
 
 from ..debezium.types import typed_batch
-from .client import new_consumer
+from .client import is_out_of_range, new_consumer
 from .client_config import masked
 
 __all__ = ["KafkaPartition", "read_partition"]
-
-READ_STALL_S = 120.0
-"""How long a task may make no progress reading its range before it fails."""
 
 _BLOCK = 10_000
 
@@ -33,7 +30,8 @@ class KafkaPartition:
 
     ``txns`` are the batch's transactions as ``(id, order, size, commit_ts_ms)``, ``blocks`` its
     other units as ``(order, key, size, commit_ts_ms)``, ``segments`` what the range's records
-    are (``KafkaAssembler.segments``).
+    are (``KafkaAssembler.segments``); ``poll_timeout`` how long reading may make no progress
+    (``kafkaConsumer.pollTimeoutMs``).
     """
 
     settings: Mapping[str, str] = field(repr=False)
@@ -45,6 +43,7 @@ class KafkaPartition:
     txns: tuple[tuple[str, int, int, int | None], ...] = field(repr=False)
     blocks: tuple[tuple[int, str, int, int | None], ...] = field(repr=False)
     segments: tuple[tuple[int, int, str, int, int, int], ...] = field(repr=False)
+    poll_timeout: float = 120.0
 
     def describe(self) -> str:
         """For messages: the range and the brokers, secrets masked."""
@@ -64,7 +63,7 @@ def read_partition(
     DataLossError
         When records of the range were deleted since the batch was planned.
     SourceConnectionError
-        When reading makes no progress for :data:`READ_STALL_S` seconds.
+        When reading makes no progress for ``part.poll_timeout`` seconds.
     """
     from confluent_kafka import KafkaError
     from confluent_kafka import TopicPartition as KafkaPartitionId
@@ -95,10 +94,12 @@ def read_partition(
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                    if is_out_of_range(error):
+                        # Whatever failOnDataLoss says: a planned unit can only be read whole.
                         raise DataLossError(
                             f"records of {part.describe()} were deleted after the batch was "
-                            f"planned (retention, or the topic was recreated)"
+                            f"planned (retention, or the topic was recreated): the batch's units "
+                            f"cannot be read whole. Restore from a savepoint taken before"
                         )
                     if error.code() == KafkaError._PARTITION_EOF:
                         continue
@@ -123,10 +124,11 @@ def read_partition(
             if moved.offset is not None and moved.offset > position:
                 position = min(int(moved.offset), part.end)
                 progressed = time.monotonic()
-            if position < part.end and time.monotonic() - progressed > READ_STALL_S:
+            if position < part.end and time.monotonic() - progressed > part.poll_timeout:
                 raise SourceConnectionError(
                     f"reading {part.describe()} made no progress at offset {position} for "
-                    f"{READ_STALL_S:.0f}s: the brokers are unreachable"
+                    f"{part.poll_timeout:.0f}s (kafkaConsumer.pollTimeoutMs): the brokers are "
+                    f"unreachable"
                 )
     finally:
         consumer.close()
