@@ -22,6 +22,7 @@ from .client_config import masked
 __all__ = ["KafkaPartition", "read_partition"]
 
 _BLOCK = 10_000
+_WAIT_S = 0.1  # one consume() call's wait: see planner._WAIT_S
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def read_partition(
         position = part.start
         progressed = time.monotonic()
         while position < part.end:
-            messages = consumer.consume(num_messages=_BLOCK, timeout=1.0)
+            messages = consumer.consume(num_messages=_BLOCK, timeout=_WAIT_S)
             offsets: list[int] = []
             keys: list[bytes | None] = []
             values: list[bytes | None] = []
