@@ -140,7 +140,7 @@ class KafkaOptions(ConnectorOptions):
     )
     PREFIXES: ClassVar[tuple[str, ...]] = (PREFIX,)
 
-    client: dict[str, str] = field(hash=False)
+    client: dict[str, str] = field(hash=False, repr=False)  # holds passwords
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     starting_offsets: StartingOffsets = "earliest"
