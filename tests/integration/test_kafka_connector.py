@@ -11,7 +11,6 @@ must equal the tables.
 from __future__ import annotations
 
 import tempfile
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -20,19 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import pg_workload
 import pytest
-from changelog_checks import Row, whole_once
+from changelog_checks import whole_once
 from conftest import wait_until
 from debezium_harness import delta_changes, delta_txn_ids
 from debezium_postgres import KEYS, assert_folds_to_tables
 from kafka_broker import KafkaBroker
 from kafka_connect import KafkaConnect, debezium_postgres
+from kafka_drive import connector_for, drain
 from pg_cluster import PgCluster
 
 import spark_ckpt
-from spark_ckpt.model.options import OptionReader
-from spark_ckpt.sources.gate import Cut
-from spark_ckpt.sources.kafka.connector import KafkaConnector
-from spark_ckpt.sources.kafka.options import KafkaOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,47 +43,6 @@ def kafka_connect(kafka_broker: KafkaBroker) -> Iterator[KafkaConnect]:
     connect.start()
     yield connect
     connect.stop()
-
-
-def connector_for(broker: KafkaBroker, prefix: str) -> KafkaConnector:
-    options = {
-        "kafka.bootstrap.servers": broker.bootstrap,
-        "subscribepattern": f"{prefix}[.].*",
-    }
-    reader = OptionReader(options, "txn-cdc", KafkaOptions.NAMES, prefixes=KafkaOptions.PREFIXES)
-    return KafkaConnector(KafkaOptions.parse(reader))
-
-
-def drain(
-    connector: KafkaConnector, want: set[str], timeout: float
-) -> tuple[list[Row], list[set[str]]]:
-    """Plan, cut and read batches until every id of ``want`` was delivered; rows and batches."""
-    start = connector.initial_offset()
-    rows: list[Row] = []
-    batches: list[set[str]] = []
-    deadline = time.monotonic() + timeout
-    checkpoint = 0
-    while not want <= {r["txn_id"] for r in rows}:
-        assert time.monotonic() < deadline, (
-            f"{len(want - {r['txn_id'] for r in rows})} transactions not delivered in "
-            f"{timeout:.0f}s; held back: {connector.plan(start, None).held_back}"
-        )
-        plan = connector.plan(start, None)
-        sizes = plan.unit_sizes
-        if not sizes:
-            time.sleep(0.5)
-            continue
-        batch = connector.batch(Cut(len(sizes) - 1, sizes[-1], sum(sizes), True), checkpoint)
-        checkpoint += 1
-        found: list[Row] = []
-        for part in batch.partitions:
-            for record_batch in connector.read(part):
-                found += record_batch.to_pylist()
-        assert len(found) == sum(sizes), "a batch's rows are not its units' changes"
-        rows += found
-        batches.append({r["txn_id"] for r in found})
-        start = batch.end
-    return rows, batches
 
 
 def test_debeziums_topics_come_out_whole_per_transaction_and_fold_to_the_tables(

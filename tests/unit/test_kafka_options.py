@@ -116,3 +116,10 @@ def test_other_login_modules_are_refused_without_showing_the_config() -> None:
 def test_bootstrap_servers_are_required() -> None:
     with pytest.raises(InvalidOptionError, match=r"kafka\.bootstrap\.servers"):
         client_settings({"client.id": "x"})
+
+
+def test_the_poll_timeout_is_sparks_option_in_milliseconds() -> None:
+    assert parse(subscribe="t").poll_timeout == 120.0
+    assert parse(subscribe="t", **{"kafkaConsumer.pollTimeoutMs": "4000"}).poll_timeout == 4.0
+    with pytest.raises(InvalidOptionError, match=r"kafkaConsumer\.pollTimeoutMs"):
+        parse(subscribe="t", **{"kafkaConsumer.pollTimeoutMs": "0"})
