@@ -24,12 +24,15 @@ the table has caught up.
 test's own session, and :func:`delta_mirrors` reads the mirrors back with delta-rs as of the
 newest checkpoint in the root's index, as ``spark_ckpt.read_consistent`` does, without Spark.
 
-Run as a script (``debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES``) it is
-the driver itself.
+Run as a script (``debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES
+[SETTINGS]``) it is the driver itself. ``SETTINGS`` (JSON) may give the ``txn-cdc`` options of
+another source (``{"source": {"connector": "kafka", ...}}``: LOG is then unused) and extra
+``delta-2pc`` options (``{"sink": {"mode": "mirror"}}``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,11 +58,20 @@ _POLL_S = 0.2
 _LOG_TAIL_CHARS = 4000
 
 
-def drive(log: str, table: str, checkpoint: str, stop_file: str, max_changes: int) -> None:
+def drive(
+    log: str,
+    table: str,
+    checkpoint: str,
+    stop_file: str,
+    max_changes: int,
+    source: Mapping[str, str] | None = None,
+    sink: Mapping[str, str] | None = None,
+) -> None:
     """The driver: stream ``log`` into ``table`` until ``stop_file`` exists, then drain and stop.
 
-    Runs in the child process, once per start. Exits through an exception (status 1) when the
-    supervised query fails for good.
+    ``source`` replaces the Debezium log with another source's ``txn-cdc`` options; ``sink``
+    adds ``delta-2pc`` options. Runs in the child process, once per start. Exits through an
+    exception (status 1) when the supervised query fails for good.
     """
     import spark_ckpt
 
@@ -67,13 +79,15 @@ def drive(log: str, table: str, checkpoint: str, stop_file: str, max_changes: in
     control = spark_ckpt.install(spark)
 
     def build() -> Any:
+        reader = spark.readStream.format("txn-cdc").option("maxChangesPerTrigger", str(max_changes))
+        if source:
+            frame = reader.options(**source).load()
+        else:
+            frame = reader.option("connector", "debezium-json").load(log)
         return (
-            spark.readStream.format("txn-cdc")
-            .option("connector", "debezium-json")
-            .option("maxChangesPerTrigger", str(max_changes))
-            .load(log)
-            .writeStream.format("delta-2pc")
+            frame.writeStream.format("delta-2pc")
             .option("path", table)
+            .options(**(sink or {}))
             .trigger(processingTime="200 milliseconds")
         )
 
@@ -95,6 +109,10 @@ class DebeziumDriver:
         The change-log directory, the Delta table and the checkpoint location (local paths).
     workdir
         Where the stop file and each run's stderr (``driver-<n>.log``) go (created).
+    source
+        ``txn-cdc`` options of another source than the Debezium log (``log`` is then unused).
+    sink
+        Extra ``delta-2pc`` options (``{"mode": "mirror"}``: ``table`` is the mirrors' root).
     """
 
     def __init__(
@@ -103,7 +121,11 @@ class DebeziumDriver:
         table: str | os.PathLike[str],
         checkpoint: str | os.PathLike[str],
         workdir: str | os.PathLike[str],
+        *,
+        source: Mapping[str, str] | None = None,
+        sink: Mapping[str, str] | None = None,
     ) -> None:
+        self.settings = json.dumps({"source": dict(source or {}), "sink": dict(sink or {})})
         self.log = Path(log)
         self.table = Path(table)
         self.checkpoint = Path(checkpoint)
@@ -143,6 +165,7 @@ class DebeziumDriver:
             str(self.checkpoint),
             str(self.stop_file),
             str(max_changes),
+            self.settings,
         ]
         with self.stderr_file.open("wb") as stderr:
             self._process = subprocess.Popen(
@@ -318,10 +341,19 @@ def delta_mirrors(root: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "drive":
-        _, _, log, table, checkpoint, stop_file, max_changes = sys.argv
-        drive(log, table, checkpoint, stop_file, int(max_changes))
+    if len(sys.argv) in (7, 8) and sys.argv[1] == "drive":
+        log, table, checkpoint, stop_file, max_changes = sys.argv[2:7]
+        settings = json.loads(sys.argv[7]) if len(sys.argv) == 8 else {}
+        drive(
+            log,
+            table,
+            checkpoint,
+            stop_file,
+            int(max_changes),
+            settings.get("source"),
+            settings.get("sink"),
+        )
     else:
         raise SystemExit(
-            "usage: debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES"
+            "usage: debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES [SETTINGS]"
         )
