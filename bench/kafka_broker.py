@@ -55,6 +55,13 @@ def signal_group(process: subprocess.Popen[bytes] | None, sig: int, timeout: flo
         process.wait(30.0)
 
 
+def spark_kafka_package() -> str:
+    """Spark's own Kafka source (``spark-sql-kafka-0-10``) for this PySpark, from Maven Central."""
+    import pyspark
+
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+
+
 def kafka_lib() -> Path:
     """The directory of Kafka's jars (and Kafka Connect's, and Debezium's PostgreSQL connector).
 

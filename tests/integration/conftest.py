@@ -24,8 +24,19 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def spark(s3_server: S3Server) -> Iterator[SparkSession]:
-    """A local[2] session with Delta and s3a (reaching the S3 server), shared by every test."""
-    session = local_session("spark-ckpt-tests", conf=s3_server.spark_conf(), s3a=True)
+    """A local[2] session with Delta, s3a (reaching the S3 server) and Spark's own Kafka source.
+
+    Shared by every test of a pytest process. Spark's Kafka source is there for the tests that
+    set it beside the kafka connector.
+    """
+    from kafka_broker import spark_kafka_package
+
+    session = local_session(
+        "spark-ckpt-tests",
+        conf=s3_server.spark_conf(),
+        s3a=True,
+        packages=[spark_kafka_package()],
+    )
     yield session
     for query in session.streams.active:
         query.stop()
