@@ -11,7 +11,7 @@ transaction is in exactly one Delta version of the change log, whole, in commit 
 log folded by key equals PostgreSQL row for row, and the mirrors equal the tables.
 
 In the same test, Spark's own Kafka source reads the same topics into delta-spark's sink, a few
-hundred offsets per batch: a transaction's changes land in different versions, which is what
+dozen offsets per batch: a transaction's changes land in different versions, which is what
 this connector exists to prevent.
 """
 
@@ -92,17 +92,18 @@ def spread(broker: KafkaBroker, topic: str) -> int:
 def spark_kafka_versions(
     spark: SparkSession, bootstrap: str, prefix: str, tmp_path: Path
 ) -> dict[str, set[int]]:
-    """Spark's Kafka source on the topics, 300 offsets a batch, into delta-spark's sink.
+    """Spark's Kafka source on two tables' topics, 40 offsets a batch, into delta-spark's sink.
 
-    Returns each transaction id with the Delta versions its changes landed in.
+    Returns each transaction id with the Delta versions its changes landed in. The order items'
+    topic (the large transaction's 20,000 rows) is left out: it would only take longer.
     """
     table = tmp_path / "spark-kafka"
     query = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribePattern", f"{prefix}[.]public[.].*")
+        .option("subscribePattern", f"{prefix}[.]public[.](accounts|orders)")
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "300")
+        .option("maxOffsetsPerTrigger", "40")
         .load()
         .selectExpr("CAST(value AS STRING) AS value")
         .writeStream.format("delta")
