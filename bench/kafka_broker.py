@@ -55,6 +55,19 @@ def signal_group(process: subprocess.Popen[bytes] | None, sig: int, timeout: flo
         process.wait(30.0)
 
 
+def _cluster_id() -> str:
+    """A random cluster id as Kafka's ``Uuid.randomUuid()`` makes one.
+
+    A UUID in URL-safe base64 without padding, never starting with ``-``: Kafka's own generator
+    draws again then, since ``kafka-storage format -t -abc...`` reads the id as an option (it
+    failed here one start in 64: "argument --cluster-id/-t: expected one argument").
+    """
+    while True:
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster.startswith("-"):
+            return cluster
+
+
 def spark_kafka_package() -> str:
     """Spark's own Kafka source (``spark-sql-kafka-0-10``) for this PySpark, from Maven Central."""
     import pyspark
@@ -155,8 +168,7 @@ class KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         properties = self._properties()
         if not (self.workdir / "data" / "meta.properties").exists():
-            # A cluster id is a UUID in URL-safe base64 without padding (Kafka's Uuid).
-            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+            cluster = _cluster_id()
             formatted = subprocess.run(
                 self._java(
                     "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(properties)
