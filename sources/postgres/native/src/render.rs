@@ -65,6 +65,40 @@ pub fn push_json_string(out: &mut String, text: &str) {
     out.push('"');
 }
 
+/// ``digits`` (the shortest round-trip digits of ``value``, as Rust prints them) with a tie
+/// settled as Python settles it.
+///
+/// When ``value`` lies exactly halfway between two shortest decimals that both read back to it
+/// (64.356597900390625: ...062 and ...063), Rust's shortest formatting takes the upper one and
+/// Python's ``repr`` (David Gay's dtoa, round-half-even) the even one. A tie shows in the exact
+/// expansion: the lower candidate, then a 5, then nothing.
+fn even_on_tie(value: f64, digits: String) -> String {
+    let n = digits.len();
+    let last = digits.as_bytes()[n - 1];
+    if (last - b'0').is_multiple_of(2) {
+        return digits;
+    }
+    let mut lowered = digits.clone();
+    lowered.pop();
+    lowered.push(char::from(last - 1));
+    let exact = format!("{:.*e}", n + 24, value.abs());
+    let (mantissa, exponent) = exact.split_once('e').expect("LowerExp has an exponent");
+    let exact_digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let tie = exact_digits.starts_with(&lowered)
+        && exact_digits[n..].starts_with('5')
+        && exact_digits[n + 1..].bytes().all(|b| b == b'0');
+    if !tie {
+        return digits;
+    }
+    // The lower candidate must read back to the value too (not so at a power of two).
+    let candidate = format!("{}.{}e{}", &lowered[..1], &lowered[1..], exponent);
+    if candidate.parse::<f64>().ok() == Some(value.abs()) {
+        lowered
+    } else {
+        digits
+    }
+}
+
 /// Python's ``repr`` of a finite float: the shortest digits that read back to it, in fixed
 /// notation when the decimal point falls within 16 digits, else in scientific notation.
 pub fn push_py_float(out: &mut String, value: f64) {
@@ -84,7 +118,7 @@ pub fn push_py_float(out: &mut String, value: f64) {
         Some(rest) => ("-", rest),
         None => ("", mantissa),
     };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let digits = even_on_tie(value, mantissa.chars().filter(|c| *c != '.').collect());
     let point = exponent + 1; // digits before the decimal point
     out.push_str(sign);
     if (-3..=16).contains(&point) {
@@ -246,6 +280,9 @@ mod tests {
             (5e-324, "5e-324"),
             (-0.0, "-0.0"),
             (3.4028234663852886e38, "3.4028234663852886e+38"),
+            // Exact ties between two shortest decimals: Python keeps the even last digit.
+            (f64::from(64.3566_f32), "64.35659790039062"), // exactly 64.356597900390625
+            (-f64::from(64.3566_f32), "-64.35659790039062"),
         ] {
             assert_eq!(float(value), python, "{value:e}");
         }
