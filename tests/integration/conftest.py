@@ -75,7 +75,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from kafka_fixtures import kafka_broker  # noqa: E402, F401  (a fixture)
+from kafka_fixtures import kafka_broker, kafka_connect  # noqa: E402, F401  (fixtures)
 from mariadb_fixtures import mariadb_database, mariadb_server  # noqa: E402, F401  (fixtures)
 from pg_cluster import PgCluster  # noqa: E402  (bench/ is not a package)
 from spark_cluster import SparkCluster  # noqa: E402

@@ -10,10 +10,8 @@ must equal the tables.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,15 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def kafka_connect(kafka_broker: KafkaBroker) -> Iterator[KafkaConnect]:
-    """One Connect worker for the module's tests, each adding its own connector."""
-    connect = KafkaConnect(tempfile.mkdtemp(prefix="spark-ckpt-connect-"), kafka_broker.bootstrap)
-    connect.start()
-    yield connect
-    connect.stop()
 
 
 def test_debeziums_topics_come_out_whole_per_transaction_and_fold_to_the_tables(

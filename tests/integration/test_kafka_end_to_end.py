@@ -18,10 +18,8 @@ this connector exists to prevent.
 from __future__ import annotations
 
 import json
-import tempfile
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,15 +41,6 @@ pytestmark = pytest.mark.integration
 ACCOUNTS = 30
 LARGE_ROWS = 20_000
 PARTITIONS = 3
-
-
-@pytest.fixture(scope="module")
-def kafka_connect(kafka_broker: KafkaBroker) -> Iterator[KafkaConnect]:
-    """A Connect worker for this module."""
-    connect = KafkaConnect(tempfile.mkdtemp(prefix="spark-ckpt-connect-"), kafka_broker.bootstrap)
-    connect.start()
-    yield connect
-    connect.stop()
 
 
 def assert_mirrors_equal_tables(root: Path, dsn: str) -> None:
