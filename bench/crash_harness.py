@@ -197,6 +197,22 @@ def _hook() -> Any:
     return Recorder()
 
 
+def bounded_query(spark: Any, log: str, table: str, settings: Settings | None = None) -> Any:
+    """The drivers' query, its checkpoint location not set yet (a ``DataStreamWriter``)."""
+    settings = settings or Settings()
+    source = settings.source or {"connector": "debezium-json", "path": log}
+    return (
+        spark.readStream.format("txn-cdc")
+        .option("maxChangesPerTrigger", str(CAP))
+        .options(**source)
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("path", table)
+        .options(**settings.sink)
+        .trigger(availableNow=True)
+    )
+
+
 def drive(
     log: str,
     table: str,
@@ -215,19 +231,8 @@ def drive(
     )
     control = spark_ckpt.install(spark)
 
-    source = settings.source or {"connector": "debezium-json", "path": log}
-
     def build() -> Any:
-        return (
-            spark.readStream.format("txn-cdc")
-            .option("maxChangesPerTrigger", str(CAP))
-            .options(**source)
-            .load()
-            .writeStream.format("delta-2pc")
-            .option("path", table)
-            .options(**settings.sink)
-            .trigger(availableNow=True)
-        )
+        return bounded_query(spark, log, table, settings)
 
     if supervised:
         query = control.supervise(

@@ -8,6 +8,7 @@ import os
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
@@ -18,10 +19,16 @@ from spark_ckpt.errors import CheckpointPolicyError, ConfigError, UsageError, me
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.spark.listener import CheckpointListener, load_hooks
 from spark_ckpt.spark.supervisor import SupervisedQuery, is_connect
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.registry import ControlState
-from spark_ckpt.state.restore import RestoreHandler, load_restore_handlers
+from spark_ckpt.state.restore import (
+    RestoreHandler,
+    load_restore_handlers,
+    notify_restore,
+    restore_point,
+)
 from spark_ckpt.state.savepoints import Savepoint
-from spark_ckpt.state.storage import S3A_KEYS, StorageOptions, s3a_options
+from spark_ckpt.state.storage import S3A_KEYS, SCHEMES, StorageOptions, s3a_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -252,6 +259,46 @@ def _check_server_reaches(spark: SparkSession, state: ControlState) -> None:
         )
 
 
+def checkpoint_root(spark: SparkSession, query_id: str) -> str | None:
+    """Where active query ``query_id`` keeps its checkpoint (driver; classic sessions only).
+
+    Spark tells listeners neither the checkpoint location nor the sink; the query's
+    ``StreamExecution`` knows it. Its ``resolvedCheckpointRoot`` is a qualified Hadoop URI
+    (``file:/tmp/a%20b``), percent-encoded: decoded here for the storage layer. None when the
+    query is not active (any more).
+    """
+    jquery = spark._jsparkSession.streams().get(query_id)
+    if jquery is None:
+        return None
+    return urllib.parse.unquote(str(jquery.streamingQuery().resolvedCheckpointRoot()))
+
+
+def _restorer(
+    spark: SparkSession, state: ControlState, handlers: dict[str, RestoreHandler]
+) -> Callable[[str], None]:
+    """The listener's restore of each query as it starts (classic sessions).
+
+    An unsupervised query restarted on its checkpoint resumes from it as a supervised attempt
+    does: every restore handler learns the exact checkpoint (FLINK-20396). A Spark Connect client
+    has no JVM to ask for the checkpoint location: there the next batch's commit publishes what
+    a killed run left, and ``spark-ckpt status`` shows it as pending until then.
+    """
+    # Each query's root as its run started: a retry after the run ended finds it no more.
+    roots: dict[str, str] = {}
+
+    def restore(query_id: str) -> None:
+        root = checkpoint_root(spark, query_id) or roots.get(query_id)
+        if root is None:
+            return
+        roots[query_id] = root
+        scheme = root.partition("://")[0].lower() if "://" in root else "file"
+        if scheme not in SCHEMES:
+            return  # (hdfs://, dbfs:/) no component of ours can keep state where we cannot read
+        notify_restore(restore_point(SparkCheckpoint(root, state.storage)), handlers)
+
+    return restore
+
+
 _INSTALL_LOCK = threading.Lock()
 _INSTALLED: dict[int, Control] = {}
 
@@ -271,8 +318,10 @@ def _install(spark: SparkSession, config: CkptConfig) -> Control:
         except ConfigError as e:
             state.write_policy(None, str(e))
 
-    listener = CheckpointListener(state, load_hooks(), refresh_policy)
-    control = Control(spark, state, listener, config, restore_handlers=load_restore_handlers())
+    handlers = load_restore_handlers()
+    restore = None if is_connect(spark) else _restorer(spark, state, handlers)
+    listener = CheckpointListener(state, load_hooks(), refresh_policy, restore)
+    control = Control(spark, state, listener, config, restore_handlers=handlers)
     for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
         data_source = entry.load()
         # A subclass defined here is pickled by value, class attributes included, so every

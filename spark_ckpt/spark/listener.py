@@ -6,6 +6,12 @@ stay short, so every callback only hands work to one background thread. That thr
 after the progress event of batch N (checkpoint N is complete) and after the query terminated
 (publish everything complete: no tail left behind). Hooks are found through the entry-point group
 ``spark_ckpt.completion_hooks``, so this module imports no source or sink.
+
+As each query starts, the listener can also restore it (``restore``): an unsupervised query
+restarted on its checkpoint gets the restore notification the supervisor gives its attempts. A
+sink registers only when it commits a batch, so without this a restart that runs no batch (a
+bounded run with nothing new to read) would never publish the batch a killed driver completed
+but did not publish.
 """
 
 from __future__ import annotations
@@ -92,6 +98,11 @@ class CheckpointListener(StreamingQueryListener):
         Completion hooks by format name.
     on_start
         Called as each query starts, before its first trigger (records the session's policy).
+    restore
+        Called with the query id as each query starts, before its first trigger: restores the
+        query's checkpoint (publishes what its last run completed). Its failure does not stop
+        the start; it is retried once the run ended, and if it fails then too, it is the run's
+        final error.
     """
 
     def __init__(
@@ -99,9 +110,17 @@ class CheckpointListener(StreamingQueryListener):
         state: ControlState,
         hooks: dict[str, CompletionHook],
         on_start: Callable[[], None] | None = None,
+        restore: Callable[[str], None] | None = None,
     ) -> None:
         self._state = state
         self._on_start = on_start
+        self._restore = restore
+        self._restore_failed: set[str] = set()
+        # Restores never overlap, and each query's newest run is known: a retry at the end of
+        # a run must not discard what a later run of the same query (started before this
+        # run's termination event arrived) is staging.
+        self._restoring = threading.Lock()
+        self._newest_run: dict[str, str] = {}
         self._hooks = hooks
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-ckpt-hooks")
         self._lock = threading.Lock()
@@ -157,7 +176,27 @@ class CheckpointListener(StreamingQueryListener):
                 if watcher is not None:
                     watcher.publish_failed(batch_id, e)
 
+    def _restore_again(self, query_id: str, run_id: str) -> None:
+        """Retry the restore that failed as run ``run_id`` started (worker, once it ended)."""
+        with self._lock:
+            if run_id not in self._restore_failed:
+                return
+            self._restore_failed.discard(run_id)
+        assert self._restore is not None
+        with self._restoring:
+            if self._newest_run.get(query_id) != run_id:
+                return  # a later run restored the query as it started
+            try:
+                self._restore(query_id)
+            except Exception as e:
+                _log.exception("restoring query %s failed again after its run ended", query_id)
+                self.errors.append((query_id, None, e))
+                with self._lock:
+                    self._final_errors.setdefault(run_id, e)
+
     def _submit(self, query_id: str, batch_id: int | None, run_id: str | None) -> Future[None]:
+        if batch_id is None and run_id is not None:
+            self._worker.submit(self._restore_again, query_id, run_id)
         future = self._worker.submit(self._run_hooks, query_id, batch_id, run_id)
         if batch_id is None and run_id is not None:
             # The signal of the run that ended: a later run of the same query (same checkpoint,
@@ -229,6 +268,18 @@ class CheckpointListener(StreamingQueryListener):
                 self._on_start()
             except Exception:  # never fail the query's start from the listener
                 _log.exception("recording the session's spark.ckpt.* settings failed")
+        if self._restore is not None:
+            # Here, not on the worker thread: the query's first batch must not stage anything
+            # before the work a killed run staged after its checkpoint is discarded.
+            with self._restoring:
+                self._newest_run[str(event.id)] = str(event.runId)
+                try:
+                    self._restore(str(event.id))
+                except Exception as e:
+                    _log.exception("restoring query %s as it started failed", event.id)
+                    self.errors.append((str(event.id), None, e))
+                    with self._lock:
+                        self._restore_failed.add(str(event.runId))
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         """Checkpoint ``batchId`` completed: run the hooks in the background (listener bus)."""

@@ -27,7 +27,8 @@ POINTS = (
     "after_manifest",  # N's manifest is durable; Spark has not written commits/N
     "before_publish",  # commits/N exists; a publisher is about to commit N to Delta
     "during_publish",  # N's Delta version is written; the publisher has not returned
-    "during_abort",  # a re-run is deleting an aborted attempt's files (one is gone)
+    # a restart's restore or a re-run deletes an aborted attempt's files (one is gone)
+    "during_abort",
     "during_snapshot",  # postgres: N+1 tables of the snapshot are spilled, the rest not ("batch" N)
     "during_chunk_read",  # postgres incremental: chunk N of a table is read, not yet spilled
     "after_mirror_plan",  # mirror mode: N's folded changes are staged; no manifest yet

@@ -10,6 +10,7 @@ fresh start, repeatedly, and prints the totals.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,9 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import crash_harness
 from crash_harness import CRASH_BATCH
 
+import spark_ckpt
 from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
+from spark_ckpt.state.storage import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,6 +72,34 @@ def test_sigkill_at_protocol_point_loses_duplicates_and_tears_nothing(
     assert chained.fired == [f for f in CHAIN if f is not None], "a kill of the chain never fired"
     assert (chained.lost, chained.duplicated, chained.torn) == (0, 0, 0)
     assert chained.versions > crash_harness.CRASH_BATCH + 5
+
+
+def test_a_restart_with_nothing_to_read_publishes_what_the_killed_run_completed(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """Killed as it published its last batch, an unsupervised bounded run leaves a tail behind.
+
+    Spark wrote ``commits/0`` (the log fits one batch), so the restart runs no batch and never
+    builds the sink's writer: only the control plane's restore at the query's start can publish
+    batch 0. Without it the table stayed empty while ``Control.await_termination`` said done.
+    The restart runs in the test's own session (a classic one, installed): no second driver JVM.
+    """
+    log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
+    expected = crash_harness.make_log(log, seed=5, transactions=3)
+    assert crash_harness.run_driver(log, table, ckpt, "before_publish:0") == -signal.SIGKILL
+    checkpoint = SparkCheckpoint(str(ckpt))
+    # The killed run completed its only batch: otherwise the restart would run one.
+    assert (checkpoint.latest_committed(), checkpoint.logged_batches()) == (0, [0])
+    assert (
+        not Location(str(table / "_delta_log")).exists()
+        or not spark.read.format("delta").load(str(table)).count()
+    ), "batch 0 was published before the kill"
+    writer = crash_harness.bounded_query(spark, str(log), str(table))
+    query = writer.option("checkpointLocation", str(ckpt)).start()
+    assert control.await_termination(query, 120), "the restarted query did not end in 120 s"
+    assert checkpoint.logged_batches() == [0], "the restart ran a batch: it proves nothing"
+    lost, duplicated, torn, _ = crash_harness.verify(spark, table, expected)
+    assert (lost, duplicated, torn) == (0, 0, 0)
 
 
 def test_supervised_restart_after_a_kill_restores_the_exact_checkpoint_and_its_hook_data(

@@ -135,6 +135,68 @@ def test_hook_failures_are_kept_and_a_failed_final_hook_is_reported(state: Contr
     assert isinstance(listener.final_error(RUN), OSError)
 
 
+class Restores:
+    """A restore callable recording the queries it restored; fails its first ``failures`` calls."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.seen: list[str] = []
+        self.failures = failures
+
+    def __call__(self, query_id: str) -> None:
+        self.seen.append(query_id)
+        if len(self.seen) <= self.failures:
+            raise OSError(f"store unreachable (call {len(self.seen)})")
+
+
+def test_each_start_restores_the_query_before_its_first_trigger(state: ControlState) -> None:
+    """The restore runs inside onQueryStarted (Spark's query thread), not on the worker later."""
+    restores = Restores()
+    listener = CheckpointListener(state, {}, restore=restores)
+    listener.onQueryStarted(started())
+    assert restores.seen == [QUERY], "restored only later: a first batch could race it"
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(RUN).wait(10)
+    assert restores.seen == [QUERY], "a restore that succeeded is not repeated at the end"
+    assert listener.final_error(RUN) is None
+
+
+def test_a_failed_restore_is_retried_when_the_run_ends(state: ControlState) -> None:
+    """A start never fails from the listener; the run's end retries, and succeeds here."""
+    restores = Restores(failures=1)
+    listener = CheckpointListener(state, {}, restore=restores)
+    listener.onQueryStarted(started())
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(RUN).wait(10)
+    assert restores.seen == [QUERY, QUERY]
+    assert [(q, b) for q, b, _ in listener.errors] == [(QUERY, None)]
+    assert listener.final_error(RUN) is None
+
+
+def test_a_restore_failing_at_start_and_end_is_the_runs_final_error(state: ControlState) -> None:
+    """What a killed run left unpublished must not end the next run as if all were published."""
+    restores = Restores(failures=2)
+    listener = CheckpointListener(state, {}, restore=restores)
+    listener.onQueryStarted(started())
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(RUN).wait(10)
+    failure = listener.final_error(RUN)
+    assert isinstance(failure, OSError)
+    assert "call 2" in str(failure)
+
+
+def test_a_failed_restore_is_not_retried_once_a_later_run_started(state: ControlState) -> None:
+    """The later run restored the query as it started; a retry could discard what it stages."""
+    restores = Restores(failures=1)
+    listener = CheckpointListener(state, {}, restore=restores)
+    listener.onQueryStarted(started())
+    later = str(uuid.UUID(int=10))
+    listener.onQueryStarted(started(later))  # before the first run's termination arrives
+    listener.onQueryTerminated(terminated())
+    assert listener.finished(RUN).wait(10)
+    assert restores.seen == [QUERY, QUERY], "the first run's end restored again"
+    assert listener.final_error(RUN) is None
+
+
 def test_registration_is_idempotent(state: ControlState) -> None:
     """Registering the same component again changes nothing."""
     state.register(Registration("delta-2pc", QUERY, {"path": "/t"}))
