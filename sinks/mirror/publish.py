@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 
@@ -280,6 +279,8 @@ def _previous_versions(
     Read from the newest commit's ``commitInfo`` (one small read, however long the index is);
     from the index's rows when that commit is not the query's (a later writer, an old format).
     """
+    import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
+
     for info in index.history(1):
         if info.get("spark-ckpt.queryId") == query_id and (
             info.get("spark-ckpt.batchId") == checkpoint_id and _VERSIONS_KEY in info
