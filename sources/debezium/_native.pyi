@@ -1,5 +1,6 @@
 """Type stubs of the connector's native module (``sources/debezium/native``, Rust with PyO3)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 _Position = tuple[str, int, int]
@@ -80,6 +81,9 @@ class KafkaAssembler:
         next: int,
         timestamps: list[int] | None = None,
     ) -> None: ...
+    def feed_messages(
+        self, messages: Sequence[Any], ends: list[int], now_ms: int
+    ) -> tuple[int, list[int], list[tuple[int, int]]]: ...
     def unit_sizes(self) -> list[int]: ...
     def unit(self, index: int) -> _KafkaUnit: ...
     def cut(self, order: int) -> list[int]: ...

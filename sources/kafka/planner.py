@@ -283,40 +283,28 @@ class KafkaPlanner:
     def _feed(
         self, messages: Sequence[Message], where: Mapping[TopicPartition, int], ends: list[int]
     ) -> tuple[int, set[int]]:
-        """Feed consumed messages to the assembler, partition by partition.
+        """Feed consumed messages to the assembler (natively: it reads the ``Message`` objects).
 
         Returns how many records were fed, and the partitions whose position Kafka no longer
         holds (deleted since the watermarks were read).
         """
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
+        from confluent_kafka import KafkaError
 
-        by_index: dict[int, tuple[list[int], list[bytes | None], list[int]]] = {}
+        fed, failed, nexts = self.assembler.feed_messages(messages, ends, round(time.time() * 1000))
+        for index, next_offset in nexts:
+            self.next[index] = next_offset
         out_of_range: set[int] = set()
-        for message in messages:
+        for position in failed:
+            message = messages[position]
             error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                place = (message.topic(), message.partition())
-                if is_out_of_range(error) and place in where:
-                    out_of_range.add(where[place])  # type: ignore[index]
-                    continue
-                raise SourceConnectionError(f"reading from Kafka failed: {error.str()}")
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            if topic is None or partition is None or offset is None:
-                continue  # not a record (librdkafka's events carry no position)
-            index = where[(topic, partition)]
-            if offset >= ends[index] or offset < self.next[index]:
-                continue  # past this trigger's target: read again next trigger
-            offsets, values, sent = by_index.setdefault(index, ([], [], []))
-            offsets.append(offset)
-            values.append(message.value())
-            kind, stamp = message.timestamp()
-            sent.append(stamp if kind != TIMESTAMP_NOT_AVAILABLE else round(time.time() * 1000))
-        for index, (offsets, values, sent) in by_index.items():
-            self.assembler.feed(index, offsets, values, offsets[-1] + 1, sent)
-            self.next[index] = offsets[-1] + 1
-        return sum(len(o) for o, _, _ in by_index.values()), out_of_range
+            if error is None or error.code() == KafkaError._PARTITION_EOF:
+                continue
+            place = (message.topic(), message.partition())
+            if is_out_of_range(error) and place in where:
+                out_of_range.add(where[place])  # type: ignore[index]
+                continue
+            raise SourceConnectionError(f"reading from Kafka failed: {error.str()}")
+        return fed, out_of_range
 
     def _skip_control_records(self, pending: set[int], ends: list[int]) -> None:
         """Move past offsets that hold no record for the application.

@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::dialect::{
     event_position, postgres_position, transaction_key, SnapshotMark, SourcePosition,
 };
+use crate::envelope::KnownSchemas;
 use crate::images::without_unavailable;
 use crate::problem::{ErrorKind, Problem};
 use crate::text::{
@@ -326,8 +327,23 @@ fn is_object(raw: &RawValue) -> bool {
 
 /// Parse and check one line. ``keep`` decodes the payload a row needs (executors).
 pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
+    parse_record(data, keep, None)
+}
+
+/// :func:`parse_line`, skipping envelope schemas ``known`` holds without parsing them (and
+/// learning the ones it parses): for a reader of many records with the same few schemas.
+pub fn parse_record<'a>(
+    data: &'a [u8],
+    keep: bool,
+    mut known: Option<&mut KnownSchemas>,
+) -> Result<Record<'a>, Problem> {
     let text = std::str::from_utf8(data)
         .map_err(|e| Problem::malformed(format!("not valid JSON (not UTF-8 text: {e})")))?;
+    if let Some(known) = known.as_deref_mut() {
+        if let Some(record) = known_envelope(text, keep, known) {
+            return Ok(record);
+        }
+    }
     let trimmed = text.trim_matches([' ', '\t', '\r', '\n']);
     if trimmed == "null" {
         return Ok(Record::Skip(Skipped::Tombstone));
@@ -352,7 +368,13 @@ pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
             return Ok(Record::Skip(Skipped::Tombstone));
         }
         envelope = Some(envelope_schema);
-        schema = is_object(envelope_schema).then(|| envelope_schema.get().to_owned());
+        if is_object(envelope_schema) {
+            if let Some(known) = known {
+                known.learn(text, envelope_schema.get());
+            }
+            // Only rows keep it (``columnTypes``): planning copies nothing.
+            schema = keep.then(|| envelope_schema.get().to_owned());
+        }
         if !is_object(payload) {
             return Err(Problem::malformed(format!(
                 "a JSON {} is not an event object",
@@ -384,6 +406,24 @@ pub fn parse_line(data: &[u8], keep: bool) -> Result<Record<'_>, Problem> {
         }
     }
     change(&fields, keep, schema).map(Record::Change)
+}
+
+/// A line in the envelope of a schema ``known`` holds, decoded from its payload alone; None
+/// when it is not one, or is anything but a marker or a change (the full parse decides then,
+/// with the errors it gives).
+fn known_envelope<'a>(text: &'a str, keep: bool, known: &mut KnownSchemas) -> Option<Record<'a>> {
+    let (schema, payload) = known.split(text)?;
+    // Parsing the payload as one whole value checks the rest of the line: with the known
+    // schema before it, the line is the JSON the full parse would have accepted.
+    let fields: Fields = serde_json::from_str(payload).ok()?;
+    match string_or_none(fields.status).as_deref() {
+        Some("BEGIN") => return marker(&fields, false).ok().map(Record::Marker),
+        Some("END") => return marker(&fields, true).ok().map(Record::Marker),
+        _ => {}
+    }
+    fields.op?;
+    let schema = keep.then(|| schema.to_owned());
+    change(&fields, keep, schema).ok().map(Record::Change)
 }
 
 fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod assembler;
 mod dialect;
+mod envelope;
 mod event;
 mod images;
 mod kafka;

@@ -32,7 +32,8 @@ use pyo3::types::PyBytes;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use crate::dialect::SnapshotMark;
-use crate::event::{parse_line, Change, Marker, Record, Skipped};
+use crate::envelope::KnownSchemas;
+use crate::event::{parse_record, Change, Marker, Record, Skipped};
 use crate::problem::{ErrorKind, Problem};
 use crate::text::py_repr_str;
 
@@ -176,9 +177,15 @@ pub struct KafkaAssembler {
     tombstones: i64,
     heartbeats: i64,
     schema_changes: i64,
+    /// The envelope schemas of the records fed so far (skipped without parsing).
+    known: KnownSchemas,
 }
 
 type Failure = (Problem, usize, i64);
+
+/// :meth:`KafkaAssembler.feed_messages`' answer: records fed, indexes of the messages with an
+/// error, and each fed partition's next offset.
+type FedBlock = (usize, Vec<usize>, Vec<(usize, i64)>);
 
 fn fail(kind: ErrorKind, part: usize, offset: i64, problem: String, expected: &str) -> Failure {
     (
@@ -196,6 +203,7 @@ fn further(current: &mut Option<String>, candidate: Option<String>) {
     }
 }
 
+mod messages;
 mod records;
 mod release;
 mod rows;
@@ -243,6 +251,7 @@ impl KafkaAssembler {
             tombstones: 0,
             heartbeats: 0,
             schema_changes: 0,
+            known: KnownSchemas::default(),
         }
     }
 
@@ -297,6 +306,52 @@ impl KafkaAssembler {
         self.close_chunks();
         self.release_all();
         Ok(())
+    }
+
+    /// Feed what ``Consumer.consume()`` returned (confluent-kafka ``Message`` objects), each
+    /// partition's records in ``[next, ends[i])`` (driver, once per block consumed). Returns
+    /// how many records were fed, the indexes of the messages that carry an error (for the
+    /// caller to handle; nothing of theirs is fed), and each fed partition's next offset.
+    ///
+    /// Raises as :meth:`feed` does.
+    fn feed_messages(
+        &mut self,
+        py: Python<'_>,
+        messages: Vec<Bound<'_, PyAny>>,
+        ends: Vec<i64>,
+        now_ms: i64,
+    ) -> PyResult<FedBlock> {
+        if ends.len() != self.parts.len() {
+            return Err(PyValueError::new_err(
+                "feed_messages: one end per partition",
+            ));
+        }
+        let parts = &self.parts;
+        let block = messages::sort_block(
+            py,
+            &messages,
+            |name| parts.iter().position(|p| p.name == name),
+            |part| (parts[part].next, ends[part]),
+            now_ms,
+        )?;
+        let mut fed = 0;
+        let mut nexts = Vec::with_capacity(block.groups.len());
+        for group in block.groups {
+            let Some(&last) = group.offsets.last() else {
+                continue;
+            };
+            fed += group.offsets.len();
+            self.feed(
+                py,
+                group.part,
+                group.offsets,
+                group.values,
+                last + 1,
+                Some(group.sent_ms),
+            )?;
+            nexts.push((group.part, last + 1));
+        }
+        Ok((fed, block.failed, nexts))
     }
 
     /// The partitions' end offsets (registration order) this trigger reads up to, taken before

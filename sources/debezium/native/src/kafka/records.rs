@@ -35,7 +35,8 @@ impl KafkaAssembler {
             self.nobody(part, offset, Owner::Nobody);
             return Ok(());
         };
-        let record = parse_line(data, false).map_err(|p| (p, part, offset))?;
+        let record =
+            parse_record(data, false, Some(&mut self.known)).map_err(|p| (p, part, offset))?;
         match record {
             Record::Skip(kind) => {
                 match kind {

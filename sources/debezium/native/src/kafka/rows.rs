@@ -13,7 +13,8 @@ use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use crate::assembler::Event;
-use crate::event::{parse_line, Record};
+use crate::envelope::KnownSchemas;
+use crate::event::{parse_record, Record};
 use crate::rows::{KeyColumns, RowBuilder};
 
 /// Where a unit stands in the batch: ``(order, size, commit_ts_ms)``.
@@ -50,6 +51,8 @@ pub struct KafkaRows {
     segments: Vec<Segment>,
     at: usize,
     rows: RowBuilder,
+    /// The envelope schemas of the records fed so far (skipped without parsing).
+    known: KnownSchemas,
 }
 
 /// A record key as the ``key`` column holds it: Kafka Connect's JSON converter wraps it in
@@ -119,6 +122,7 @@ impl KafkaRows {
             segments: out,
             at: 0,
             rows: RowBuilder::new(column_types, key_columns.unwrap_or_default()),
+            known: KnownSchemas::default(),
         })
     }
 
@@ -137,7 +141,7 @@ impl KafkaRows {
         }
         for ((offset, key), value) in offsets.into_iter().zip(keys).zip(values) {
             let Some(value) = value else { continue }; // a tombstone
-            let record = parse_line(value.as_bytes(), true)
+            let record = parse_record(value.as_bytes(), true, Some(&mut self.known))
                 .map_err(|p| p.into_py(py, name, offset.unsigned_abs()))?;
             let Record::Change(change) = record else {
                 continue; // a transaction marker or a skipped record
