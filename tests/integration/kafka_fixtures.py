@@ -39,3 +39,4 @@ def kafka_connect(kafka_broker: KafkaBroker) -> Iterator[KafkaConnect]:
     connect.start()
     yield connect
     connect.stop()
+    shutil.rmtree(connect.workdir, ignore_errors=True)

@@ -78,8 +78,7 @@ fn even_on_tie(value: f64, digits: String) -> String {
     if (last - b'0').is_multiple_of(2) {
         return digits;
     }
-    let mut lowered = digits.clone();
-    lowered.pop();
+    let mut lowered = digits[..n - 1].to_owned();
     lowered.push(char::from(last - 1));
     let exact = format!("{:.*e}", n + 24, value.abs());
     let (mantissa, exponent) = exact.split_once('e').expect("LowerExp has an exponent");
