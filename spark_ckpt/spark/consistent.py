@@ -11,8 +11,15 @@ from spark_ckpt.state.storage import Location
 
 __all__ = ["read_consistent"]
 
-# How Spark says there is no table at a path (classic and Connect alike).
-_MISSING = ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "is not a Delta table")
+# How Spark says there is no table at a path (classic and Connect alike). DELTA_TABLE_NOT_FOUND
+# is what delta-spark says while the index's first commit is being written: its `_delta_log`
+# directory exists, its first version not yet (delta-rs renames the commit file into place).
+_MISSING = (
+    "PATH_NOT_FOUND",
+    "DELTA_MISSING_DELTA_TABLE",
+    "DELTA_TABLE_NOT_FOUND",
+    "is not a Delta table",
+)
 
 
 def _table_url(root: str, relative: str) -> str:

@@ -130,6 +130,9 @@ def test_mirror_tables_track_the_source_and_read_consistently(
             except spark_ckpt.UsageError:
                 time.sleep(0.2)  # nothing published yet
                 continue
+            except Exception as e:  # reported by the test, not lost with the thread
+                problems.append(f"read_consistent raised {e!r}")
+                return
             if ORDERS in tables and ITEMS in tables:
                 problems.extend(invariant_violations(_rows(tables[ORDERS]), _rows(tables[ITEMS])))
                 consistent_checks += 1
@@ -170,7 +173,11 @@ def test_mirror_tables_track_the_source_and_read_consistently(
 
         wait_until(caught_up, 120, "the mirrors did not catch up with the log")
         # Keep reading a moment after the last batch, then stop everything.
-        wait_until(lambda: consistent_checks >= 5, 60, "the reader never got a consistent read")
+        wait_until(
+            lambda: consistent_checks >= 5 or bool(problems),
+            60,
+            "the reader never got a consistent read",
+        )
     finally:
         done.set()
         for reader in readers:
@@ -251,3 +258,17 @@ def test_scd2_mirrors_keep_every_version_and_the_current_rows_equal_the_source(
         .where("a.__start_at < b.__start_at AND (a.__end_at IS NULL OR a.__end_at > b.__start_at)")
     )
     assert overlapping.count() == 0, "two versions of one item were valid at the same time"
+
+
+@pytest.mark.parametrize("log_files", [[], ["_commit_0f1e.json.tmp"]])
+def test_read_consistent_before_the_first_publish_says_nothing_is_published(
+    spark: SparkSession, tmp_path: Path, log_files: list[str]
+) -> None:
+    # The index's first commit being written: `_delta_log` exists, version 0 not yet (delta-rs
+    # writes a temporary file and renames it). delta-spark says DELTA_TABLE_NOT_FOUND there.
+    delta_log = tmp_path / "shop" / "_checkpoints" / "_delta_log"
+    delta_log.mkdir(parents=True)
+    for name in log_files:
+        (delta_log / name).write_text("{}")
+    with pytest.raises(spark_ckpt.UsageError, match="no batch has been published yet"):
+        spark_ckpt.read_consistent(spark, str(tmp_path / "shop"))

@@ -216,6 +216,9 @@ def test_postgres_mirrors_equal_their_tables_typed_and_consistent(
             except spark_ckpt.UsageError:
                 time.sleep(0.3)
                 continue
+            except Exception as e:  # reported by the test, not lost with the thread
+                problems.append(f"read_consistent raised {e!r}")
+                return
             if ORDERS in tables and ITEMS in tables:
                 orders = [r.asDict() for r in tables[ORDERS].select("id", "total").collect()]
                 items = [
