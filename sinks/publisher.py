@@ -43,7 +43,7 @@ from .manifest import Manifest, ManifestStore
 from .mirror.publish import apply_plan, discard_staging
 from .snapshots import check_out, give_back
 from .staging import staged_location
-from .table import commit_manifest, load_table
+from .table import CONFLICT_ATTEMPTS, commit_manifest, conflict_backoff, load_table
 
 __all__ = [
     "clean_orphans",
@@ -209,6 +209,7 @@ def _publish_from(
         batch_id = version + 1
     published: list[int] = []
     preferred = run
+    lost = 0  # commit races lost in a row on this batch
     while upto is None or batch_id <= upto:
         if not checkpoint.committed(batch_id):
             break  # checkpoint N is not complete: neither N nor anything after may publish
@@ -225,13 +226,23 @@ def _publish_from(
             # Against the snapshot that showed N - 1: a concurrent publish of N is a conflict.
             delta_version = commit_manifest(table, delta, manifest)
         except CommitFailedError as e:
-            # Another publisher committed meanwhile: fine if it published this batch.
+            # Another publisher committed meanwhile: fine if it published this batch. If not
+            # yet (its schema change for N is a commit of its own before N's), try N again on
+            # the newer snapshot.
             delta = load_table(table)
             now = None if delta is None else delta.transaction_version(query_id)
             if now is None or now < batch_id:
-                raise PublishError(f"publishing batch {batch_id} to {table.url} failed: {e}") from e
-            batch_id = now + 1
+                lost += 1
+                if lost == CONFLICT_ATTEMPTS:
+                    raise PublishError(
+                        f"publishing batch {batch_id} to {table.url} failed: {e} (other commits "
+                        f"won {lost} times in a row)"
+                    ) from e
+                conflict_backoff(lost)
+                continue
+            batch_id, lost = now + 1, 0
             continue
+        lost = 0
         crash_point("during_publish", batch_id)
         published.append(batch_id)
         HistoryLog(checkpoint).append(PublishedEvent(batch_id, delta_version, table.url))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -288,6 +289,21 @@ class BatchCommit:
     partition_by: Sequence[str] = ()
     attempt: str = ""
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+CONFLICT_ATTEMPTS = 8
+"""Tries of one batch's commit to a table while other publishers' commits keep landing first.
+
+Each lost try means another publisher committed meanwhile; two publishers of a batch (a
+writer's recovery and the control plane's listener) settle within two or three."""
+
+
+def conflict_backoff(attempt: int) -> None:
+    """Sleep a random moment before try ``attempt + 1``, so racing publishers fall out of step.
+
+    Runs on the driver, after a lost commit race only.
+    """
+    time.sleep(random.uniform(0.0, 0.05 * attempt))
 
 
 def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) -> int | None:

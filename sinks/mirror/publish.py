@@ -38,7 +38,13 @@ from spark_ckpt.state.storage import Location, StorageNotFoundError, StorageOpti
 from spark_ckpt.testing.faults import crash_point
 
 from ..staging import StagedFile, staged_location, staged_name, write_staged_file
-from ..table import BatchCommit, commit_files, load_table
+from ..table import (
+    CONFLICT_ATTEMPTS,
+    BatchCommit,
+    commit_files,
+    conflict_backoff,
+    load_table,
+)
 from .fold import END_AT, META_COLUMNS, START_AT, FoldedTable, empty_folded, fold_changes
 from .plan import MirrorPlan, TablePlan
 from .rewrite import rewrite_table
@@ -203,8 +209,37 @@ def plan_batch(
 
 
 def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) -> int | None:
-    """Apply one table's part of batch N unless the table holds N already; return its version."""
+    """Apply one table's part of batch N unless the table holds N already; return its version.
+
+    Runs on the driver, once per table a batch touched. A commit that loses to another
+    publisher's commit without N in it (that publisher's schema change for N, a commit of its
+    own before N's data) is tried again on the newer snapshot, a bounded number of times.
+    """
     location = root.child(plan.directory)
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return _apply_table_once(root, location, plan, query_id, batch_id)
+        except CommitFailedError as e:
+            if attempt == CONFLICT_ATTEMPTS:
+                raise PublishError(
+                    f"publishing batch {batch_id} to the mirror {location.url} failed: {e} "
+                    f"(other commits won {attempt} times in a row)"
+                ) from e
+            _log.debug("mirror %s: batch %d lost a commit race: %s", plan.table, batch_id, e)
+            conflict_backoff(attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _apply_table_once(
+    root: Location, location: Location, plan: TablePlan, query_id: str, batch_id: int
+) -> int | None:
+    """One try of :func:`_apply_table` on the table's newest snapshot.
+
+    Raises
+    ------
+    CommitFailedError
+        Another publisher's commit landed first and the table does not hold N yet.
+    """
     delta = load_table(location)
     if delta is not None:
         done = delta.transaction_version(query_id)
@@ -244,14 +279,12 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
     )
     try:
         version = commit_files(location, delta, commit)
-    except CommitFailedError as e:
+    except CommitFailedError:
         rewrite.discard(location)
         again = load_table(location)
         done = None if again is None else again.transaction_version(query_id)
         if again is None or done is None or done < batch_id:
-            raise PublishError(
-                f"publishing batch {batch_id} to the mirror {location.url} failed: {e}"
-            ) from e
+            raise
         return again.version()
     if version is None:
         refreshed = load_table(location)

@@ -29,6 +29,7 @@ import time
 import traceback
 import uuid
 from multiprocessing.queues import Queue
+from pathlib import Path
 from queue import Empty
 from typing import Any
 
@@ -147,14 +148,20 @@ class Publishers:
     publishers on threads of one process would take turns instead of racing.
     """
 
-    def __init__(self, base: str, server: S3Server, count: int, seed: int) -> None:
+    def __init__(self, base: str, server: S3Server | None, count: int, seed: int) -> None:
         context = multiprocessing.get_context("spawn")
-        self.links = [SlowLink(server.port, seed * 31 + index) for index in range(count)]
-        self._jobs: list[Queue[int | None]] = [context.Queue() for _ in self.links]
+        # No server: the publishers race on a local disk, without links.
+        self.links = (
+            [] if server is None else [SlowLink(server.port, seed * 31 + i) for i in range(count)]
+        )
+        self._jobs: list[Queue[int | None]] = [context.Queue() for _ in range(count)]
         self._done: Queue[str] = context.Queue()
         self._processes = []
-        for link, jobs in zip(self.links, self._jobs, strict=True):
-            options = {**server.options(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{link.port}"}
+        for index, jobs in enumerate(self._jobs):
+            options: dict[str, str] = {}
+            if server is not None:
+                link = self.links[index]
+                options = {**server.options(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{link.port}"}
             process = context.Process(
                 target=_publisher, args=(base, options, jobs, self._done), daemon=True
             )
@@ -190,10 +197,18 @@ class Publishers:
             link.close()
 
 
-def change_rows(batch_id: int) -> pa.Table:
-    """Batch N: every table upserts key N mod KEYS to N (the change stream's columns)."""
+def change_rows(batch_id: int, new_column: bool = False) -> pa.Table:
+    """Batch N: every table upserts key N mod KEYS to N (the change stream's columns).
+
+    With ``new_column``, batch N's rows also bring a column ``cN`` the mirrors never had.
+    """
     columns: dict[str, list[Any]] = {f.name: [] for f in ARROW_SCHEMA}
     key = batch_id % KEYS
+    after: dict[str, Any] = {"id": key, "v": batch_id}
+    types = {"id": "bigint", "v": "bigint"}
+    if new_column:
+        after[f"c{batch_id}"] = batch_id
+        types[f"c{batch_id}"] = "bigint"
     for index, table in enumerate(TABLES):
         values = {
             "source": "race",
@@ -206,13 +221,12 @@ def change_rows(batch_id: int) -> pa.Table:
             "op": "u" if batch_id >= KEYS else "c",
             "key": json.dumps({"id": key}),
             "before": None,
-            "after": json.dumps({"id": key, "v": batch_id}),
+            "after": json.dumps(after),
         }
         for name, value in values.items():
             columns[name].append(value)
     rows = pa.Table.from_pydict(columns, schema=ARROW_SCHEMA)
-    types = json.dumps({"id": "bigint", "v": "bigint"})
-    return rows.append_column("column_types", pa.array([types] * rows.num_rows))
+    return rows.append_column("column_types", pa.array([json.dumps(types)] * rows.num_rows))
 
 
 class Query:
@@ -227,9 +241,9 @@ class Query:
         self.mirror = Location(f"{base}/mirror", options)
         self.store = ManifestStore(SparkCheckpoint(self.ckpt))
 
-    def stage(self, batch_id: int) -> None:
+    def stage(self, batch_id: int, new_column: bool = False) -> None:
         """Batch N's pre-commit (fold, stage, manifest), then Spark's ``commits/N``."""
-        rows = change_rows(batch_id)
+        rows = change_rows(batch_id, new_column)
         staged = write_staged_file(self.table, staged_name(QUERY, batch_id, 0), rows)
         plan = plan_batch(self.mirror, self.table, [staged], QUERY, batch_id, RUN)
         schema = Schema.from_arrow(rows.schema).to_json()
@@ -287,3 +301,39 @@ def test_two_publishers_of_one_mirror_batch_on_s3_both_succeed_and_publish_it_on
     assert not query.mirror.child(STAGING_DIR, "staging").list(recursive=True), (
         "a batch's folded changes are deleted once it is published"
     )
+
+
+SCHEMA_ROUNDS = 16
+"""Batches raced in the schema-change race (well under a second each on a local disk)."""
+
+
+@pytest.mark.timeout(240)
+def test_two_publishers_of_batches_that_add_columns_both_succeed_and_publish_each_once(
+    tmp_path: Path,
+) -> None:
+    """A batch that adds a column is two commits per table; the racer between them must wait.
+
+    Publishing a batch with new columns commits the schema change first (metadata only), then
+    the batch. A publisher whose commit meets the other's schema change finds the batch not yet
+    in the table: it must try again on the new snapshot, not fail (seen in CI: "Metadata
+    changed since last commit" failed a restarted MariaDB mirror query's writer).
+    """
+    query = Query(str(tmp_path), StorageOptions.of({}))
+    publishers = Publishers(query.base, None, 2, seed=0)
+    try:
+        for batch_id in range(SCHEMA_ROUNDS):
+            query.stage(batch_id, new_column=True)
+            failures = publishers.race(batch_id, timeout=60)
+            assert not failures, f"batch {batch_id}: a publisher failed:\n{failures[0]}"
+    finally:
+        publishers.close()
+    changes = query.delta(query.table)
+    batches = [h.get("spark-ckpt.batchId") for h in reversed(changes.history())]
+    assert batches == list(range(SCHEMA_ROUNDS)), "the change log holds each batch once, in order"
+    added = {f"c{n}" for n in range(SCHEMA_ROUNDS)}
+    for name in TABLES:
+        mirror = query.delta(query.mirror.child(name))
+        assert added <= set(mirror.schema().to_arrow().names), f"mirror {name}: a column is lost"
+        data = [h for h in mirror.history() if h.get("spark-ckpt.batchId") is not None]
+        assert len(data) == SCHEMA_ROUNDS, f"mirror {name}: each batch is one data commit"
+        assert mirror.transaction_version(QUERY) == SCHEMA_ROUNDS - 1
