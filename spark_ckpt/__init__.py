@@ -9,6 +9,8 @@ on first use (PEP 562), so ``import spark_ckpt`` stays usable and testable witho
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import (
@@ -127,7 +129,11 @@ __all__ = [
     "read_consistent",
 ]
 
-__version__ = "0.1.0"
+try:
+    # One source of truth: the version pyproject.toml gave the installed distribution.
+    __version__ = _distribution_version("spark-ckpt")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # Names that need pyspark, and the module that defines each: imported on first access.
 _SPARK_NAMES = {

@@ -28,6 +28,7 @@ from dataclasses import asdict
 from importlib.metadata import entry_points
 from typing import Any, TextIO
 
+from spark_ckpt import __version__
 from spark_ckpt.errors import SparkCkptError, UsageError
 from spark_ckpt.model.events import (
     CompletedEvent,
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG, description="Look at the checkpoints of a spark-ckpt query."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     history = commands.add_parser(
         "history",

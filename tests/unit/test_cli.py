@@ -219,3 +219,14 @@ def test_errors_are_one_line_and_a_non_zero_status(tmp_path: Path) -> None:
     usage = run()
     assert usage.returncode == 2, "a usage error, as argparse reports it"
     assert "usage: spark-ckpt" in usage.stderr
+
+
+def test_version_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    import spark_ckpt
+
+    assert spark_ckpt.__version__ == version("spark-ckpt")
+    result = run("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"spark-ckpt {version('spark-ckpt')}"
