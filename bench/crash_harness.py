@@ -274,8 +274,13 @@ def run_driver(
     return run_killable([*args, (settings or Settings()).to_json()], fault, **env)
 
 
-def start_driver(args: list[str], fault: str | None, **env_extra: str) -> subprocess.Popen[bytes]:
-    """Start ``python *args`` in a session of its own with ``fault`` armed (see run_killable)."""
+def start_driver(
+    args: list[str], fault: str | None, cwd: Path | None = None, **env_extra: str
+) -> subprocess.Popen[bytes]:
+    """Start ``python *args`` in a session of its own with ``fault`` armed (see run_killable).
+
+    ``cwd``: the driver's working directory (a cluster's, see ``SparkCluster.driver_directory``).
+    """
     # A crash driver's JVM lives seconds: C1 only and a class-data-sharing archive
     # (jvm_archive) change how fast it starts, never what it does.
     env = jvm_archive.driver_env(dict(os.environ))
@@ -286,6 +291,7 @@ def start_driver(args: list[str], fault: str | None, **env_extra: str) -> subpro
     return subprocess.Popen(
         [sys.executable, *args],
         env=env,
+        cwd=cwd,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -308,9 +314,11 @@ def finish_driver(process: subprocess.Popen[bytes], fault: str | None, timeout: 
     return process.returncode
 
 
-def run_killable(args: list[str], fault: str | None, **env_extra: str) -> int:
+def run_killable(
+    args: list[str], fault: str | None, cwd: Path | None = None, **env_extra: str
+) -> int:
     """Run ``python *args`` in a session of its own with ``fault`` armed; return its status."""
-    return finish_driver(start_driver(args, fault, **env_extra), fault)
+    return finish_driver(start_driver(args, fault, cwd, **env_extra), fault)
 
 
 def verify(

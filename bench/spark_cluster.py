@@ -23,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from cluster_env import PackedEnvironment
 from loopback import free_port
 
 __all__ = ["SparkCluster"]
@@ -46,10 +47,16 @@ class SparkCluster:
         Where the daemons keep their logs, work and temp directories (one per worker).
     workers
         How many workers to start.
+    environment
+        The executors' Python: a packed environment shipped with ``spark.archives`` (as a real
+        cluster gets spark-ckpt). None: the workers' ``PYSPARK_PYTHON``, this machine's venv.
     """
 
-    def __init__(self, workdir: str | Path, workers: int = 2) -> None:
+    def __init__(
+        self, workdir: str | Path, workers: int = 2, environment: PackedEnvironment | None = None
+    ) -> None:
         self.workdir = Path(workdir)
+        self.environment = environment
         self.port = free_port()
         self.ui_port = free_port()
         self.workers = workers
@@ -178,7 +185,18 @@ class SparkCluster:
             "spark.executorEnv.PYTHONSAFEPATH": "1",
             # A killed executor is replaced at once, and a task retried on the survivor.
             "spark.task.maxFailures": "8",
+            **(self.environment.spark_conf() if self.environment is not None else {}),
         }
+
+    def driver_directory(self) -> Path | None:
+        """The working directory a client-mode driver needs (None: any will do).
+
+        With a packed environment, ``./environment/bin/python`` is every Python worker's
+        interpreter, the driver's own (Python data sources plan there) included.
+        """
+        if self.environment is None:
+            return None
+        return self.environment.driver_directory(self.workdir)
 
     def stop(self) -> None:
         """Stop the workers (and their executors) and the master."""

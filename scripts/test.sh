@@ -50,6 +50,11 @@ elif [ $# -gt 0 ]; then
     say "pytest $*"
     "${PYTEST[@]}" "${DURATIONS[@]}" "$@"
 else
+    # The release's wheel: the cluster tests' executors run it from a packed environment (no
+    # Rust there). Other runs build it on demand when they select a cluster test.
+    "$ROOT/scripts/wheel.sh" --no-setup
+    SPARK_CKPT_TEST_WHEEL="$(ls "$ROOT"/dist/spark_ckpt-*-manylinux*.whl)"
+    export SPARK_CKPT_TEST_WHEEL
     say "pytest (integration and unit, ${SPARK_CKPT_TEST_WORKERS:-2} processes)"
     "${PYTEST[@]}" "${DURATIONS[@]}"
     # In a process of their own: a Connect server and a classic session cannot share one. Not

@@ -124,7 +124,8 @@ def local_session(
 ) -> SparkSession:
     """Build (or get) a local SparkSession ready for spark-ckpt and Delta Lake.
 
-    Runs on the driver, once per process. Sets ``PYSPARK_PYTHON`` to the running interpreter
+    Runs on the driver, once per process. Sets ``PYSPARK_PYTHON`` to ``spark.pyspark.python``
+    when ``conf`` has it, else to the running interpreter
     (so Python workers can import spark-ckpt), started through ``spark-ckpt-python`` when it is
     installed beside it (:mod:`spark_ckpt_python`: workers import the installed PySpark with its
     cached bytecode instead of compiling the copy in ``pyspark.zip``, about 0.7 s saved per
@@ -154,7 +155,10 @@ def local_session(
         and a Connect server cannot share one Python process.
     """
     check_java()
-    os.environ["PYSPARK_PYTHON"] = worker_python()
+    conf = dict(conf or {})
+    # Spark's own key for the workers' interpreter wins (a cluster's packed environment, say,
+    # ``./environment/bin/python``); PySpark reads it from the environment variable only.
+    os.environ["PYSPARK_PYTHON"] = conf.get("spark.pyspark.python") or worker_python()
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Python workers start as ``python -m pyspark.daemon`` in the driver's working directory,
     # which puts that directory first on their sys.path. Started inside a source checkout, they
@@ -185,7 +189,6 @@ def local_session(
         builder = builder.config(
             "spark.databricks.delta.snapshotPartitions", str(local_cores(master))
         )
-    conf = dict(conf or {})
     excludes = [*_DELTA_EXCLUDES, *(S3A_EXCLUDES if s3a else ())]
     if conf.get("spark.jars.excludes"):
         excludes.append(conf["spark.jars.excludes"])

@@ -75,6 +75,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from cluster_env import packed_environment, release_wheel  # noqa: E402
 from kafka_fixtures import kafka_broker, kafka_connect  # noqa: E402, F401  (fixtures)
 from mariadb_fixtures import mariadb_database, mariadb_server  # noqa: E402, F401  (fixtures)
 from pg_cluster import PgCluster  # noqa: E402  (bench/ is not a package)
@@ -85,7 +86,9 @@ from spark_cluster import SparkCluster  # noqa: E402
 def cluster() -> Iterator[SparkCluster]:
     """A standalone master and two workers on loopback, started by the first test needing it."""
     workdir = tempfile.mkdtemp(prefix="spark-ckpt-cluster-")
-    started = SparkCluster(workdir).start()
+    # The executors run the released wheel from a packed environment (issue 32), not this venv.
+    environment = packed_environment(release_wheel(), Path(workdir, "environment"))
+    started = SparkCluster(workdir, environment=environment).start()
     yield started
     started.stop()
     shutil.rmtree(workdir, ignore_errors=True)

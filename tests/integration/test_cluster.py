@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -45,6 +46,7 @@ class ClusterRun:
     """A scenario's store on S3 and a local copy of its change log, uploaded file by file."""
 
     def __init__(self, cluster: SparkCluster, server: S3Server, bucket: str, seed: int) -> None:
+        self.cwd = cluster.driver_directory()
         self.store = crash_harness.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
         self.store.settings.conf.update(cluster.driver_conf())
         self.storage = StorageOptions.of(self.store.storage)
@@ -60,7 +62,7 @@ class ClusterRun:
     def driver(self, fault: str | None, **env: str) -> subprocess.Popen[bytes]:
         paths = [self.store.uri("log"), self.store.uri("table"), self.store.uri("ckpt")]
         args = [crash_harness.__file__, "drive", *paths, self.store.settings.to_json()]
-        return crash_harness.start_driver(args, fault, **env)
+        return crash_harness.start_driver(args, fault, self.cwd, **env)
 
     def staged(self, batch_id: int) -> bool:
         staging = Location(f"{self.store.uri('ckpt')}/delta_2pc/staging/{batch_id}", self.storage)
@@ -135,7 +137,35 @@ def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
         store.uri("ckpt"),
         store.settings.to_json(),
     ]
-    assert crash_harness.run_killable(args, None) == 0
+    assert crash_harness.run_killable(args, None, cluster.driver_directory()) == 0
     rows = spark.read.format("delta").load(store.uri("table")).collect()
     assert sorted(json.loads(r.key)["id"] for r in rows) == list(range(1, 501))
     assert {r.op for r in rows} == {"r"}
+
+
+def test_executors_import_both_native_modules_from_the_packed_wheel(cluster: SparkCluster) -> None:
+    """The executors' Python is the packed environment's, and so are both native modules.
+
+    The environment holds the manylinux wheel installed with no cargo on PATH (see
+    bench/cluster_env.py); nothing on the executors comes from this machine's venv or sources.
+    """
+    assert cluster.environment is not None, "the test cluster runs without a packed environment"
+    conf = {"spark.master": cluster.url, **cluster.driver_conf()}
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("cluster_probe.py")), json.dumps(conf)],
+        cwd=cluster.driver_directory(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(found) == int(conf["spark.cores.max"])
+    for python, debezium, postgres, cwd in found:
+        environment = Path(cwd) / "environment"
+        assert Path(cwd).is_relative_to(cluster.workdir), f"{cwd}: not an executor's directory"
+        assert Path(python).is_relative_to(environment), f"the executor ran {python}"
+        for module in (debezium, postgres):
+            assert Path(module).is_relative_to(environment / "lib"), module
+            assert module.endswith(".abi3.so"), f"{module}: not the abi3 wheel's module"
