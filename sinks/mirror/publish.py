@@ -233,7 +233,7 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
 def _apply_table_once(
     root: Location, location: Location, plan: TablePlan, query_id: str, batch_id: int
 ) -> int | None:
-    """One try of :func:`_apply_table` on the table's newest snapshot.
+    """One try of :func:`_apply_table` on the table's newest snapshot (driver, once per try).
 
     Raises
     ------

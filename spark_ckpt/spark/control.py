@@ -260,7 +260,9 @@ def _check_server_reaches(spark: SparkSession, state: ControlState) -> None:
 
 
 def checkpoint_root(spark: SparkSession, query_id: str) -> str | None:
-    """Where active query ``query_id`` keeps its checkpoint (driver; classic sessions only).
+    """Where active query ``query_id`` keeps its checkpoint (driver, classic sessions only).
+
+    Runs once per query start (and once more if that start's restore failed).
 
     Spark tells listeners neither the checkpoint location nor the sink; the query's
     ``StreamExecution`` knows it. Its ``resolvedCheckpointRoot`` is a qualified Hadoop URI
@@ -276,7 +278,10 @@ def checkpoint_root(spark: SparkSession, query_id: str) -> str | None:
 def _restorer(
     spark: SparkSession, state: ControlState, handlers: dict[str, RestoreHandler]
 ) -> Callable[[str], None]:
-    """The listener's restore of each query as it starts (classic sessions).
+    """The listener's restore of each query as it starts (driver, classic sessions).
+
+    Built once per install; the returned function runs on the listener's thread once per query
+    start (and once more at the run's end when that restore failed).
 
     An unsupervised query restarted on its checkpoint resumes from it as a supervised attempt
     does: every restore handler learns the exact checkpoint (FLINK-20396). A Spark Connect client
@@ -291,7 +296,8 @@ def _restorer(
         if root is None:
             return
         roots[query_id] = root
-        scheme = root.partition("://")[0].lower() if "://" in root else "file"
+        # "dbfs:/x" and "hdfs:/x" have a scheme without "//"; only a bare path is local.
+        scheme = urllib.parse.urlsplit(root).scheme.lower() or "file"
         if scheme not in SCHEMES:
             return  # (hdfs://, dbfs:/) no component of ours can keep state where we cannot read
         notify_restore(restore_point(SparkCheckpoint(root, state.storage)), handlers)
