@@ -14,7 +14,7 @@ say() { printf '\033[1m[spark-ckpt +%ss]\033[0m %s\n' "$SECONDS" "$*"; }
 die() { printf '\033[1;31m[spark-ckpt] error:\033[0m %s\n' "$*" >&2; exit 1; }
 # `source setup.sh --helpers`: only ROOT, VENV, say and die, for a script that runs inside an
 # environment set up already (scripts/wheel.sh when a test builds the wheel).
-if [ "$EXTRA" = "--helpers" ]; then return 0; fi
+if [ "$EXTRA" = "--helpers" ]; then return 0 2>/dev/null || exit 0; fi
 
 # --- Python ------------------------------------------------------------------------------------
 PYTHON="${PYTHON:-}"

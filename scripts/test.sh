@@ -53,8 +53,11 @@ else
     # The release's wheel: the cluster tests' executors run it from a packed environment (no
     # Rust there). Other runs build it on demand when they select a cluster test.
     "$ROOT/scripts/wheel.sh" --no-setup
-    SPARK_CKPT_TEST_WHEEL="$(ls "$ROOT"/dist/spark_ckpt-*-manylinux*.whl)"
-    export SPARK_CKPT_TEST_WHEEL
+    shopt -s nullglob
+    WHEELS=("$ROOT"/dist/spark_ckpt-*-manylinux*.whl)
+    shopt -u nullglob
+    [ "${#WHEELS[@]}" = 1 ] || die "scripts/wheel.sh left ${#WHEELS[@]} manylinux wheels in dist/"
+    export SPARK_CKPT_TEST_WHEEL="${WHEELS[0]}"
     say "pytest (integration and unit, ${SPARK_CKPT_TEST_WORKERS:-2} processes)"
     "${PYTEST[@]}" "${DURATIONS[@]}"
     # In a process of their own: a Connect server and a classic session cannot share one. Not

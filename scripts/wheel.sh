@@ -21,7 +21,8 @@ cd "$ROOT"
 export PATH="$VENV/bin:$PATH"
 
 RAW="$ROOT/build/wheel-raw"
-rm -rf "$RAW" "$ROOT/dist"
+# Only this project's earlier artefacts leave dist/ (a developer may keep other files there).
+rm -rf "$RAW" "$ROOT"/dist/spark_ckpt-*
 mkdir -p "$RAW" "$ROOT/dist"
 
 say "python -m build: the sdist, then the wheel from it (zig links against glibc 2.17)"
