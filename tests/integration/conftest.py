@@ -86,9 +86,14 @@ from spark_cluster import SparkCluster  # noqa: E402
 def cluster() -> Iterator[SparkCluster]:
     """A standalone master and two workers on loopback, started by the first test needing it."""
     workdir = tempfile.mkdtemp(prefix="spark-ckpt-cluster-")
-    # The executors run the released wheel from a packed environment (issue 32), not this venv.
-    environment = packed_environment(release_wheel(), Path(workdir, "environment"))
-    started = SparkCluster(workdir, environment=environment).start()
+    try:
+        # The executors run the released wheel from a packed environment (issue 32), not this
+        # venv; the environment and its archive (about 1 GB) go with the work directory.
+        environment = packed_environment(release_wheel(), Path(workdir, "environment"))
+        started = SparkCluster(workdir, environment=environment).start()
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     yield started
     started.stop()
     shutil.rmtree(workdir, ignore_errors=True)

@@ -96,7 +96,10 @@ def test_a_restart_with_nothing_to_read_publishes_what_the_killed_run_completed(
     ), "batch 0 was published before the kill"
     writer = crash_harness.bounded_query(spark, str(log), str(table))
     query = writer.option("checkpointLocation", str(ckpt)).start()
-    assert control.await_termination(query, 120), "the restarted query did not end in 120 s"
+    try:
+        assert control.await_termination(query, 120), "the restarted query did not end in 120 s"
+    finally:
+        query.stop()  # a no-op once it ended; else it must not outlive the test in the session
     assert checkpoint.logged_batches() == [0], "the restart ran a batch: it proves nothing"
     lost, duplicated, torn, _ = crash_harness.verify(spark, table, expected)
     assert (lost, duplicated, torn) == (0, 0, 0)
