@@ -251,6 +251,16 @@ class Query:
         precommit(self.store, manifest)
         self.ckpt.child("commits", str(batch_id)).write_bytes(b"v1\n{}\n")
 
+    def stage_append(self, batch_id: int) -> None:
+        """Batch N for an append-mode sink (no mirrors), its rows bringing a new column ``cN``."""
+        rows = change_rows(batch_id)
+        rows = rows.append_column(f"c{batch_id}", pa.array([batch_id] * rows.num_rows))
+        staged = write_staged_file(self.table, staged_name(QUERY, batch_id, 0), rows)
+        schema = Schema.from_arrow(rows.schema).to_json()
+        manifest = Manifest(batch_id, QUERY, self.table.uri, schema, (), (staged,), RUN)
+        precommit(self.store, manifest)
+        self.ckpt.child("commits", str(batch_id)).write_bytes(b"v1\n{}\n")
+
     def delta(self, location: Location) -> DeltaTable:
         return DeltaTable(location.url, storage_options=location.delta_options())
 
@@ -337,3 +347,27 @@ def test_two_publishers_of_batches_that_add_columns_both_succeed_and_publish_eac
         data = [h for h in mirror.history() if h.get("spark-ckpt.batchId") is not None]
         assert len(data) == SCHEMA_ROUNDS, f"mirror {name}: each batch is one data commit"
         assert mirror.transaction_version(QUERY) == SCHEMA_ROUNDS - 1
+
+
+@pytest.mark.timeout(240)
+def test_two_publishers_of_append_batches_that_add_columns_both_succeed_and_publish_each_once(
+    tmp_path: Path,
+) -> None:
+    """The change log's side of the race above: an append-mode batch that adds a column."""
+    query = Query(str(tmp_path), StorageOptions.of({}))
+    publishers = Publishers(query.base, None, 2, seed=0)
+    try:
+        for batch_id in range(SCHEMA_ROUNDS):
+            query.stage_append(batch_id)
+            failures = publishers.race(batch_id, timeout=60)
+            assert not failures, f"batch {batch_id}: a publisher failed:\n{failures[0]}"
+    finally:
+        publishers.close()
+    changes = query.delta(query.table)
+    data = [h.get("spark-ckpt.batchId") for h in reversed(changes.history())]
+    assert [b for b in data if b is not None] == list(range(SCHEMA_ROUNDS)), (
+        "the change log holds each batch once, in order"
+    )
+    added = {f"c{n}" for n in range(SCHEMA_ROUNDS)}
+    assert added <= set(changes.schema().to_arrow().names), "a column is lost"
+    assert changes.to_pyarrow_table().num_rows == SCHEMA_ROUNDS * len(TABLES)
