@@ -3,8 +3,9 @@
 What a user does to ship spark-ckpt to a cluster whose nodes have no Rust toolchain and no
 source tree (Spark's "Python Package Management" guide, the venv-pack route):
 
-1. a fresh virtual environment, the wheel installed into it with no ``cargo`` on ``PATH`` (so a
-   wheel that needed compiling would fail here, not on a worker);
+1. a fresh virtual environment, the wheel installed into it with ``cargo`` and ``rustc`` on
+   ``PATH`` shadowed by commands that fail (so a wheel that needed compiling would fail here,
+   not on a worker);
 2. ``venv-pack`` packs it into one archive, without ``pyspark``: every Python worker Spark starts
    has the cluster's own ``$SPARK_HOME/python/lib/pyspark.zip`` first on its ``PYTHONPATH``, so a
    second PySpark in the archive would be 485 MB that nothing imports;
@@ -94,14 +95,24 @@ class PackedEnvironment:
         return directory
 
 
-def _without_cargo(path: str) -> str:
-    """``path`` less every directory that holds a ``cargo`` or ``rustc``."""
-    kept = [
-        entry
-        for entry in path.split(os.pathsep)
-        if entry and not any(Path(entry, tool).exists() for tool in ("cargo", "rustc"))
-    ]
-    return os.pathsep.join(kept)
+_NO_RUST = """#!/bin/sh
+echo "$(basename "$0") was called while installing the wheel: it must not need Rust" >&2
+exit 97
+"""
+
+
+def _without_rust(path: str, shims: Path) -> str:
+    """``path`` with ``cargo`` and ``rustc`` shadowed by commands that fail, loudly.
+
+    Shadowing rather than dropping the directories that hold them: a system ``rustc`` lives in
+    ``/usr/bin`` beside everything else an install may run.
+    """
+    shims.mkdir(parents=True, exist_ok=True)
+    for tool in ("cargo", "rustc"):
+        shim = shims / tool
+        shim.write_text(_NO_RUST)
+        shim.chmod(0o755)
+    return os.pathsep.join([str(shims), path])
 
 
 def packed_environment(wheel: Path, workdir: Path, extras: str = "kafka") -> PackedEnvironment:
@@ -118,10 +129,11 @@ def packed_environment(wheel: Path, workdir: Path, extras: str = "kafka") -> Pac
     # The interpreter the project's venv was made from, not the venv's own python.
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
-    env = {**os.environ, "PATH": _without_cargo(os.environ.get("PATH", ""))}
+    env = {**os.environ, "PATH": _without_rust(os.environ.get("PATH", ""), workdir / "no-rust")}
     env.pop("PYTHONPATH", None)
-    if shutil.which("cargo", path=env["PATH"]) is not None:
-        raise AssertionError("cargo is still on PATH: the install would not prove the wheel")
+    env.pop("CARGO", None)  # setuptools-rust would run this one instead of cargo on PATH
+    if shutil.which("cargo", path=env["PATH"]) != str(workdir / "no-rust" / "cargo"):
+        raise AssertionError("a real cargo is first on PATH: the install would not prove the wheel")
     started = time.monotonic()
     subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[{extras}]"],

@@ -146,8 +146,9 @@ def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
 def test_executors_import_both_native_modules_from_the_packed_wheel(cluster: SparkCluster) -> None:
     """The executors' Python is the packed environment's, and so are both native modules.
 
-    The environment holds the manylinux wheel installed with no cargo on PATH (see
-    bench/cluster_env.py); nothing on the executors comes from this machine's venv or sources.
+    The environment holds the manylinux wheel, installed with cargo and rustc shadowed by
+    commands that fail (bench/cluster_env.py); nothing on the executors comes from this
+    machine's venv or sources.
     """
     assert cluster.environment is not None, "the test cluster runs without a packed environment"
     conf = {"spark.master": cluster.url, **cluster.driver_conf()}
