@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
     from spark_ckpt.state.hooks import CheckpointHook
 
+    # How the listener learns a starting query's checkpoint root and sink (query_target).
+    TargetLookup = Callable[[SparkSession, str], tuple[str, str] | None]
+
 __all__ = ["DATA_SOURCE_GROUP", "Control", "install"]
 
 DATA_SOURCE_GROUP = "spark_ckpt.data_sources"
@@ -259,24 +262,28 @@ def _check_server_reaches(spark: SparkSession, state: ControlState) -> None:
         )
 
 
-def checkpoint_root(spark: SparkSession, query_id: str) -> str | None:
-    """Where active query ``query_id`` keeps its checkpoint (driver, classic sessions only).
+def query_target(spark: SparkSession, query_id: str) -> tuple[str, str] | None:
+    """Active query ``query_id``'s checkpoint root and its sink's name (driver, classic only).
 
-    Runs once per query start (and once more if that start's restore failed).
-
-    Spark tells listeners neither the checkpoint location nor the sink; the query's
-    ``StreamExecution`` knows it. Its ``resolvedCheckpointRoot`` is a qualified Hadoop URI
-    (``file:/tmp/a%20b``), percent-encoded: decoded here for the storage layer. None when the
-    query is not active (any more).
+    Runs once per query start. Spark tells listeners neither the checkpoint location nor the
+    sink; the query's ``StreamExecution`` knows both. Its ``resolvedCheckpointRoot`` is a
+    qualified Hadoop URI (``file:/tmp/a%20b``), percent-encoded: decoded here for the storage
+    layer. The sink's name is its table's (``delta-2pc`` for ours, a Python data source's
+    ``name()``). None when the query is not active (any more).
     """
     jquery = spark._jsparkSession.streams().get(query_id)
     if jquery is None:
         return None
-    return urllib.parse.unquote(str(jquery.streamingQuery().resolvedCheckpointRoot()))
+    execution = jquery.streamingQuery()
+    root = urllib.parse.unquote(str(execution.resolvedCheckpointRoot()))
+    return root, str(execution.sink().name())
 
 
 def _restorer(
-    spark: SparkSession, state: ControlState, handlers: dict[str, RestoreHandler]
+    spark: SparkSession,
+    state: ControlState,
+    handlers: dict[str, RestoreHandler],
+    lookup: TargetLookup = query_target,
 ) -> Callable[[str], None]:
     """The listener's restore of each query as it starts (driver, classic sessions).
 
@@ -284,18 +291,23 @@ def _restorer(
     start (and once more at the run's end when that restore failed).
 
     An unsupervised query restarted on its checkpoint resumes from it as a supervised attempt
-    does: every restore handler learns the exact checkpoint (FLINK-20396). A Spark Connect client
-    has no JVM to ask for the checkpoint location: there the next batch's commit publishes what
-    a killed run left, and ``spark-ckpt status`` shows it as pending until then.
+    does: every restore handler learns the exact checkpoint (FLINK-20396). Only queries whose
+    sink has a restore handler (by its name: ``delta-2pc``) are restored: other queries of the
+    session keep state spark-ckpt has no part in, on stores it may not be able to read. A Spark
+    Connect client has no JVM to ask: there the next batch's commit publishes what a killed run
+    left, and ``spark-ckpt status`` shows it as pending until then.
     """
-    # Each query's root as its run started: a retry after the run ended finds it no more.
-    roots: dict[str, str] = {}
+    # Each query's target as its run started: a retry after the run ended finds it no more.
+    targets: dict[str, tuple[str, str]] = {}
 
     def restore(query_id: str) -> None:
-        root = checkpoint_root(spark, query_id) or roots.get(query_id)
-        if root is None:
+        target = lookup(spark, query_id) or targets.get(query_id)
+        if target is None:
             return
-        roots[query_id] = root
+        targets[query_id] = target
+        root, sink = target
+        if sink not in handlers:
+            return
         # "dbfs:/x" and "hdfs:/x" have a scheme without "//"; only a bare path is local.
         scheme = urllib.parse.urlsplit(root).scheme.lower() or "file"
         if scheme not in SCHEMES:
