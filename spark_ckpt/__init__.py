@@ -9,6 +9,8 @@ on first use (PEP 562), so ``import spark_ckpt`` stays usable and testable witho
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import (
@@ -127,7 +129,13 @@ __all__ = [
     "read_consistent",
 ]
 
-__version__: str  # set on first access by __getattr__ (see _version)
+try:
+    # One source of truth: the version pyproject.toml gave the installed distribution. (Not
+    # looked up lazily: importing spark_ckpt imports importlib.metadata anyway, for the
+    # entry points of spark_ckpt.state.restore.)
+    __version__ = _distribution_version("spark-ckpt")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # Names that need pyspark, and the module that defines each: imported on first access.
 _SPARK_NAMES = {
@@ -139,28 +147,11 @@ _SPARK_NAMES = {
 }
 
 
-def _version() -> str:
-    """The version pyproject.toml gave the installed distribution (one source of truth).
-
-    Looked up on first access, not on import: importing importlib.metadata costs about 30 ms,
-    and every Python worker Spark starts imports spark_ckpt.
-    """
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("spark-ckpt")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return "0+unknown"
-
-
 def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        value: Any = _version()
-    else:
-        module = _SPARK_NAMES.get(name)
-        if module is None:
-            raise AttributeError(f"module 'spark_ckpt' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+    module = _SPARK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_ckpt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later accesses skip this function
     return value
 
