@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 from pathlib import Path
 from queue import Empty
@@ -317,6 +318,18 @@ SCHEMA_ROUNDS = 16
 """Batches raced in the schema-change race (well under a second each on a local disk)."""
 
 
+def race_on_disk(query: Query, stage: Callable[[int], None]) -> None:
+    """Stage batch after batch with ``stage`` and have two publishers race on each; none fails."""
+    publishers = Publishers(query.base, None, 2, seed=0)
+    try:
+        for batch_id in range(SCHEMA_ROUNDS):
+            stage(batch_id)
+            failures = publishers.race(batch_id, timeout=60)
+            assert not failures, f"batch {batch_id}: a publisher failed:\n{failures[0]}"
+    finally:
+        publishers.close()
+
+
 @pytest.mark.timeout(240)
 def test_two_publishers_of_batches_that_add_columns_both_succeed_and_publish_each_once(
     tmp_path: Path,
@@ -329,14 +342,7 @@ def test_two_publishers_of_batches_that_add_columns_both_succeed_and_publish_eac
     changed since last commit" failed a restarted MariaDB mirror query's writer).
     """
     query = Query(str(tmp_path), StorageOptions.of({}))
-    publishers = Publishers(query.base, None, 2, seed=0)
-    try:
-        for batch_id in range(SCHEMA_ROUNDS):
-            query.stage(batch_id, new_column=True)
-            failures = publishers.race(batch_id, timeout=60)
-            assert not failures, f"batch {batch_id}: a publisher failed:\n{failures[0]}"
-    finally:
-        publishers.close()
+    race_on_disk(query, lambda batch_id: query.stage(batch_id, new_column=True))
     changes = query.delta(query.table)
     batches = [h.get("spark-ckpt.batchId") for h in reversed(changes.history())]
     assert batches == list(range(SCHEMA_ROUNDS)), "the change log holds each batch once, in order"
@@ -355,14 +361,7 @@ def test_two_publishers_of_append_batches_that_add_columns_both_succeed_and_publ
 ) -> None:
     """The change log's side of the race above: an append-mode batch that adds a column."""
     query = Query(str(tmp_path), StorageOptions.of({}))
-    publishers = Publishers(query.base, None, 2, seed=0)
-    try:
-        for batch_id in range(SCHEMA_ROUNDS):
-            query.stage_append(batch_id)
-            failures = publishers.race(batch_id, timeout=60)
-            assert not failures, f"batch {batch_id}: a publisher failed:\n{failures[0]}"
-    finally:
-        publishers.close()
+    race_on_disk(query, query.stage_append)
     changes = query.delta(query.table)
     data = [h.get("spark-ckpt.batchId") for h in reversed(changes.history())]
     assert [b for b in data if b is not None] == list(range(SCHEMA_ROUNDS)), (

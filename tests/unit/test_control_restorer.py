@@ -6,6 +6,7 @@ lookup stands in for it here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,17 @@ class Lookup:
         return self.targets.get(query_id)
 
 
+def restorer(
+    tmp_path: Path, targets: dict[str, tuple[str, str]]
+) -> tuple[Callable[[str], None], Lookup, list[RestorePoint]]:
+    """A restorer with the delta-2pc handler recording what it is told, and its lookup."""
+    seen: list[RestorePoint] = []
+    lookup = Lookup(targets)
+    state = ControlState(str(tmp_path / "state"))
+    restore = _restorer(None, state, {"delta-2pc": seen.append}, lookup)  # type: ignore[arg-type]
+    return restore, lookup, seen
+
+
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:
     """A checkpoint location with no completed batch yet (the restore point is the start)."""
@@ -37,9 +49,7 @@ def checkpoint(tmp_path: Path) -> Path:
 def test_a_query_whose_sink_has_a_restore_handler_is_restored_at_its_checkpoint(
     tmp_path: Path, checkpoint: Path
 ) -> None:
-    seen: list[RestorePoint] = []
-    lookup = Lookup({"q": (str(checkpoint), "delta-2pc")})
-    restore = _restorer(None, ControlState(str(tmp_path)), {"delta-2pc": seen.append}, lookup)  # type: ignore[arg-type]
+    restore, _, seen = restorer(tmp_path, {"q": (str(checkpoint), "delta-2pc")})
     restore("q")
     assert [point.checkpoint_location for point in seen] == [str(checkpoint)]
     assert seen[0].checkpoint_id is None
@@ -47,9 +57,8 @@ def test_a_query_whose_sink_has_a_restore_handler_is_restored_at_its_checkpoint(
 
 def test_other_queries_of_the_session_are_left_alone(tmp_path: Path, checkpoint: Path) -> None:
     # A noop (or any other) sink: its checkpoint is not read at all, wherever it is.
-    seen: list[RestorePoint] = []
-    lookup = Lookup({"q": (str(checkpoint), "noop-table"), "s3": ("s3a://b/ckpt", "console")})
-    restore = _restorer(None, ControlState(str(tmp_path)), {"delta-2pc": seen.append}, lookup)  # type: ignore[arg-type]
+    targets = {"q": (str(checkpoint), "noop-table"), "s3": ("s3a://b/ckpt", "console")}
+    restore, _, seen = restorer(tmp_path, targets)
     restore("q")
     restore("s3")
     assert seen == []
@@ -58,9 +67,7 @@ def test_other_queries_of_the_session_are_left_alone(tmp_path: Path, checkpoint:
 def test_a_retry_after_the_run_ended_uses_the_target_its_start_found(
     tmp_path: Path, checkpoint: Path
 ) -> None:
-    seen: list[RestorePoint] = []
-    lookup = Lookup({"q": (str(checkpoint), "delta-2pc")})
-    restore = _restorer(None, ControlState(str(tmp_path)), {"delta-2pc": seen.append}, lookup)  # type: ignore[arg-type]
+    restore, lookup, seen = restorer(tmp_path, {"q": (str(checkpoint), "delta-2pc")})
     restore("q")
     del lookup.targets["q"]  # the run ended: Spark no longer knows the query
     restore("q")
@@ -69,9 +76,8 @@ def test_a_retry_after_the_run_ended_uses_the_target_its_start_found(
 
 
 def test_a_checkpoint_on_a_store_the_storage_layer_cannot_read_is_skipped(tmp_path: Path) -> None:
-    seen: list[RestorePoint] = []
-    lookup = Lookup({"h": ("hdfs://nn/ckpt", "delta-2pc"), "d": ("dbfs:/ckpt", "delta-2pc")})
-    restore = _restorer(None, ControlState(str(tmp_path)), {"delta-2pc": seen.append}, lookup)  # type: ignore[arg-type]
+    targets = {"h": ("hdfs://nn/ckpt", "delta-2pc"), "d": ("dbfs:/ckpt", "delta-2pc")}
+    restore, _, seen = restorer(tmp_path, targets)
     restore("h")
     restore("d")
     assert seen == []
