@@ -6,29 +6,75 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_ckpt.errors import ConfigError
-from spark_ckpt.model.options import OptionReader
+from spark_ckpt.model.options import OptionReader, OptionSpec, option_names
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.mirrors import CHANGES_TABLE
 from spark_ckpt.state.storage import Location, StorageOptions
 
-__all__ = ["SinkOptions"]
+__all__ = ["SINK_OPTIONS", "SinkOptions"]
 
-_NAMES = (
-    "path",
-    "checkpointLocation",
-    "partitionBy",
-    "targetFileSize",
-    "mergeSchema",
-    "orphanGracePeriod",
-    "mode",
-    "changeLog",
-    "scd",
-)
 MODES = ("append", "mirror")
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
 _SPARK_OPTIONS = ("queryname",)
 STORAGE_PREFIX = "storageOptions."
 """``storageOptions.<KEY>``: a storage option (endpoint, region, credentials) for the sink."""
+
+SINK_OPTIONS = (
+    OptionSpec(
+        "path",
+        "the Delta table (created by the first publish; an existing table is appended to); in "
+        "`mode=mirror`, the root holding one table per source table",
+        default_note="required",
+    ),
+    OptionSpec(
+        "checkpointLocation",
+        "the query's checkpoint location, as a writer option (Spark passes it to Python sinks "
+        "only that way)",
+        default_note="required",
+    ),
+    OptionSpec(
+        "partitionBy",
+        "comma-separated partition columns (Hive-style directories); "
+        "`DataStreamWriter.partitionBy` is not visible to Python sinks",
+    ),
+    OptionSpec(
+        "targetFileSize",
+        "roll to a new Parquet file at this size (`b`, `k`, `m`, `g`)",
+        default="128m",
+    ),
+    OptionSpec("mergeSchema", "allow new columns", default="false"),
+    OptionSpec(
+        "orphanGracePeriod",
+        "staged files of a batch Spark never completed are deleted once their intents are "
+        "older than this (seconds, or Spark durations)",
+        default="3600",
+    ),
+    OptionSpec(
+        STORAGE_PREFIX,
+        "an object-store setting for this sink (`storageOptions.AWS_REGION`, ...), overriding "
+        "the session's",
+        placeholder="KEY",
+    ),
+    OptionSpec(
+        "mode",
+        "`append`: the stream's rows into the table at `path`; `mirror`: one table per source "
+        "table under the root `path`",
+        default="append",
+    ),
+    OptionSpec(
+        "changeLog",
+        "`mode=mirror`: where the change log of the same batches goes",
+        default_note="`<path>/_changes`",
+    ),
+    OptionSpec(
+        "scd",
+        "`mode=mirror`: `1` keeps each key's current row; `2` keeps every version, with "
+        "`__start_at` / `__end_at`",
+        default="1",
+    ),
+)
+"""Every ``delta-2pc`` option, documented: the reference's table and the accepted names."""
+_NAMES = option_names(SINK_OPTIONS)
 
 
 @dataclass(frozen=True)

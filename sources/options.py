@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError
-from spark_ckpt.model.options import OptionReader
+from spark_ckpt.model.options import OptionReader, OptionSpec, option_names, option_prefixes
 from spark_ckpt.state.registry import IDENTITY_OPTION
 from spark_ckpt.state.storage import StorageOptions
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMON_OPTIONS",
+    "COMMON_OPTION_SPECS",
     "IDENTITY_OPTION",
     "SOFT_DECLINE_TIMEOUT",
     "STORAGE_PREFIX",
@@ -32,24 +33,67 @@ __all__ = [
     "SourceOptions",
 ]
 
-COMMON_OPTIONS = (
-    "connector",
-    "maxChangesPerTrigger",
-    "softDeclineTimeout",
-    "changesPerPartition",
-    "gate",
-    "columnTypes",
-)
-"""The options of every connector, in their documented spelling."""
+STORAGE_PREFIX = "storageOptions."
+"""``storageOptions.<KEY>``: an object-store setting for the connector's files (change log,
+snapshot spill), overriding the session's."""
 SOFT_DECLINE_TIMEOUT = 300.0
 """``softDeclineTimeout``'s default, 5 minutes: how long held-back data may make no progress
 before the source declines hard. Debezium writes a transaction's records within seconds of its
 commit, and a snapshot that is still being read keeps growing, so minutes without progress mean
 a stuck producer or a broken log; the failure policy then restarts or fails the query instead
 of it reporting health forever. ``unlimited`` restores the old behaviour (never escalate)."""
-STORAGE_PREFIX = "storageOptions."
-"""``storageOptions.<KEY>``: an object-store setting for the connector's files (change log,
-snapshot spill), overriding the session's."""
+
+COMMON_OPTION_SPECS = (
+    OptionSpec(
+        "connector",
+        "`debezium-json`, `kafka` or `postgres`: which connector reads the external system",
+        default_note="required",
+    ),
+    OptionSpec(
+        "maxChangesPerTrigger",
+        "soft cap on the changes in a batch: a batch ends at the last transaction boundary "
+        "under it; a single larger transaction is delivered whole, in one batch",
+    ),
+    OptionSpec(
+        "softDeclineTimeout",
+        "held-back data (an incomplete transaction, a snapshot being read) that has made no "
+        "progress for this long is declined hard, naming the oldest unit it holds, and the "
+        "failure policy applies (FLIP-170's local tolerance; see *Held-back data* for why 5 "
+        "minutes); `unlimited` never escalates; Spark durations: `500ms`, `30s`, `10min`, `1h`",
+        default="5min",
+    ),
+    OptionSpec(
+        "changesPerPartition",
+        "a batch is split into Spark input partitions of about this many changes, at "
+        "transaction boundaries. Spark runs each partition of a Python source as a task with a "
+        "fixed cost of its own (about 35 ms of wall time on 2 cores), so fewer, larger "
+        "partitions are faster as long as every core has one",
+        default_note="per connector (below)",
+    ),
+    OptionSpec(
+        "gate",
+        "`off` cuts batches exactly at the cap, splitting transactions: only for measuring what "
+        "the gate costs",
+        default="on",
+    ),
+    OptionSpec(
+        "columnTypes",
+        "add a last column, `column_types string`: each image's column types as JSON "
+        '(`{"id": "bigint", "total": "decimal(12,2)"}`), where the connector knows them '
+        "(`postgres`: the catalog's and wal2json's types; `debezium-json` and `kafka`: the "
+        "record's Kafka Connect schema, null without one). Mirror mode types its tables from it",
+        default="false",
+    ),
+    OptionSpec(
+        STORAGE_PREFIX,
+        "an object-store setting for the connector's files (change log, snapshot spill), "
+        "overriding the session's (`storageOptions.AWS_REGION`, ...)",
+        placeholder="KEY",
+    ),
+)
+"""The options of every connector, in their documented spelling, as the reference lists them."""
+COMMON_OPTIONS = option_names(COMMON_OPTION_SPECS)
+"""The names of the single options among :data:`COMMON_OPTION_SPECS`."""
 
 
 class ConnectorOptions(abc.ABC):
@@ -58,14 +102,24 @@ class ConnectorOptions(abc.ABC):
     Subclasses are frozen dataclasses in the connector's folder, registered in :mod:`.registry`.
     """
 
+    OPTIONS: ClassVar[tuple[OptionSpec, ...]]
+    """The connector's own options, documented: the reference's table and the names below."""
+
     NAMES: ClassVar[tuple[str, ...]]
-    """The connector's own options, in their documented spelling."""
+    """The connector's own options, in their documented spelling (derived from OPTIONS)."""
+
+    PREFIXES: ClassVar[tuple[str, ...]]
+    """Option families the connector takes free keys under (``kafka.``), besides its NAMES
+    (derived from OPTIONS)."""
 
     CHANGES_PER_PARTITION: ClassVar[int] = 50_000
     """The connector's default for ``changesPerPartition``."""
 
-    PREFIXES: ClassVar[tuple[str, ...]] = ()
-    """Option families the connector takes free keys under (``kafka.``), besides its NAMES."""
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        # Names are derived from the documented options, so none is accepted undocumented.
+        super().__init_subclass__(**kwargs)
+        cls.NAMES = option_names(cls.OPTIONS)
+        cls.PREFIXES = option_prefixes(cls.OPTIONS)
 
     @classmethod
     @abc.abstractmethod

@@ -48,14 +48,14 @@ from spark_ckpt.state.savepoints import (
 )
 from spark_ckpt.state.storage import Location, StorageOptions
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 _PROG = "spark-ckpt"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (the console script's entry point)."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args, sys.stdout))
@@ -66,7 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``spark-ckpt`` command line as argparse parses it (driver, once per run).
+
+    The documentation's CLI reference is rendered from it too (``docs/hooks/reference.py``).
+    """
     parser = argparse.ArgumentParser(
         prog=_PROG, description="Look at the checkpoints of a spark-ckpt query."
     )

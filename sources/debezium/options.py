@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from spark_ckpt.errors import InvalidOptionError
-from spark_ckpt.model.options import OptionReader
+from spark_ckpt.model.options import OptionReader, OptionSpec
 from spark_ckpt.state.storage import Location
 
 from ..options import ConnectorOptions
@@ -42,7 +42,35 @@ class DebeziumOptions(ConnectorOptions):
         ``public.orders:id;public.order_items:order_id,line``).
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = ("path", "fileOrder", "resnapshot", "keyColumns")
+    OPTIONS: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "path",
+            "the change-log directory of `*.jsonl` files, a local path or an object-store URI "
+            "(or `.load(path)`)",
+            default_note="required",
+        ),
+        OptionSpec(
+            "keyColumns",
+            "the key of a change whose line carries no `key` (object-store sinks keep record "
+            "values only), per table, in the syntax of Debezium's `message.key.columns`: "
+            "`public.orders:id;public.order_items:order_id,line`. The `key` column is then the "
+            "image's values of those columns (`after`, or `before` for a delete). Mirror mode "
+            "needs a key for every change and names this option when one is missing",
+        ),
+        OptionSpec(
+            "resnapshot",
+            "a second initial snapshot in the log (Debezium lost its offsets) stops the query "
+            "with `RepeatedSnapshotError`; `accept` delivers it as one unit like the first",
+            default="fail",
+        ),
+        OptionSpec(
+            "fileOrder",
+            "`name` reads files in file-name order (`b10` before `b9`); `natural` compares runs "
+            "of digits as numbers (`b9` before `b10`), for producers that number files without "
+            "zero padding. Fixed for a checkpoint location",
+            default="name",
+        ),
+    )
     # Spark runs each partition of a Python source as a task costing about 35 ms of wall time on
     # two cores beyond its rows (bench: 20 partitions of 2,000 changes take 0.9 s, one of
     # 40,000 takes 0.23 s); decoding 200k lines takes about 0.4 s, so the task's own cost

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError
-from spark_ckpt.model.options import OptionReader
+from spark_ckpt.model.options import OptionReader, OptionSpec
 
 from ..options import ConnectorOptions
 from .client_config import PREFIX, client_settings
@@ -128,17 +128,78 @@ class KafkaOptions(ConnectorOptions):
         (``kafkaConsumer.pollTimeoutMs``, see :data:`POLL_TIMEOUT_MS`).
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = (
-        "subscribe",
-        "subscribePattern",
-        "startingOffsets",
-        "failOnDataLoss",
-        "minPartitions",
-        "transactionTopic",
-        "snapshotSettle",
-        "kafkaConsumer.pollTimeoutMs",
+    OPTIONS: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            PREFIX,
+            "a Kafka client setting, passed to librdkafka (confluent-kafka); "
+            "`kafka.bootstrap.servers` is required. As with Spark's Kafka source, settings the "
+            "source manages are refused (`auto.offset.reset`: use `startingOffsets`; "
+            "`enable.auto.commit`, deserializers, interceptors). Java-only settings are refused "
+            "with librdkafka's equivalent named (`ssl.truststore.location`: `ssl.ca.location`, a "
+            "PEM file); `sasl.jaas.config` for PLAIN and SCRAM becomes "
+            "`sasl.username`/`sasl.password`. Secret values never reach errors or progress",
+            placeholder="setting",
+        ),
+        OptionSpec(
+            "subscribe",
+            "topic names separated by commas; exactly one of `subscribe` and `subscribePattern` "
+            "is required. Partitions added later are read from their start",
+            default_note="one of the two required",
+        ),
+        OptionSpec(
+            "subscribePattern",
+            "a regular expression matching whole topic names; topics that match later are read "
+            "from their start",
+            default_note="one of the two required",
+        ),
+        OptionSpec(
+            "startingOffsets",
+            "`earliest`, `latest`, or JSON per topic and partition as Spark takes it "
+            '(`{"dbz.public.orders": {"0": 23}}`, `-2` earliest, `-1` latest). **Unlike '
+            "Spark's Kafka source, the default is `earliest`**: a Debezium topic starts with the "
+            "snapshot, and a table mirrored from `latest` would be missing every row not changed "
+            "since",
+            default="earliest",
+        ),
+        OptionSpec(
+            "failOnDataLoss",
+            "records the query has not read were deleted (retention), or a topic it read was "
+            "deleted: `DataLossError` naming topic, partition and offsets; `false` skips them "
+            "with a warning and a counter (`status.skipped.lost`, `status.deletedTopics`). A "
+            "transaction missing a change is then held back by its END's count; the snapshot and "
+            "incremental chunks carry no count and are delivered without the lost rows. A topic "
+            "created again (its offsets went back) fails the query either way",
+            default="true",
+        ),
+        OptionSpec(
+            "kafkaConsumer.pollTimeoutMs",
+            "as in Spark's Kafka source: reading (planning on the driver, a batch's range on an "
+            "executor) that makes no progress this long fails with `SourceConnectionError` "
+            "naming the partitions; metadata requests wait at most 30 s, or this when shorter. "
+            "The client reconnects within it, so a broker back in time costs only the wait",
+            default=str(POLL_TIMEOUT_MS),
+        ),
+        OptionSpec(
+            "transactionTopic",
+            "Debezium's transaction topic, found beside the data topics when unset (the longest "
+            "prefix of a data topic's name with `.transaction` that exists); it must have one "
+            "partition. `none`: read without one, each change its own unit",
+            default_note="`<prefix>.transaction`",
+        ),
+        OptionSpec(
+            "snapshotSettle",
+            "how long after the initial snapshot's last record (or an incremental chunk's "
+            "closing transaction) was sent the connector waits for records sent before it to "
+            "show up in other partitions (Spark durations)",
+            default="2s",
+        ),
+        OptionSpec(
+            "minPartitions",
+            "read a batch with at least this many Spark partitions: offset ranges are split in "
+            "proportion to their size, as Spark's Kafka source splits them (by default one Spark "
+            "partition per Kafka partition with records in the batch)",
+        ),
     )
-    PREFIXES: ClassVar[tuple[str, ...]] = (PREFIX,)
 
     client: dict[str, str] = field(hash=False, repr=False)  # holds passwords
     subscribe: tuple[str, ...] = ()

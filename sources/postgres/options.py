@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError
-from spark_ckpt.model.options import OptionReader
+from spark_ckpt.model.options import OptionReader, OptionSpec
 from spark_ckpt.state.storage import Location
 
 from ..options import ConnectorOptions
@@ -58,18 +58,69 @@ class PostgresOptions(ConnectorOptions):
         ``snapshot=incremental``: rows per chunk, and chunks read at once (by executors).
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = (
-        "dsn",
-        "slot",
-        "tables",
-        "snapshot",
-        "snapshotDir",
-        "heartbeatInterval",
-        "plugin",
-        "publication",
-        "streamBufferSize",
-        "snapshotChunkRows",
-        "snapshotParallelism",
+    OPTIONS: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "dsn",
+            "libpq connection string or URI; a password in it is never printed (errors show `***`)",
+            default_note="required",
+        ),
+        OptionSpec(
+            "slot",
+            "logical replication slot (lower-case letters, digits, `_`), created with the "
+            "plugin below when missing",
+            default_note="required",
+        ),
+        OptionSpec(
+            "tables",
+            "`schema.table` list; each needs a primary key, a replica identity index, or "
+            "`REPLICA IDENTITY FULL`",
+            default_note="required",
+        ),
+        OptionSpec(
+            "plugin",
+            "the output plugin: `pgoutput` (built into PostgreSQL, what every managed "
+            "PostgreSQL offers) or `wal2json` (an extension)",
+            default=PLUGIN,
+        ),
+        OptionSpec(
+            "publication",
+            "`pgoutput` only: the publication to stream; created `FOR TABLE` the tables when "
+            "missing, checked when it exists",
+            default_note="`spark_ckpt_<slot>`",
+        ),
+        OptionSpec(
+            "snapshot",
+            "`initial`: the tables' existing rows first (`op='r'`) as one consistent unit, then "
+            "the changes; `incremental`: the rows in resumable primary-key chunks alongside the "
+            "changes; `never`: changes from the slot's position",
+            default="initial",
+        ),
+        OptionSpec("snapshotChunkRows", "`snapshot=incremental`: rows per chunk", default="50000"),
+        OptionSpec(
+            "snapshotParallelism",
+            "`snapshot=incremental`: chunks read at once, each by an executor task (set it to "
+            "the executors' cores)",
+            default="2",
+        ),
+        OptionSpec(
+            "snapshotDir",
+            "where the snapshot spills its rows, a local directory or an object-store URI "
+            "(executors must see it: shared storage beyond `local` mode)",
+            default_note="the driver's temp directory",
+        ),
+        OptionSpec(
+            "streamBufferSize",
+            "compressed bytes of peeked changes the driver keeps in memory; beyond it they spill "
+            "to `snapshotDir/stream/` (see *Huge transactions*)",
+            default="256m",
+        ),
+        OptionSpec(
+            "heartbeatInterval",
+            "after this long without a batch, write a heartbeat into the WAL and confirm the "
+            "slot past what it decoded with nothing for the query (an empty batch); `unlimited` "
+            "turns it off",
+            default="60s",
+        ),
     )
 
     dsn: str

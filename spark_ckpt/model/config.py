@@ -16,6 +16,7 @@ from typing import Literal
 
 from spark_ckpt.errors import ConfigError, UnknownOptionError
 from spark_ckpt.model.durations import UNLIMITED, parse_duration
+from spark_ckpt.model.options import OptionSpec
 from spark_ckpt.model.restart import (
     ExponentialDelay,
     FailureRate,
@@ -24,30 +25,100 @@ from spark_ckpt.model.restart import (
     RestartStrategy,
 )
 
-__all__ = ["DEFAULTS", "PREFIX", "CkptConfig"]
+__all__ = ["DEFAULTS", "KEYS", "PREFIX", "CkptConfig"]
 
 PREFIX = "spark.ckpt."
 
 StrategyName = Literal["none", "fixed-delay", "exponential-delay", "failure-rate"]
 _STRATEGIES: tuple[StrategyName, ...] = ("none", "fixed-delay", "exponential-delay", "failure-rate")
 
-DEFAULTS: dict[str, str] = {
-    "spark.ckpt.tolerableFailedCheckpoints": "0",
-    "spark.ckpt.tolerableFailureTimeout": "unlimited",
-    "spark.ckpt.checkpointTimeout": "10min",
-    "spark.ckpt.restartStrategy": "exponential-delay",
-    "spark.ckpt.restartStrategy.fixedDelay.attempts": "1",
-    "spark.ckpt.restartStrategy.fixedDelay.delay": "1s",
-    "spark.ckpt.restartStrategy.exponentialDelay.initialBackoff": "1s",
-    "spark.ckpt.restartStrategy.exponentialDelay.maxBackoff": "1min",
-    "spark.ckpt.restartStrategy.exponentialDelay.backoffMultiplier": "1.5",
-    "spark.ckpt.restartStrategy.exponentialDelay.jitterFactor": "0.1",
-    "spark.ckpt.restartStrategy.exponentialDelay.resetBackoffThreshold": "1h",
-    "spark.ckpt.restartStrategy.exponentialDelay.attempts": "unlimited",
-    "spark.ckpt.restartStrategy.failureRate.maxFailuresPerInterval": "1",
-    "spark.ckpt.restartStrategy.failureRate.failureRateInterval": "1min",
-    "spark.ckpt.restartStrategy.failureRate.delay": "1s",
-}
+_RESTART = "spark.ckpt.restartStrategy."
+_EXPONENTIAL = _RESTART + "exponentialDelay."
+
+KEYS = (
+    OptionSpec(
+        "spark.ckpt.tolerableFailedCheckpoints",
+        "how many consecutive counted checkpoint failures (an expired batch, a source's hard "
+        "decline, held-back data escalated by `softDeclineTimeout`) are tolerated; one more "
+        "fails the query over (Flink's `execution.checkpointing.tolerable-failed-checkpoints`)",
+        default="0",
+    ),
+    OptionSpec(
+        "spark.ckpt.tolerableFailureTimeout",
+        "no completed checkpoint for this long while a source holds data back fails the query "
+        "over (an idle source never does); `unlimited` turns it off",
+        default="unlimited",
+    ),
+    OptionSpec(
+        "spark.ckpt.checkpointTimeout",
+        "a batch running longer than this is an expired checkpoint, a counted failure "
+        "(supervised queries; Flink's `execution.checkpointing.timeout`)",
+        default="10min",
+    ),
+    OptionSpec(
+        "spark.ckpt.restartStrategy",
+        "what a failed supervised query does: `exponential-delay`, `fixed-delay`, "
+        "`failure-rate` or `none` (Flink's restart strategies, with Flink's default)",
+        default="exponential-delay",
+    ),
+    OptionSpec(
+        _RESTART + "fixedDelay.attempts",
+        "`fixed-delay`: restarts before the query fails for good",
+        default="1",
+    ),
+    OptionSpec(
+        _RESTART + "fixedDelay.delay", "`fixed-delay`: the wait before each restart", default="1s"
+    ),
+    OptionSpec(
+        _EXPONENTIAL + "initialBackoff",
+        "`exponential-delay`: the wait before the first restart",
+        default="1s",
+    ),
+    OptionSpec(
+        _EXPONENTIAL + "maxBackoff",
+        "`exponential-delay`: the longest wait (finite, at least `initialBackoff`)",
+        default="1min",
+    ),
+    OptionSpec(
+        _EXPONENTIAL + "backoffMultiplier",
+        "`exponential-delay`: each wait is the last one times this (at least 1)",
+        default="1.5",
+    ),
+    OptionSpec(
+        _EXPONENTIAL + "jitterFactor",
+        "`exponential-delay`: each wait varies randomly by up to this fraction (0 to 1), so "
+        "queries that failed together do not restart together",
+        default="0.1",
+    ),
+    OptionSpec(
+        _EXPONENTIAL + "resetBackoffThreshold",
+        "`exponential-delay`: a query that ran this long without failing starts again from "
+        "`initialBackoff` (and its attempts are counted afresh)",
+        default="1h",
+    ),
+    OptionSpec(
+        _EXPONENTIAL + "attempts",
+        "`exponential-delay`: restarts before the query fails for good (counted since the "
+        "last reset); `unlimited` never gives up",
+        default="unlimited",
+    ),
+    OptionSpec(
+        _RESTART + "failureRate.maxFailuresPerInterval",
+        "`failure-rate`: failures within one interval before the query fails for good",
+        default="1",
+    ),
+    OptionSpec(
+        _RESTART + "failureRate.failureRateInterval",
+        "`failure-rate`: the sliding window failures are counted in",
+        default="1min",
+    ),
+    OptionSpec(
+        _RESTART + "failureRate.delay", "`failure-rate`: the wait before each restart", default="1s"
+    ),
+)
+"""Every ``spark.ckpt.*`` key, documented: the reference's table and :data:`DEFAULTS`."""
+
+DEFAULTS: dict[str, str] = {k.name: k.default for k in KEYS if k.default is not None}
 """Every key and its default, as ``conf/spark-defaults.conf`` lists them."""
 
 

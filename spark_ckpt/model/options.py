@@ -13,18 +13,74 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
 from spark_ckpt.model.durations import parse_duration
 
-__all__ = ["OptionReader"]
+__all__ = ["OptionReader", "OptionSpec", "option_names", "option_prefixes"]
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20}
 _SIZE_UNITS |= {"g": 1 << 30, "gb": 1 << 30}
 
 C = TypeVar("C", bound=str)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option (or ``spark.ckpt.*`` key) as the reference documents it.
+
+    Each data source, connector and the configuration declares its options once as a tuple of
+    these: the names it accepts are derived from the tuple and the documentation site's
+    reference tables are rendered from it, so an option cannot be accepted without being
+    documented. Pure data, built at import time.
+
+    Attributes
+    ----------
+    name
+        The documented spelling (``maxChangesPerTrigger``); for a family of free keys, the
+        prefix (``kafka.``).
+    meaning
+        What it does, in Markdown: one paragraph, as a reference table's cell shows it.
+    default
+        The value it takes when unset, spelled as a user would write it (``5min``); a test
+        parses it and checks it gives what leaving the option out gives. None when there is no
+        such value: see ``default_note``.
+    default_note
+        What the table shows when ``default`` is None (``required``, ``none``, ``per
+        connector``).
+    placeholder
+        For a family of free keys, what follows the prefix (``setting`` in ``kafka.<setting>``);
+        empty for a single option.
+    """
+
+    name: str
+    meaning: str
+    default: str | None = None
+    default_note: str = "none"
+    placeholder: str = ""
+
+    @property
+    def display_name(self) -> str:
+        """The name as the reference shows it (``kafka.<setting>`` for a family)."""
+        return f"{self.name}<{self.placeholder}>" if self.placeholder else self.name
+
+    @property
+    def display_default(self) -> str:
+        """The default column's Markdown."""
+        return f"`{self.default}`" if self.default is not None else self.default_note
+
+
+def option_names(specs: Iterable[OptionSpec]) -> tuple[str, ...]:
+    """The single options' names among ``specs``, in order (import time)."""
+    return tuple(s.name for s in specs if not s.placeholder)
+
+
+def option_prefixes(specs: Iterable[OptionSpec]) -> tuple[str, ...]:
+    """The prefixes of the key families among ``specs``, in order (import time)."""
+    return tuple(s.name for s in specs if s.placeholder)
 
 
 class OptionReader:
