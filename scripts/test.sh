@@ -28,6 +28,13 @@ say "mypy --strict on the installed packages"
 (cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" -p spark_ckpt)
 # The workers' launcher is a top-level module of the standard library only: checked as a file.
 (cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" "$ROOT/spark_ckpt_python.py")
+# The docs build's reference renderer imports the installed packages: checked beside them.
+(cd "$VENV" && "$VENV/bin/mypy" --config-file "$ROOT/pyproject.toml" "$ROOT/docs/hooks/reference.py")
+
+say "the documentation site, built strictly (mkdocs build --strict)"
+# The reference tables render from the installed code (docs/hooks/reference.py): an option, key,
+# error or command the code defines but cannot describe fails here, as does a broken link.
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/build/site"
 
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 # Two pytest processes (pytest-xdist) share the tests: integration tests mostly wait on JVMs,

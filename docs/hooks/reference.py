@@ -1,0 +1,190 @@
+"""The documentation site's reference tables, rendered from the code that defines them.
+
+A MkDocs hook (``hooks:`` in ``mkdocs.yml``): a page line ``<!-- reference: NAME -->`` is
+replaced by the table ``NAME`` from :data:`TABLES`, built from what the code itself uses, so the
+reference cannot drift from it:
+
+- source and sink options: the :class:`~spark_ckpt.model.options.OptionSpec` tuples the option
+  parsers derive their accepted names from (``COMMON_OPTION_SPECS``, each registered connector's
+  ``OPTIONS``, ``SINK_OPTIONS``);
+- ``spark.ckpt.*`` keys: ``spark_ckpt.model.config.KEYS``, which ``DEFAULTS`` is built from;
+- errors: every :class:`~spark_ckpt.errors.SparkCkptError` subclass, with its docstring;
+- the CLI: the ``argparse`` parser ``spark-ckpt`` runs (``spark_ckpt.cli.build_parser``).
+
+An unknown table name, or an error class or command without a description, fails the build
+(and ``tests/unit/test_docs_reference.py``). Runs in the docs build, once per page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from spark_ckpt import errors
+from spark_ckpt.cli import build_parser
+from spark_ckpt.model.config import KEYS
+from spark_ckpt.model.options import OptionSpec
+from spark_ckpt.sinks.options import SINK_OPTIONS
+from spark_ckpt.sources.options import COMMON_OPTION_SPECS
+from spark_ckpt.sources.registry import CONNECTORS, connector_options_class
+
+__all__ = ["TABLES", "MissingReferenceError", "on_page_markdown", "render"]
+
+_MARKER = re.compile(r"^<!-- reference: ([a-z0-9-]+) -->$", re.MULTILINE)
+
+
+class MissingReferenceError(Exception):
+    """A page asks for a table that does not exist, or the code lacks a description."""
+
+
+def _cell(text: str) -> str:
+    # A table cell is one line; a pipe would end it.
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def options_table(specs: Iterable[OptionSpec], heading: str = "option") -> str:
+    """A Markdown table of ``specs``: name, default, meaning."""
+    rows = [f"| {heading} | default | meaning |", "|---|---|---|"]
+    for spec in specs:
+        if not spec.meaning.strip():
+            raise MissingReferenceError(f"{spec.name} has no meaning to document")
+        rows.append(
+            f"| `{spec.display_name}` | {_cell(spec.display_default)} | {_cell(spec.meaning)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _source_options() -> str:
+    per_partition = ", ".join(
+        f"`{connector_options_class(name).CHANGES_PER_PARTITION}` (`{name}`)" for name in CONNECTORS
+    )
+    return (
+        options_table(COMMON_OPTION_SPECS)
+        + f"\n`changesPerPartition`'s default per connector: {per_partition}.\n"
+    )
+
+
+def _connector_options(name: str) -> Callable[[], str]:
+    return lambda: options_table(connector_options_class(name).OPTIONS)
+
+
+_ROLE = re.compile(r":(?:class|meth|func|data|attr|mod|exc):`~?([^`]+)`")
+
+
+def docstring_markdown(doc: str) -> str:
+    """A numpydoc docstring's prose (before its first section) as Markdown."""
+    prose: list[str] = []
+    lines = inspect.cleandoc(doc).splitlines()
+    for at, line in enumerate(lines):
+        if at + 1 < len(lines) and re.fullmatch(r"-{3,}", lines[at + 1].strip()):
+            break  # a numpydoc section (Parameters, Attributes) starts here
+        prose.append(line)
+    text = "\n".join(prose).strip()
+    text = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", text)
+    return text.replace("``", "`")
+
+
+def error_classes() -> list[type[errors.SparkCkptError]]:
+    """Every error class of :mod:`spark_ckpt.errors`, in the order the module defines them."""
+    return [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type)
+        and issubclass(value, errors.SparkCkptError)
+        and value.__module__ == errors.__name__
+    ]
+
+
+def _errors() -> str:
+    sections = []
+    for error in error_classes():
+        if not error.__doc__:
+            raise MissingReferenceError(f"{error.__name__} has no docstring to document")
+        bases = ", ".join(f"`{base.__name__}`" for base in error.__bases__)
+        sections.append(
+            f"### {error.__name__}\n\n*is a* {bases}\n\n{docstring_markdown(error.__doc__)}\n"
+        )
+    return "\n".join(sections)
+
+
+def _options_table(action: argparse.Action) -> str:
+    if action.option_strings:
+        name = ", ".join(f"`{o}`" for o in action.option_strings)
+        if action.nargs != 0:
+            name += f" `{action.metavar or action.dest.upper()}`"
+    else:
+        name = f"`{action.metavar or action.dest}`"
+    return f"| {name} | {_cell(action.help or '')} |"
+
+
+def commands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+    """Every runnable command below ``parser``: (words, parser, one-line help), in order."""
+    found = []
+    for action in parser._actions:  # argparse keeps no public list of its sub-commands
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for word, sub in action.choices.items():
+                nested = commands(sub, (*words, word))
+                found.extend(nested or [((*words, word), sub, helps.get(word, ""))])
+    return found
+
+
+def _cli() -> str:
+    sections = []
+    for words, parser, summary in commands(build_parser()):
+        if not summary or not parser.description:
+            command = " ".join(words)
+            raise MissingReferenceError(f"'{command}' has no help or description to document")
+        usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
+        rows = [
+            _options_table(a)
+            for a in parser._actions
+            if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS
+        ]
+        table = "| argument | meaning |\n|---|---|\n" + "\n".join(rows) + "\n" if rows else ""
+        sections.append(
+            f"### spark-ckpt {' '.join(words)}\n\n{_cell(summary)}.\n\n"
+            f"```\n{usage}\n```\n\n{_cell(parser.description)}\n\n{table}"
+        )
+    return "\n".join(sections)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "source-options": _source_options,
+    **{f"{name}-options": _connector_options(name) for name in CONNECTORS},
+    "sink-options": lambda: options_table(SINK_OPTIONS),
+    "configuration": lambda: options_table(KEYS, heading="key"),
+    "errors": _errors,
+    "cli": _cli,
+}
+"""Every table a page can ask for, by name."""
+
+
+def render(markdown: str) -> str:
+    """``markdown`` with each ``<!-- reference: NAME -->`` line replaced by its table.
+
+    Raises
+    ------
+    MissingReferenceError
+        For a name not in :data:`TABLES`.
+    """
+
+    def table(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in TABLES:
+            raise MissingReferenceError(
+                f"no reference table {name!r}; the tables are: {', '.join(sorted(TABLES))}"
+            )
+        return TABLES[name]()
+
+    return _MARKER.sub(table, markdown)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """MkDocs hook: render the page's reference tables (docs build, once per page)."""
+    return render(markdown)
