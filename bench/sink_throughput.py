@@ -15,7 +15,7 @@ started here): delta-spark writes through Spark's s3a connector, delta-2pc throu
 delta-rs. The change log stays local, so both read the same input at the same cost.
 
 Prints one JSON line. Run: ``.venv/bin/python bench/sink_throughput.py [--store s3]`` (see
-README).
+docs/benchmarks.md).
 """
 
 from __future__ import annotations

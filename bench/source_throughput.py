@@ -6,7 +6,7 @@ only on transaction boundaries) and ``gate=off`` (batches end exactly at maxChan
 splitting transactions). Each pair runs back to back; the verdict is the median of the per-pair
 ratios, so drift on a noisy machine affects both sides of a pair alike.
 
-Prints one JSON line. Run: ``.venv/bin/python bench/source_throughput.py`` (see README).
+Prints one JSON line. Run: ``.venv/bin/python bench/source_throughput.py`` (see docs/benchmarks.md).
 """
 
 from __future__ import annotations

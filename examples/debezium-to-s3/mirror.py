@@ -1,4 +1,4 @@
-r"""Recipe: Debezium to S3 to Delta mirrors (the README's section of that name).
+r"""Recipe: Debezium to S3 to Delta mirrors (the section of that name in docs/deployment.md).
 
 The debezium-writer (``bench/peers/debezium-writer``, run with ``--out s3://BUCKET/cdc/``)
 publishes Debezium's change records as whole ``NNNNNNNNNN.jsonl`` objects under one prefix; this
@@ -11,7 +11,7 @@ every table consistent with the others at every checkpoint. Run it beside the wr
 
 ``AWS_ENDPOINT_URL`` (MinIO, another S3-compatible store) switches to that endpoint with
 path-style requests. ``tests/integration/test_recipe_s3.py`` runs :func:`start_mirror` against
-PostgreSQL, the writer and an S3 server, and checks that the README quotes it unchanged.
+PostgreSQL, the writer and an S3 server, and checks that docs/deployment.md quotes it unchanged.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def start_mirror(
 
 # Reading: every table as of the same checkpoint (a transaction is in all of them or in none):
 #     tables = spark_ckpt.read_consistent(spark, lake)  # {"public.orders": DataFrame, ...}
-# (The README quotes this file from the pyspark imports to here: keep the two the same.)
+# (docs/deployment.md quotes this file from the pyspark imports to here: keep the two the same.)
 
 
 def s3a_conf(env: Mapping[str, str]) -> dict[str, str]:

@@ -3,7 +3,7 @@ r"""Column types of mirror tables: Spark SQL type names, their Arrow types, and 
 A mirror's column types come from the change stream: a ``column_types`` column (JSON object of
 column name to Spark SQL type name, e.g. ``{"id": "bigint", "total": "decimal(12,2)"}``), which a
 connector that knows its source's types emits, or else :func:`infer_type` on the JSON values
-(documented in the README: integers -> ``bigint``, fractions -> ``double``, booleans, strings,
+(documented in docs/mirror.md: integers -> ``bigint``, fractions -> ``double``, booleans, strings,
 anything else as JSON text in a ``string`` column).
 
 Values arrive as JSON values in the ``after`` / ``before`` images, in the text forms the

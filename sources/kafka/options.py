@@ -3,7 +3,7 @@
 Spark's Kafka source ("Structured Streaming + Kafka Integration Guide") names what users know:
 ``kafka.<setting>`` client settings, ``subscribe`` / ``subscribePattern``, ``startingOffsets``,
 ``failOnDataLoss``, ``minPartitions``. This connector reads them the same way, with two
-differences a change-data reader needs, each documented in the README:
+differences a change-data reader needs, each documented in docs/connectors/kafka.md:
 
 - ``startingOffsets`` defaults to ``earliest``, not ``latest``: a Debezium topic starts with the
   snapshot, and a mirror started after it would apply updates to rows it never saw;

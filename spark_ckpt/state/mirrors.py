@@ -15,7 +15,7 @@
     ``query_id``, ``published_at``. Its rows for N are committed only after every mirror table
     holds N, so the newest ``checkpoint_id`` names versions that agree with one another: a source
     transaction that touched several tables is in all of them or in none. Any engine that reads
-    Delta can use it (see the README for the SQL).
+    Delta can use it (see docs/mirror.md for the SQL).
 ``_spark_ckpt/staging/<N>/<attempt>/``
     The folded changes of batch N waiting for its publish (deleted once N is published).
 

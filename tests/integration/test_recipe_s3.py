@@ -1,13 +1,13 @@
-"""The README's recipe end to end: PostgreSQL -> Debezium -> files on S3 -> txn-cdc -> mirrors.
+"""The documentation's recipe end to end: PostgreSQL -> Debezium -> files on S3 -> txn-cdc -> mirrors.
 
 Debezium's embedded engine (``bench/peers/debezium-writer``, the same library Debezium Server
 runs) captures two tables of a real PostgreSQL and publishes each file as one S3 object on the
-moto server; the recipe's query (``examples/debezium-to-s3/mirror.py``, quoted in the README)
+moto server; the recipe's query (``examples/debezium-to-s3/mirror.py``, quoted in docs/deployment.md)
 streams them into ``delta-2pc`` mirrors on the same store while a multi-table workload runs and
 the writer is SIGKILLed and restarted; then every mirror, read with ``read_consistent``, equals
 its PostgreSQL table row for row.
 
-Keep the README's section "Recipe: Debezium to S3 to Delta mirrors" in sync with what this test
+Keep the section "Recipe: Debezium to S3 to Delta mirrors" of docs/deployment.md in sync with what this test
 runs: its Python block is checked below to be quoted unchanged from the example file, and its
 ``java`` command is the ``DebeziumWriter`` call in :func:`recipe_writer` (the same options; the
 runner spells out the writer's defaults, and the test adds a small ``--roll-records`` for many
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "debezium-to-s3" / "mirror.py"
-SECTION = "### Recipe: Debezium to S3 to Delta mirrors"
+SECTION = "## Recipe: Debezium to S3 to Delta mirrors"
+PAGE = ROOT / "docs" / "deployment.md"
 TABLES = {"public.customers": "id", "public.orders": "id"}
 KEY_COLUMNS = "public.customers:id;public.orders:id"
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -58,8 +59,8 @@ def recipe_module() -> ModuleType:
 
 
 def readme_recipe_code() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert SECTION in text, f"the README has no section {SECTION!r}"
+    text = PAGE.read_text(encoding="utf-8")
+    assert SECTION in text, f"{PAGE} has no section {SECTION!r}"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     assert blocks, "the recipe section has no python block"
@@ -155,7 +156,7 @@ def transactions(dsn: str, rng: random.Random, count: int) -> None:
 def recipe_writer(
     server: PgCluster, dsn: str, s3_server: S3Server, bucket: str, state: Path
 ) -> DebeziumWriter:
-    """The README's ``java -jar debezium-writer.jar ... --out s3://BUCKET/cdc/`` command."""
+    """The recipe's ``java -jar debezium-writer.jar ... --out s3://BUCKET/cdc/`` command."""
     tag = uuid.uuid4().hex[:8]
     return DebeziumWriter(
         "postgres",
@@ -251,10 +252,10 @@ def wait_caught_up(query: Any, spark: SparkSession, lake: str, dsn: str, timeout
 
 
 def test_the_readme_quotes_the_recipe_it_runs(s3_server: S3Server) -> None:
-    """The README's Python block is the example's code; its s3a settings reach the S3 server."""
+    """The recipe's Python block is the example's code; its s3a settings reach the S3 server."""
     code = readme_recipe_code()
     assert code in EXAMPLE.read_text(encoding="utf-8"), (
-        f"the README's recipe code differs from {EXAMPLE}: keep them the same"
+        f"the recipe code in {PAGE} differs from {EXAMPLE}: keep them the same"
     )
     conf = recipe_module().s3a_conf(s3_server.environment())
     reference = s3_server.spark_conf()  # what the tests' session uses

@@ -1,6 +1,6 @@
 """The debezium-json bad-input matrix: every row is delivered exactly or refused with a typed error.
 
-One row per kind of bad input (README "Bad input" table). Each row's log is read by a real reader
+One row per kind of bad input (the "Bad input" table of docs/errors.md). Each row's log is read by a real reader
 in Spark's call order with ``maxChangesPerTrigger=1``, so every complete transaction before the
 bad input gets its own batch before the reader reaches it; every batch is re-planned and read on
 fresh readers, as after a restart. A row states exactly which transactions are delivered, and
