@@ -31,7 +31,7 @@ from spark_ckpt.sinks.options import SINK_OPTIONS
 from spark_ckpt.sources.options import COMMON_OPTION_SPECS
 from spark_ckpt.sources.registry import CONNECTORS, connector_options_class
 
-__all__ = ["TABLES", "MissingReferenceError", "on_page_markdown", "render"]
+__all__ = ["TABLES", "MissingReferenceError", "on_page_content", "on_page_markdown", "render"]
 
 _MARKER = re.compile(r"^<!-- reference: ([a-z0-9-]+) -->$", re.MULTILINE)
 
@@ -188,3 +188,15 @@ def render(markdown: str) -> str:
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """MkDocs hook: render the page's reference tables (docs build, once per page)."""
     return render(markdown)
+
+
+# Docstrings use Sphinx roles (:class:`~a.B`), which mkdocstrings shows as written: the role
+# before the code span, and a leading ~ inside it (which, as in Sphinx, keeps the last name).
+_HTML_ROLE = re.compile(
+    r":(?:class|meth|func|data|attr|mod|exc):<code>(?:~(?:[\w.]+\.)?)?([^<]*)</code>"
+)
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """MkDocs hook: drop Sphinx roles from rendered docstrings (docs build, once per page)."""
+    return _HTML_ROLE.sub(r"<code>\1</code>", html)
