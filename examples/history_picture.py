@@ -1,4 +1,4 @@
-"""Make the docs' history picture (README and docs/cli.md): a supervised query with one failure, then ``spark-ckpt plot``.
+"""Make the docs' history picture: a supervised query with one failure, then ``spark-ckpt plot``.
 
 Streams a generated Debezium-format log (``txn-cdc`` -> ``delta-2pc``) under supervision while a
 second writer appends to it; one task fails once (an injected error), so the query restarts from

@@ -365,7 +365,8 @@ def test_nan_and_infinities_survive_with_pgoutput(
 ) -> None:
     """Float and numeric NaN / +-Infinity stream as PostgreSQL spells them, as the snapshot does.
 
-    (wal2json prints them as null, so this holds for pgoutput only; docs/connectors/postgres.md says so.)
+    (wal2json prints them as null, so this holds for pgoutput only; the postgres connector's
+    page says so.)
     """
     import json
 

@@ -1,16 +1,16 @@
-"""The documentation's recipe end to end: PostgreSQL -> Debezium -> files on S3 -> txn-cdc -> mirrors.
+"""The docs' recipe end to end: PostgreSQL -> Debezium -> files on S3 -> txn-cdc -> mirrors.
 
-Debezium's embedded engine (``bench/peers/debezium-writer``, the same library Debezium Server
-runs) captures two tables of a real PostgreSQL and publishes each file as one S3 object on the
-moto server; the recipe's query (``examples/debezium-to-s3/mirror.py``, quoted in docs/deployment.md)
-streams them into ``delta-2pc`` mirrors on the same store while a multi-table workload runs and
-the writer is SIGKILLed and restarted; then every mirror, read with ``read_consistent``, equals
-its PostgreSQL table row for row.
+Debezium's embedded engine (``bench/peers/debezium-writer``, the same library Debezium Server runs)
+captures two tables of a real PostgreSQL and publishes each file as one S3 object on the moto
+server; the recipe's query (``examples/debezium-to-s3/mirror.py``, quoted in ``docs/deployment.md``)
+streams them into ``delta-2pc`` mirrors on the same store while a multi-table workload runs and the
+writer is SIGKILLed and restarted; then every mirror, read with ``read_consistent``, equals its
+PostgreSQL table row for row.
 
-Keep the section "Recipe: Debezium to S3 to Delta mirrors" of docs/deployment.md in sync with what this test
-runs: its Python block is checked below to be quoted unchanged from the example file, and its
-``java`` command is the ``DebeziumWriter`` call in :func:`recipe_writer` (the same options; the
-runner spells out the writer's defaults, and the test adds a small ``--roll-records`` for many
+Keep the section "Recipe: Debezium to S3 to Delta mirrors" of ``docs/deployment.md`` in sync with
+what this test runs: its Python block is checked below to be quoted unchanged from the example file,
+and its ``java`` command is the ``DebeziumWriter`` call in :func:`recipe_writer` (the same options;
+the runner spells out the writer's defaults, and the test adds a small ``--roll-records`` for many
 objects and its own slot and publication names).
 """
 

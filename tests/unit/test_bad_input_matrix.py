@@ -1,11 +1,11 @@
 """The debezium-json bad-input matrix: every row is delivered exactly or refused with a typed error.
 
-One row per kind of bad input (the "Bad input" table of docs/errors.md). Each row's log is read by a real reader
-in Spark's call order with ``maxChangesPerTrigger=1``, so every complete transaction before the
-bad input gets its own batch before the reader reaches it; every batch is re-planned and read on
-fresh readers, as after a restart. A row states exactly which transactions are delivered, and
-either which typed error stops the query (with its file and line) or which transaction is held
-back (a soft decline naming it). No batch may hold part of a transaction.
+One row per kind of bad input (the "Bad input" table of ``docs/errors.md``). Each row's log is read
+by a real reader in Spark's call order with ``maxChangesPerTrigger=1``, so every complete
+transaction before the bad input gets its own batch before the reader reaches it; every batch is
+re-planned and read on fresh readers, as after a restart. A row states exactly which transactions
+are delivered, and either which typed error stops the query (with its file and line) or which
+transaction is held back (a soft decline naming it). No batch may hold part of a transaction.
 """
 
 from __future__ import annotations
