@@ -9,6 +9,7 @@ connector's :class:`ConnectorOptions` subclass, found through :mod:`.registry`, 
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -18,7 +19,7 @@ from spark_ckpt.model.options import OptionReader, OptionSpec, option_names, opt
 from spark_ckpt.state.registry import IDENTITY_OPTION
 from spark_ckpt.state.storage import StorageOptions
 
-from .registry import CONNECTORS, connector_options_class
+from .registry import CONNECTORS
 
 if TYPE_CHECKING:
     from .connector import ChangeConnector
@@ -31,6 +32,7 @@ __all__ = [
     "STORAGE_PREFIX",
     "ConnectorOptions",
     "SourceOptions",
+    "connector_options_class",
 ]
 
 STORAGE_PREFIX = "storageOptions."
@@ -129,6 +131,16 @@ class ConnectorOptions(abc.ABC):
     @abc.abstractmethod
     def connector(self, common: SourceOptions) -> ChangeConnector:
         """Build the connector and check it can run (driver, once per query run)."""
+
+
+def connector_options_class(connector: str) -> type[ConnectorOptions]:
+    """The options class of ``connector``, a key of :data:`.registry.CONNECTORS`.
+
+    Driver, once per query start; imports that connector's options module and no other.
+    """
+    module, _, name = CONNECTORS[connector].partition(":")
+    cls: type[ConnectorOptions] = getattr(importlib.import_module(module), name)
+    return cls
 
 
 @dataclass(frozen=True)

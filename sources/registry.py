@@ -2,19 +2,14 @@
 
 A connector is a folder under ``sources/`` with an options class (a
 :class:`~spark_ckpt.sources.options.ConnectorOptions`) that knows the connector's own options and
-builds it. Registering a third connector is one line here. Entries are import paths, loaded on
-first use, so choosing one connector never imports another (psycopg, for one).
+builds it. Registering another connector is one line here. Entries are import paths, loaded on
+first use by :func:`~spark_ckpt.sources.options.connector_options_class`, so choosing one
+connector never imports another (psycopg, for one). Pure data: this module imports nothing.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .options import ConnectorOptions
-
-__all__ = ["CONNECTORS", "connector_options_class"]
+__all__ = ["CONNECTORS"]
 
 CONNECTORS: dict[str, str] = {
     "debezium-json": "spark_ckpt.sources.debezium.options:DebeziumOptions",
@@ -22,10 +17,3 @@ CONNECTORS: dict[str, str] = {
     "postgres": "spark_ckpt.sources.postgres.options:PostgresOptions",
 }
 """Option value ``connector=...`` -> ``module:class`` of its options."""
-
-
-def connector_options_class(connector: str) -> type[ConnectorOptions]:
-    """The options class of ``connector`` (driver; imports the connector's options module)."""
-    module, _, name = CONNECTORS[connector].partition(":")
-    cls: type[ConnectorOptions] = getattr(importlib.import_module(module), name)
-    return cls

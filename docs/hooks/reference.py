@@ -28,8 +28,8 @@ from spark_ckpt.cli import build_parser
 from spark_ckpt.model.config import KEYS
 from spark_ckpt.model.options import OptionSpec
 from spark_ckpt.sinks.options import SINK_OPTIONS
-from spark_ckpt.sources.options import COMMON_OPTION_SPECS
-from spark_ckpt.sources.registry import CONNECTORS, connector_options_class
+from spark_ckpt.sources.options import COMMON_OPTION_SPECS, connector_options_class
+from spark_ckpt.sources.registry import CONNECTORS
 
 __all__ = ["TABLES", "MissingReferenceError", "on_page_content", "on_page_markdown", "render"]
 

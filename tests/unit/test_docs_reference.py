@@ -28,8 +28,8 @@ from spark_ckpt.model import options as option_model
 from spark_ckpt.model.config import DEFAULTS, KEYS, CkptConfig
 from spark_ckpt.model.options import OptionSpec
 from spark_ckpt.sinks.options import SINK_OPTIONS, SinkOptions
-from spark_ckpt.sources.options import COMMON_OPTION_SPECS, SourceOptions
-from spark_ckpt.sources.registry import CONNECTORS, connector_options_class
+from spark_ckpt.sources.options import COMMON_OPTION_SPECS, SourceOptions, connector_options_class
+from spark_ckpt.sources.registry import CONNECTORS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
