@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.errors import StreamingQueryException
 
@@ -51,13 +51,32 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    from spark_ckpt.spark.control import Control
+    from spark_ckpt.spark.listener import CheckpointListener
+    from spark_ckpt.state.registry import ControlState
+    from spark_ckpt.state.restore import RestoreHandler
 
-__all__ = ["SupervisedQuery"]
+__all__ = ["ControlPlane", "SupervisedQuery"]
 
 _log = logging.getLogger(__name__)
 _POLL = 0.2  # seconds between checks of the running query; bounds stop and failover latency
 _HOOK_POLL = 0.01  # seconds between looks for hook trigger requests (a sink's commit waits)
+
+
+class ControlPlane(Protocol):
+    """What a supervised query uses of the control plane that started it.
+
+    :class:`~spark_ckpt.spark.control.Control` is the one implementation; naming only these
+    members keeps this module from importing the one that imports it.
+    """
+
+    spark: SparkSession
+    state: ControlState
+    listener: CheckpointListener
+    restore_handlers: dict[str, RestoreHandler]
+    build_lock: threading.Lock
+
+    def watch(self, supervised: SupervisedQuery) -> None:
+        """Route the query's checkpoints and failed hooks to ``supervised`` (driver, per start)."""
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -105,7 +124,7 @@ class SupervisedQuery:
 
     def __init__(
         self,
-        control: Control,
+        control: ControlPlane,
         build: Callable[[], DataStreamWriter],
         checkpoint_location: str,
         name: str,
