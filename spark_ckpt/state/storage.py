@@ -41,21 +41,27 @@ without its file-system client, which is rebuilt on first use in the receiving p
 from __future__ import annotations
 
 import contextlib
-import errno
-import io
 import os
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, cast
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_ckpt.errors import ConfigError, StorageError, StorageNotFoundError
+from spark_ckpt.state.file_systems import (
+    SyncedFile,
+    describe_error,
+    file_system,
+    not_found,
+    s3_endpoint,
+    split_uri,
+    write_local_atomically,
+)
+from spark_ckpt.state.storage_options import S3A_KEYS, StorageOptions, s3a_options
 
 __all__ = [
     "COPY_CHUNK",
@@ -76,74 +82,6 @@ COPY_CHUNK = 8 << 20
 SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
 """URI schemes a location may have (no scheme: a local path)."""
 
-_SECRET_WORDS = ("secret", "password", "token", "key", "credential", "sas", "signature")
-_S3_SCHEMES = ("s3", "s3a")
-
-# spark.hadoop.fs.s3a.* keys -> spark-ckpt's storage option names (delta-rs's spelling).
-S3A_KEYS = {
-    "fs.s3a.endpoint": "AWS_ENDPOINT_URL",
-    "fs.s3a.endpoint.region": "AWS_REGION",
-    "fs.s3a.access.key": "AWS_ACCESS_KEY_ID",
-    "fs.s3a.secret.key": "AWS_SECRET_ACCESS_KEY",
-    "fs.s3a.session.token": "AWS_SESSION_TOKEN",
-    "fs.s3a.path.style.access": "AWS_PATH_STYLE",
-    "fs.s3a.connection.ssl.enabled": "AWS_SSL",
-}
-
-
-def _is_secret(key: str) -> bool:
-    lowered = key.lower()
-    return any(word in lowered for word in _SECRET_WORDS) and "region" not in lowered
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """Endpoint, region and credential settings, with secrets masked whenever printed.
-
-    Keys use delta-rs's names (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ...,
-    ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_KEY``); they are case-insensitive.
-    """
-
-    values: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def of(cls, *layers: Mapping[str, str]) -> StorageOptions:
-        """Merge layers of options, later ones overriding earlier ones."""
-        merged: dict[str, str] = {}
-        for layer in layers:
-            for key, value in layer.items():
-                merged[key.upper()] = value
-        return cls(tuple(sorted(merged.items())))
-
-    def get(self, key: str) -> str | None:
-        """The value of ``key`` (any case), or None."""
-        wanted = key.upper()
-        return next((v for k, v in self.values if k == wanted), None)
-
-    def as_dict(self) -> dict[str, str]:
-        """The options as a dict (for a client; never for a message)."""
-        return dict(self.values)
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={'***' if _is_secret(k) else v}" for k, v in self.values)
-        return f"StorageOptions({shown})"
-
-    __str__ = __repr__
-
-
-def s3a_options(conf: Mapping[str, str]) -> dict[str, str]:
-    """Spark's ``spark.hadoop.fs.s3a.*`` settings as storage options (driver, at install).
-
-    ``conf`` maps Spark configuration keys to values (with or without ``spark.hadoop.``).
-    """
-    out: dict[str, str] = {}
-    for key, value in conf.items():
-        name = key.removeprefix("spark.hadoop.")
-        option = S3A_KEYS.get(name)
-        if option is not None and value.strip():
-            out[option] = value.strip()
-    return out
-
 
 @dataclass(frozen=True)
 class Entry:
@@ -155,16 +93,6 @@ class Entry:
     name: str
     size: int
     mtime_ns: int
-
-
-def _split(uri: str) -> tuple[str, str]:
-    """``(scheme, rest)``; a path without a scheme is local."""
-    if "://" not in uri:
-        if uri.startswith("file:"):
-            return "file", uri[len("file:") :]
-        return "file", uri
-    scheme, _, rest = uri.partition("://")
-    return scheme.lower(), rest
 
 
 @dataclass(frozen=True)
@@ -188,7 +116,7 @@ class Location:
     options: StorageOptions = field(default_factory=StorageOptions)
 
     def __post_init__(self) -> None:
-        scheme, rest = _split(self.uri)
+        scheme, rest = split_uri(self.uri)
         if scheme not in SCHEMES:
             raise StorageError(
                 f"{self.uri!r} has the scheme {scheme!r}, which spark-ckpt cannot read or write; "
@@ -202,7 +130,7 @@ class Location:
     @property
     def scheme(self) -> str:
         """``file``, ``s3``, ``gs``, ``abfss``, ... (``s3a`` counts as ``s3``)."""
-        scheme = _split(self.uri)[0]
+        scheme = split_uri(self.uri)[0]
         return "s3" if scheme == "s3a" else "gs" if scheme == "gcs" else scheme
 
     @property
@@ -213,7 +141,7 @@ class Location:
     @property
     def path(self) -> str:
         """The location's path on its file system (``bucket/prefix`` on object stores)."""
-        scheme, rest = _split(self.uri)
+        scheme, rest = split_uri(self.uri)
         if scheme == "file":
             return os.path.abspath(rest)
         if self.scheme in ("abfs", "abfss"):
@@ -227,7 +155,7 @@ class Location:
         """The canonical URI: an absolute local path, or ``s3://`` for ``s3a://`` (delta-rs)."""
         if self.is_local:
             return self.path
-        scheme, rest = _split(self.uri)
+        scheme, rest = split_uri(self.uri)
         if scheme == "s3a":
             return "s3://" + rest.rstrip("/")
         return f"{scheme}://{rest.rstrip('/')}"
@@ -260,7 +188,7 @@ class Location:
         """The pyarrow file system serving this location (built once per process)."""
         cached = self.__dict__.get("_fs")
         if cached is None:
-            cached = _filesystem(self.scheme, self.uri, self.options)
+            cached = file_system(self.scheme, self.uri, self.options)
             object.__setattr__(self, "_fs", cached)
         return cached
 
@@ -286,7 +214,7 @@ class Location:
                 )
             if "AWS_S3_LOCKING_PROVIDER" not in options:
                 options.setdefault("AWS_CONDITIONAL_PUT", "etag")
-            endpoint = _s3_endpoint(self.options)
+            endpoint = s3_endpoint(self.options)
             if endpoint is not None:
                 options["AWS_ENDPOINT_URL"] = endpoint
                 if endpoint.startswith("http://"):
@@ -299,8 +227,8 @@ class Location:
 
     def _fail(self, what: str, error: BaseException) -> StorageError:
         # The error names the location, never its options (they may hold credentials).
-        kind = StorageNotFoundError if _not_found(error) else StorageError
-        return kind(f"cannot {what} {self.url}: {_describe(error)}")
+        kind = StorageNotFoundError if not_found(error) else StorageError
+        return kind(f"cannot {what} {self.url}: {describe_error(error)}")
 
     def _read_failure(self, error: OSError) -> StorageError:
         """The typed error for ``error``, raised by a read of this file after it was opened.
@@ -310,15 +238,16 @@ class Location:
         Failed to flush response stream``, its status lost. So a failed read asks the store
         whether the object is still there (one request, on the error path only).
         """
-        if _not_found(error):
+        if not_found(error):
             return self._fail("read", error)
         try:
             gone = self.fs.get_file_info(self.path).type == pafs.FileType.NotFound
         except OSError:
             gone = False  # the store cannot say: report what the read said
         if gone:
+            why = describe_error(error)
             return StorageNotFoundError(
-                f"cannot read {self.url}: it was deleted after it was opened ({_describe(error)})"
+                f"cannot read {self.url}: it was deleted after it was opened ({why})"
             )
         return self._fail("read", error)
 
@@ -383,7 +312,7 @@ class Location:
         try:
             stream = self.fs.open_input_stream(self.path)
         except OSError as e:
-            if _not_found(e):
+            if not_found(e):
                 return None
             raise self._fail("open", e) from e
         try:
@@ -445,7 +374,7 @@ class Location:
         try:
             infos = self.fs.get_file_info(selector)
         except OSError as e:
-            if _not_found(e):
+            if not_found(e):
                 return []
             raise self._fail("list", e) from e
         base = self.path.rstrip("/") + "/"
@@ -469,7 +398,7 @@ class Location:
         fsynced and renamed over the target, so the bytes survive a crash once this returns.
         """
         if self.is_local:
-            _write_local_atomically(self.path, data)
+            write_local_atomically(self.path, data)
             return
         try:
             with self.fs.open_output_stream(self.path) as stream:
@@ -486,7 +415,7 @@ class Location:
         try:
             if self.is_local:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                return _SyncedFile(self.path, "wb")
+                return SyncedFile(self.path, "wb")
             return cast(BinaryIO, self.fs.open_output_stream(self.path))
         except OSError as e:
             raise self._fail("create", e) from e
@@ -530,7 +459,7 @@ class Location:
         except FileNotFoundError:
             return False
         except OSError as e:
-            if _not_found(e):
+            if not_found(e):
                 return False
             raise self._fail("delete", e) from e
         return True
@@ -541,148 +470,13 @@ class Location:
             try:
                 self.fs.delete_dir(self.path)
             except OSError as e:
-                if not _not_found(e):
+                if not not_found(e):
                     raise self._fail("delete", e) from e
 
     def make_dirs(self) -> None:
         """Create the directory locally (object stores have none to create)."""
         if self.is_local:
             os.makedirs(self.path, exist_ok=True)
-
-
-class _SyncedFile(io.FileIO):
-    """A local file that is fsynced when closed."""
-
-    def close(self) -> None:
-        if not self.closed:
-            self.flush()
-            os.fsync(self.fileno())
-        super().close()
-
-
-_NOT_FOUND = (
-    "Path does not exist",  # pyarrow, at the open (a HEAD that found nothing)
-    "NoSuchKey",
-    "NO_SUCH_KEY",  # a GET on AWS S3 of a key deleted after the open
-    "RESOURCE_NOT_FOUND",  # the same from other S3 servers (moto, MinIO) and a 404 without body
-    "BlobNotFound",  # Azure
-)
-
-
-def _not_found(error: BaseException) -> bool:
-    if isinstance(error, FileNotFoundError) or getattr(error, "errno", None) == errno.ENOENT:
-        return True
-    text = str(error)
-    return any(marker in text for marker in _NOT_FOUND)
-
-
-_REFUSED = (
-    "ACCESS_DENIED",
-    "AccessDenied",
-    "SIGNATURE_DOES_NOT_MATCH",
-    "SignatureDoesNotMatch",
-    "InvalidAccessKeyId",
-    "INVALID_ACCESS_KEY_ID",
-    "AuthorizationFailure",
-    "AuthenticationFailed",
-    "HTTP status 403",
-    "403 Forbidden",
-)
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    first = text.splitlines()[0][:500]
-    if any(marker in text for marker in _REFUSED):
-        # Say what to check; the store's own words ("No response body") rarely do.
-        first += (
-            "; the store refused these credentials: check the access key and secret "
-            "(storageOptions.*, spark.hadoop.fs.s3a.*, or the environment's credential chain) "
-            "and that they may read and write this bucket"
-        )
-    return first
-
-
-def _s3_endpoint(options: StorageOptions) -> str | None:
-    endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT_URL_S3")
-    if endpoint is None:
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint is None:
-        return None
-    if "://" not in endpoint:  # s3a's endpoints often have no scheme
-        ssl = (options.get("AWS_SSL") or "true").lower() != "false"
-        endpoint = ("https://" if ssl else "http://") + endpoint
-    return endpoint.rstrip("/")
-
-
-def _filesystem(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSystem:
-    if scheme == "file":
-        return pafs.LocalFileSystem()
-    try:
-        if scheme == "s3":
-            return _s3(options)
-        if scheme == "gs":
-            return pafs.GcsFileSystem(
-                **({"endpoint_override": e} if (e := options.get("GOOGLE_ENDPOINT_URL")) else {})
-            )
-        if scheme in ("abfs", "abfss", "az"):
-            _, rest = _split(uri)
-            account = options.get("AZURE_STORAGE_ACCOUNT_NAME")
-            if account is None and "@" in rest:
-                account = rest.partition("@")[2].split(".", 1)[0]
-            if account is None:
-                raise ConfigError(
-                    f"{uri!r} names no storage account: write abfss://container@account.dfs."
-                    f"core.windows.net/path, or set storageOptions.AZURE_STORAGE_ACCOUNT_NAME"
-                )
-            key = options.get("AZURE_STORAGE_ACCOUNT_KEY")
-            return pafs.AzureFileSystem(account, **({"account_key": key} if key else {}))
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise StorageError(
-            f"cannot set up the {scheme} file system for {uri}: {_describe(e)}"
-        ) from e
-    raise StorageError(f"no file system for {uri!r}")
-
-
-def _s3(options: StorageOptions) -> pafs.S3FileSystem:
-    kwargs: dict[str, Any] = {}
-    key, secret = options.get("AWS_ACCESS_KEY_ID"), options.get("AWS_SECRET_ACCESS_KEY")
-    if key and secret:
-        kwargs["access_key"], kwargs["secret_key"] = key, secret
-        if token := options.get("AWS_SESSION_TOKEN"):
-            kwargs["session_token"] = token
-    if region := (options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION")):
-        kwargs["region"] = region
-    endpoint = _s3_endpoint(options)
-    if endpoint is not None:
-        parts = urlsplit(endpoint)
-        kwargs["endpoint_override"] = parts.netloc + parts.path
-        kwargs["scheme"] = parts.scheme or "https"
-    if (options.get("AWS_PATH_STYLE") or "").lower() == "false":
-        kwargs["force_virtual_addressing"] = True
-    return pafs.S3FileSystem(**kwargs)
-
-
-def _write_local_atomically(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class InputFile:

@@ -1,0 +1,199 @@
+"""The file systems behind locations: pyarrow's clients, local atomic writes, error meanings.
+
+:class:`~spark_ckpt.state.storage.Location` is the one way spark-ckpt touches storage; this
+module holds what it is built on: which pyarrow file system serves a URI and how it is
+configured from :class:`StorageOptions` (:func:`file_system`), the local-disk writes that must
+be atomic or durable (:func:`write_local_atomically`, :class:`SyncedFile`), and what a store's
+error means (:func:`not_found`, :func:`describe_error`: "gone" versus "cannot read", and a
+message that names what to check without showing credentials). Runs on the driver and on
+executors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from spark_ckpt.errors import ConfigError, StorageError
+from spark_ckpt.state.storage_options import StorageOptions
+
+__all__ = [
+    "SyncedFile",
+    "describe_error",
+    "file_system",
+    "not_found",
+    "s3_endpoint",
+    "split_uri",
+    "write_local_atomically",
+]
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """``(scheme, rest)`` of a location's URI; a path without a scheme is local."""
+    if "://" not in uri:
+        if uri.startswith("file:"):
+            return "file", uri[len("file:") :]
+        return "file", uri
+    scheme, _, rest = uri.partition("://")
+    return scheme.lower(), rest
+
+
+class SyncedFile(io.FileIO):
+    """A local file that is fsynced when closed."""
+
+    def close(self) -> None:
+        """Flush, fsync and close (once)."""
+        if not self.closed:
+            self.flush()
+            os.fsync(self.fileno())
+        super().close()
+
+
+_NOT_FOUND = (
+    "Path does not exist",  # pyarrow, at the open (a HEAD that found nothing)
+    "NoSuchKey",
+    "NO_SUCH_KEY",  # a GET on AWS S3 of a key deleted after the open
+    "RESOURCE_NOT_FOUND",  # the same from other S3 servers (moto, MinIO) and a 404 without body
+    "BlobNotFound",  # Azure
+)
+
+
+def not_found(error: BaseException) -> bool:
+    """True when ``error`` says the file (object) is not there, on any store."""
+    if isinstance(error, FileNotFoundError) or getattr(error, "errno", None) == errno.ENOENT:
+        return True
+    text = str(error)
+    return any(marker in text for marker in _NOT_FOUND)
+
+
+_REFUSED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "INVALID_ACCESS_KEY_ID",
+    "AuthorizationFailure",
+    "AuthenticationFailed",
+    "HTTP status 403",
+    "403 Forbidden",
+)
+
+
+def describe_error(error: BaseException) -> str:
+    """The first line of a store's error, with what to check when it refused the credentials."""
+    text = str(error).strip() or type(error).__name__
+    first = text.splitlines()[0][:500]
+    if any(marker in text for marker in _REFUSED):
+        # Say what to check; the store's own words ("No response body") rarely do.
+        first += (
+            "; the store refused these credentials: check the access key and secret "
+            "(storageOptions.*, spark.hadoop.fs.s3a.*, or the environment's credential chain) "
+            "and that they may read and write this bucket"
+        )
+    return first
+
+
+def s3_endpoint(options: StorageOptions) -> str | None:
+    """The S3 endpoint URL from the options, else the environment (None: AWS's own)."""
+    endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT_URL_S3")
+    if endpoint is None:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None:
+        return None
+    if "://" not in endpoint:  # s3a's endpoints often have no scheme
+        ssl = (options.get("AWS_SSL") or "true").lower() != "false"
+        endpoint = ("https://" if ssl else "http://") + endpoint
+    return endpoint.rstrip("/")
+
+
+def file_system(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSystem:
+    """The pyarrow file system serving ``uri`` (a :class:`Location`'s canonical ``scheme``).
+
+    Raises
+    ------
+    ConfigError
+        An Azure URI that names no storage account.
+    StorageError
+        When pyarrow cannot set the client up (the message shows no credentials).
+    """
+    if scheme == "file":
+        return pafs.LocalFileSystem()
+    try:
+        if scheme == "s3":
+            return _s3(options)
+        if scheme == "gs":
+            return pafs.GcsFileSystem(
+                **({"endpoint_override": e} if (e := options.get("GOOGLE_ENDPOINT_URL")) else {})
+            )
+        if scheme in ("abfs", "abfss", "az"):
+            _, rest = split_uri(uri)
+            account = options.get("AZURE_STORAGE_ACCOUNT_NAME")
+            if account is None and "@" in rest:
+                account = rest.partition("@")[2].split(".", 1)[0]
+            if account is None:
+                raise ConfigError(
+                    f"{uri!r} names no storage account: write abfss://container@account.dfs."
+                    f"core.windows.net/path, or set storageOptions.AZURE_STORAGE_ACCOUNT_NAME"
+                )
+            key = options.get("AZURE_STORAGE_ACCOUNT_KEY")
+            return pafs.AzureFileSystem(account, **({"account_key": key} if key else {}))
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise StorageError(
+            f"cannot set up the {scheme} file system for {uri}: {describe_error(e)}"
+        ) from e
+    raise StorageError(f"no file system for {uri!r}")
+
+
+def _s3(options: StorageOptions) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {}
+    key, secret = options.get("AWS_ACCESS_KEY_ID"), options.get("AWS_SECRET_ACCESS_KEY")
+    if key and secret:
+        kwargs["access_key"], kwargs["secret_key"] = key, secret
+        if token := options.get("AWS_SESSION_TOKEN"):
+            kwargs["session_token"] = token
+    if region := (options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION")):
+        kwargs["region"] = region
+    endpoint = s3_endpoint(options)
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        kwargs["endpoint_override"] = parts.netloc + parts.path
+        kwargs["scheme"] = parts.scheme or "https"
+    if (options.get("AWS_PATH_STYLE") or "").lower() == "false":
+        kwargs["force_virtual_addressing"] = True
+    return pafs.S3FileSystem(**kwargs)
+
+
+def write_local_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to the local ``path`` whole or not at all, durably.
+
+    A temporary file in the same directory is written and fsynced, renamed over ``path`` and
+    the directory fsynced, so a reader sees the old or the new bytes, never a part.
+    """
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
