@@ -1,35 +1,9 @@
 """The ``debezium-json`` connector: a directory of Debezium-format ``*.jsonl`` change files.
 
-Offsets
--------
-An offset is the state of the transaction assembler at a cut, small enough to live in Spark's
-offset log::
-
-    {"v": 1, "checkpoint": 7, "emitted": 120, "partial": 0,
-     "scan": ["0003.jsonl", 52311, 804], "consumed": [2, 104858],
-     "open": [["tx-981", "0003.jsonl", 50022, 790], ...],
-     "delivered": {"high": "pg:...:...", "snapshot": ["pg:...", true]}}
-
-``emitted`` transactions (in END order) are before the cut, plus ``partial`` events of the next
-one (always 0 unless the gate is off). ``scan`` is how far the log was consumed; ``consumed``
-counts the files before ``scan``'s file and their bytes; ``open`` lists the transactions consumed
-in part but not emitted, with the position of their first record. ``delivered`` (absent while
-empty) is what recognises Debezium's repeats after the cut: the furthest source position
-delivered, and whether an initial snapshot was delivered and changes after it. With
-``fileOrder=natural`` a last key ``"order": "natural"`` records the file order. To resume at an
-offset, the log is re-read from the earliest open record to ``scan`` keeping only records of the
-open transactions, then normally from ``scan``: the same ``(start, end)`` always yields the same
-rows, because the log is append-only.
-
-Data behind the position is never skipped
------------------------------------------
-The log is append-only by contract, and the reader checks it on every trigger rather than trust
-it. The planner remembers the size of every file it has moved past; each trigger's listing must
-show exactly those files with exactly those sizes before its position. A new file sorting there
-raises :class:`~spark_ckpt.errors.LogOrderError`; a read file that grew, shrank or disappeared
-raises :class:`~spark_ckpt.errors.LogRewrittenError`. After a restart the same is checked against
-the offset's ``consumed`` count. Executors read the listing the plan was made from (names and
-sizes travel in the partition), so what they deliver never depends on what was written since.
+The driver plans batches with a :class:`~.planner.LogPlanner` (which also refuses data behind
+the reader's position) and cuts them at offsets (:class:`~.log_offset.LogOffset`), which Spark
+logs; executors read each partition's range of the log (:func:`read_range`) from the listing it was
+planned from, so the same ``(start, end)`` always yields the same rows.
 """
 
 from __future__ import annotations
@@ -42,11 +16,9 @@ from typing import Any
 import pyarrow as pa
 
 from spark_ckpt.errors import (
-    LogOrderError,
     LogRewrittenError,
     RestoreError,
     SourcePathError,
-    StateFormatError,
     StorageError,
 )
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
@@ -54,338 +26,22 @@ from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
-from ..offsets import OffsetHeader, offset_json, read_offset
 from ..partitions import split_after
 from .log_files import (
     START,
     FileOrder,
     LogFile,
     LogPosition,
-    file_key,
     list_log_files,
-    newest_modified,
-    position_key,
-    read_ahead,
     read_chunks,
 )
+from .log_offset import LogOffset, initial_offset
 from .options import DebeziumOptions
-from .transactions import NOTHING_DELIVERED, Delivered, PlannedUnit, TransactionAssembler
+from .planner import LogPlanner
+from .transactions import NOTHING_DELIVERED, PlannedUnit, TransactionAssembler
 from .types import typed_batch
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
-
-
-@dataclass(frozen=True)
-class LogOffset:
-    """A cut in the change log (see the module docstring for the JSON form).
-
-    Attributes
-    ----------
-    checkpoint
-        Id of the checkpoint this offset ends (-1 for the initial offset).
-    emitted
-        Transactions emitted before the cut, in END order.
-    partial
-        Events of transaction number ``emitted`` emitted before the cut (gate off only).
-    scan
-        Position up to which the log was consumed.
-    consumed
-        ``(files, bytes)`` of the files before ``scan``'s file: what a restart must find there.
-        None in offsets written before it was recorded (nothing to check against).
-    open
-        ``(txn_id, first record position)`` of transactions consumed but not fully emitted,
-        ordered by first position.
-    order
-        The file order the offset's positions are in.
-    delivered
-        What was delivered before the cut, to recognise Debezium's repeats after it.
-    """
-
-    checkpoint: int
-    emitted: int
-    partial: int
-    scan: LogPosition
-    consumed: tuple[int, int] | None
-    open: tuple[tuple[str, LogPosition], ...]
-    order: FileOrder = "name"
-    delivered: Delivered = NOTHING_DELIVERED
-
-    @property
-    def resume(self) -> LogPosition:
-        """Where re-reading must start to rebuild the state at this offset."""
-        firsts = [first for _, first in self.open]
-        return min(firsts, default=self.scan, key=lambda p: position_key(p, self.order))
-
-    def to_json(self) -> dict[str, Any]:
-        """Render in the :mod:`..offsets` envelope, with a fixed key order."""
-        body: dict[str, Any] = {"partial": self.partial, "scan": self.scan.to_json()}
-        if self.consumed is not None:
-            body["consumed"] = list(self.consumed)
-        body["open"] = [[txn_id, *first.to_json()] for txn_id, first in self.open]
-        if self.order != "name":
-            body["order"] = self.order
-        if self.delivered != NOTHING_DELIVERED:
-            high, snapshot = self.delivered
-            body["delivered"] = {
-                "high": high,
-                "snapshot": None if snapshot is None else list(snapshot),
-            }
-        return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> LogOffset:
-        """Parse an offset written by :meth:`to_json`.
-
-        Raises
-        ------
-        LogRewrittenError
-            When ``value`` is not such an offset (for example a checkpoint of another source).
-        """
-        return read_offset(value, "debezium-json", cls._from_body)
-
-    @classmethod
-    def _from_body(cls, header: OffsetHeader, value: Mapping[str, Any]) -> LogOffset:
-        open_items = tuple(
-            (str(item[0]), LogPosition.from_json(list(item[1:]))) for item in value["open"]
-        )
-        consumed = value.get("consumed")
-        order = value.get("order", "name")
-        if order not in ("name", "natural"):
-            raise StateFormatError(f"unknown file order {order!r}")
-        delivered = NOTHING_DELIVERED
-        if "delivered" in value:
-            high = value["delivered"]["high"]
-            snapshot = value["delivered"]["snapshot"]
-            delivered = Delivered(
-                None if high is None else str(high),
-                None if snapshot is None else (snapshot[0], bool(snapshot[1])),
-            )
-        return cls(
-            header.checkpoint,
-            header.emitted,
-            int(value["partial"]),
-            LogPosition.from_json(value["scan"]),
-            None if consumed is None else (int(consumed[0]), int(consumed[1])),
-            open_items,
-            order,
-            delivered,
-        )
-
-
-def initial_offset(order: FileOrder) -> LogOffset:
-    """The offset before the first line of a log read in ``order``."""
-    return LogOffset(-1, 0, 0, START, (0, 0), (), order)
-
-
-class _Planner:
-    """Driver-side planning state after a base offset: assembler, scan head, units and files.
-
-    Besides the transactions, the planner keeps what it has read of the log: ``finished``, the
-    size of every file before the head's file (all consumed), and ``closed_tail``, the head file
-    when its unterminated last line was consumed because a later file existed. Every trigger's
-    listing is checked against them (:meth:`check_listing`) before anything new is read.
-    """
-
-    def __init__(self, log: Location, base: LogOffset, accept_resnapshot: bool = False) -> None:
-        self.log = log
-        self.directory = log.url  # for messages
-        self.order: FileOrder = base.order
-        self.base = base
-        # Released transactions stay in the assembler as units until a batch delivers them.
-        self.assembler = TransactionAssembler(
-            base.emitted,
-            keep_events=False,
-            delivered=base.delivered,
-            accept_resnapshot=accept_resnapshot,
-        )
-        self.files = list_log_files(log, self.order)
-        self.finished = self._check_consumed(base)
-        self.closed_tail: LogFile | None = None
-        only = {txn_id for txn_id, _ in base.open}
-        if only:
-            for chunk in read_chunks(log, self.files, base.resume, base.scan, self.order):
-                self.assembler.feed(chunk, only)
-            self.assembler.regroup(base.scan)
-        self.head = base.scan
-
-    def _key(self, name: str) -> tuple[object, ...]:
-        return file_key(name, self.order)
-
-    def _check_consumed(self, offset: LogOffset) -> dict[str, int]:
-        """The files before ``offset.scan``; they must match its ``consumed`` record."""
-        limit = self._key(offset.scan.file)
-        before = {f.name: f.size for f in self.files if self._key(f.name) < limit}
-        found = (len(before), sum(before.values()))
-        if offset.consumed is not None and found != offset.consumed:
-            files, size = offset.consumed
-            culprit = newest_modified(self.log, list(before))
-            raise LogRewrittenError(
-                f"checkpoint {offset.checkpoint} consumed {files} change-log file(s) of {size} "
-                f"bytes before {offset.scan.file!r} in {self.directory!r}, but {found[0]} "
-                f"file(s) of {found[1]} bytes sort there now: a file was added behind the "
-                f"reader's position, or a file already read was changed or deleted"
-                + (f" (the most recently modified is {culprit!r})" if culprit else "")
-                + ". Files may only be appended while they are the newest, and new files must "
-                "sort after every existing one: undo the change, or start over with a new "
-                "checkpointLocation"
-            )
-        return before
-
-    def check_listing(self, listing: list[LogFile]) -> None:
-        """Refuse a listing that shows data behind the head (driver, once per trigger).
-
-        Raises
-        ------
-        LogOrderError
-            A file the planner has not read sorts before the file it is reading.
-        LogRewrittenError
-            A file already read grew, shrank or disappeared.
-        """
-        head_key = self._key(self.head.file)
-        listed = {f.name: f.size for f in listing}
-        for name, size in listed.items():
-            if self._key(name) >= head_key:
-                continue
-            known = self.finished.get(name)
-            if known is None:
-                raise LogOrderError(
-                    name,
-                    f"change-log file {name!r} appeared in {self.directory!r} after the reader "
-                    f"had moved past its place: it sorts before {self.head.file!r} "
-                    f"(fileOrder={self.order}), which was already read, so its changes cannot "
-                    f"be delivered in log order. Name each new file so that it sorts after "
-                    f"every existing one (zero-pad numbers: b0010.jsonl), or read names with "
-                    f"unpadded numbers with option fileOrder=natural (on a new "
-                    f"checkpointLocation); then move {name!r} out of the directory or rename "
-                    f"it to sort last, and restart the query",
-                )
-            if size != known:
-                raise self._rewritten(name, known, size)
-        for name, known in self.finished.items():
-            if name not in listed:
-                raise self._rewritten(name, known, None)
-        tail = self.closed_tail
-        if tail is not None and listed.get(tail.name) != tail.size:
-            raise self._rewritten(tail.name, tail.size, listed.get(tail.name))
-        if self.head.file and listed.get(self.head.file, -1) < self.head.byte:
-            raise self._rewritten(self.head.file, self.head.byte, listed.get(self.head.file))
-
-    def _rewritten(self, name: str, known: int, size: int | None) -> LogRewrittenError:
-        path = self.log.child(name).url
-        if size is None:
-            what = "was deleted"
-        elif size > known:
-            what = f"grew from {known} to {size} bytes after a later file was read"
-        else:
-            what = f"shrank from {known} to {size} bytes"
-        return LogRewrittenError(
-            f"change-log file {path!r} {what}, but the reader had already consumed it: its "
-            f"changes would be skipped or delivered out of order. A file may only be appended "
-            f"while it is the newest, and files may not be deleted or rewritten while a query "
-            f"reads the log: restore the file, or start over with a new checkpointLocation"
-        )
-
-    @property
-    def pending_changes(self) -> int:
-        return self.assembler.unit_changes - self.base.partial
-
-    def unit_sizes(self) -> list[int]:
-        sizes = self.assembler.unit_sizes()
-        if sizes:
-            sizes[0] -= self.base.partial
-        return sizes
-
-    def scan(self, want: int | None, stop: LogPosition | None) -> None:
-        """List the log, check it, and consume lines until ``want`` changes are pending.
-
-        ``want`` None reads everything available (up to ``stop``).
-        """
-        listing = list_log_files(self.log, self.order)
-        self.check_listing(listing)
-        self.files = listing
-        if want is not None and self.pending_changes >= want:
-            return
-        for chunk in read_ahead(read_chunks(self.log, listing, self.head, stop, self.order)):
-            budget = None if want is None else want - self.pending_changes
-            fed = self.assembler.feed(chunk, budget=budget)
-            if fed.end.file != self.head.file:
-                self._finish_through(fed.end.file)
-            self.head = fed.end
-            if fed.closed_tail:
-                self.closed_tail = LogFile(fed.end.file, fed.end.byte)
-            if want is not None and self.pending_changes >= want:
-                break
-
-    def _finish_through(self, reached: str) -> None:
-        """Record every listed file before ``reached`` as consumed whole."""
-        limit = self._key(reached)
-        for f in self.files:
-            if self._key(f.name) < limit:
-                self.finished.setdefault(f.name, f.size)
-        if self.closed_tail is not None and self._key(self.closed_tail.name) < limit:
-            self.closed_tail = None
-
-    def consumed_before(self, position: LogPosition) -> tuple[int, int]:
-        """``(files, bytes)`` before ``position``'s file (all of them consumed)."""
-        limit = self._key(position.file)
-        sizes = [size for name, size in self.finished.items() if self._key(name) < limit]
-        return len(sizes), sum(sizes)
-
-    def files_for(self, start: LogOffset, end: LogOffset) -> list[LogFile]:
-        """The listing an executor needs to replay ``(start, end]``.
-
-        From the file of ``start``'s earliest open record through the first file after
-        ``end.scan``'s: that later file is what made an unterminated tail a whole line.
-        """
-        low, high = self._key(start.resume.file), self._key(end.scan.file)
-        out: list[LogFile] = []
-        for f in self.files:
-            key = self._key(f.name)
-            if key < low:
-                continue
-            out.append(LogFile(f.name, self.finished.get(f.name, f.size)))
-            if key > high:
-                break
-        return out
-
-    def offset_at(self, cut: Cut, checkpoint: int) -> LogOffset:
-        unit = self.assembler.unit(cut.unit)
-        consumed = self.consumed_before(unit.scan)
-        still_open = list(unit.open_after)
-        if not cut.at_boundary:
-            still_open.append((unit.txn_id, unit.first))
-        still_open.sort(key=lambda item: (position_key(item[1], self.order), item[0]))
-        if cut.at_boundary:
-            emitted, partial = unit.order + 1, 0
-        else:
-            emitted = unit.order
-            partial = (self.base.partial if cut.unit == 0 else 0) + cut.within
-        # A cut inside a unit (gate off) has not delivered it whole: what was delivered is
-        # what the unit before it left, which the base records for the first unit.
-        delivered = unit.delivered if cut.at_boundary else self._delivered_before(cut.unit)
-        return LogOffset(
-            checkpoint,
-            emitted,
-            partial,
-            unit.scan,
-            consumed,
-            tuple(still_open),
-            self.order,
-            delivered,
-        )
-
-    def _delivered_before(self, index: int) -> Delivered:
-        """What was delivered before planned unit ``index``."""
-        return self.base.delivered if index == 0 else self.assembler.unit(index - 1).delivered
-
-    def truncate(self, units: int) -> None:
-        """Forget planned units beyond the first ``units``."""
-        self.assembler.truncate_units(units)
-
-    def advance(self, cut: Cut, end: LogOffset) -> None:
-        """Make ``end`` (the offset at ``cut``) the new base, dropping delivered units."""
-        self.assembler.drop_units(cut.unit + 1 if cut.at_boundary else cut.unit)
-        self.base = end
 
 
 STREAM_AT = 10_000
@@ -468,7 +124,7 @@ class DebeziumJsonConnector(ChangeConnector):
         self.directory = log.url  # for messages
         self.changes_per_partition = changes_per_partition
         self.file_order: FileOrder = file_order
-        self._planner: _Planner | None = None
+        self._planner: LogPlanner | None = None
         self._available_now_target: LogPosition | None = None
 
     def check(self) -> None:
@@ -526,11 +182,11 @@ class DebeziumJsonConnector(ChangeConnector):
                     f"truncated or rewritten since (files may only be appended). Restore the "
                     f"file, or start over with a new checkpointLocation"
                 )
-        self._planner = _Planner(self.log, restored, self.accept_resnapshot)
+        self._planner = LogPlanner(self.log, restored, self.accept_resnapshot)
 
-    def _planner_at(self, start: LogOffset) -> _Planner:
+    def _planner_at(self, start: LogOffset) -> LogPlanner:
         if self._planner is None or self._planner.base != start:
-            self._planner = _Planner(self.log, start, self.accept_resnapshot)
+            self._planner = LogPlanner(self.log, start, self.accept_resnapshot)
         return self._planner
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
@@ -576,7 +232,7 @@ class DebeziumJsonConnector(ChangeConnector):
         planner.advance(cut, end)
         return PlannedBatch(end.to_json(), partitions)
 
-    def _split_points(self, planner: _Planner, cut: Cut) -> list[LogOffset]:
+    def _split_points(self, planner: LogPlanner, cut: Cut) -> list[LogOffset]:
         """Offsets at transaction boundaries inside ``(base, cut)``, about evenly spaced."""
         sizes = planner.unit_sizes()[: cut.unit + 1]
         return [
@@ -586,7 +242,7 @@ class DebeziumJsonConnector(ChangeConnector):
             for index in split_after(sizes, self.changes_per_partition)
         ]
 
-    def _partitions_of(self, planner: _Planner, bounds: list[LogOffset]) -> list[object]:
+    def _partitions_of(self, planner: LogPlanner, bounds: list[LogOffset]) -> list[object]:
         source = self.log.name
         large = [
             unit
@@ -608,7 +264,7 @@ class DebeziumJsonConnector(ChangeConnector):
     def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
         """Re-plan a logged batch after a restart: rebuild the units of ``(start, end]``."""
         first, last = self._parse(start), self._parse(end)
-        planner = _Planner(self.log, first, self.accept_resnapshot)
+        planner = LogPlanner(self.log, first, self.accept_resnapshot)
         planner.scan(None, last.scan)
         total = last.emitted - first.emitted
         needed = total + (1 if last.partial else 0)
