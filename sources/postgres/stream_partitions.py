@@ -9,6 +9,7 @@ at a time (:func:`stream_rows`), with wal2json's native decoder or pgoutput's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 
 from spark_ckpt.errors import ChangeDecodeError
 
+from ..partitions import split_after
 from ..schema import change_batch, with_types
 from .change_store import ChangeStore, Chunk, Span
 from .pgoutput import Relation
@@ -25,7 +27,14 @@ from .types import types_json
 from .wal2json import PgTransaction
 from .wal2json_arrow import ChangeColumns, decode_changes, decode_column_types
 
-__all__ = ["PgStreamPartition", "Piece", "chunk_spans", "fill_partitions", "stream_rows"]
+__all__ = [
+    "PgStreamPartition",
+    "Piece",
+    "chunk_spans",
+    "fill_partitions",
+    "plan_stream_partitions",
+    "stream_rows",
+]
 
 
 Piece = tuple[int, int, int | None, int, int, int]
@@ -79,6 +88,37 @@ def chunk_spans(part: list[tuple[PgTransaction, Piece]]) -> tuple[Span, ...]:
         else:
             ranges.append((txn.store, first, count))
     return tuple(span for store, first, count in ranges for span in store.spans(first, count))
+
+
+def plan_stream_partitions(
+    txns: list[PgTransaction],
+    emitted: int,
+    limit: int,
+    source: str,
+    relations: tuple[Relation, ...],
+) -> list[object]:
+    """The partitions of a batch's transactions, ``emitted`` before them (driver, per batch).
+
+    At transaction boundaries, in runs of about ``limit`` changes, and at least two runs when
+    there is enough work for both executor cores; a transaction larger than a partition is split
+    into parts (each knows its first event index). ``relations`` are the pgoutput relations the
+    changes refer to (empty for wal2json).
+    """
+    sizes = [t.size for t in txns]
+    bounds = [0, *(i + 1 for i in split_after(sizes, limit, spread=2))]
+    partitions: list[object] = []
+    for lo, hi in itertools.pairwise([*bounds, len(txns)]):
+        pieces: list[tuple[PgTransaction, Piece]] = []
+        for order, t in enumerate(txns[lo:hi], start=emitted + lo):
+            for start in range(0, t.size, limit):
+                count = min(limit, t.size - start)
+                pieces.append((t, (t.xid, order, t.commit_ts_us, t.size, start, count)))
+        for part in fill_partitions(pieces, limit):
+            spans = chunk_spans(part)
+            partitions.append(
+                PgStreamPartition(source, tuple(p for _, p in part), spans, relations)
+            )
+    return partitions
 
 
 def stream_rows(

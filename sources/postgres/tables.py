@@ -17,9 +17,17 @@ from psycopg import sql
 
 from spark_ckpt.errors import TableCaptureError
 
+from .connect import connect
 from .wal2json import NumberText, normalize_value
 
-__all__ = ["FLOAT_TYPES", "INTEGER_TYPES", "TableInfo", "describe_tables", "parse_text_value"]
+__all__ = [
+    "FLOAT_TYPES",
+    "INTEGER_TYPES",
+    "TableInfo",
+    "TypeNames",
+    "describe_tables",
+    "parse_text_value",
+]
 
 INTEGER_TYPES = frozenset({"smallint", "integer", "bigint", "oid"})
 """Column types whose values are JSON integers (``format_type`` spelling)."""
@@ -145,3 +153,34 @@ def describe_tables(conn: psycopg.Connection[Any], names: list[str]) -> list[Tab
             )
         )
     return infos
+
+
+class TypeNames:
+    """``format_type`` names of pgoutput's column types, looked up in the catalog (driver).
+
+    pgoutput describes a column by type oid and modifier; the ``column_types`` column wants the
+    name ``format_type`` gives (as wal2json writes it). Asked while the slot's connection
+    streams a peek, so it queries on a connection of its own, once per new pair.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._names: dict[tuple[int, int], str] = {}
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __call__(self, oid: int, typmod: int) -> str:
+        """The type's name (``unknown`` when the catalog has none)."""
+        name = self._names.get((oid, typmod))
+        if name is None:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.dsn)
+            row = self._conn.execute(
+                "SELECT format_type(%s::oid, %s::int)", (oid, typmod)
+            ).fetchone()
+            name = self._names[(oid, typmod)] = str(row[0]) if row else "unknown"
+        return name
+
+    def close(self) -> None:
+        """Close its connection (driver, at the connector's stop)."""
+        if self._conn is not None:
+            self._conn.close()

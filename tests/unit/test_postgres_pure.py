@@ -16,9 +16,9 @@ from spark_ckpt.errors import (
 )
 from spark_ckpt.sources.options import SourceOptions
 from spark_ckpt.sources.postgres.connect import redact_dsn, scrub
-from spark_ckpt.sources.postgres.connector import PgOffset
 from spark_ckpt.sources.postgres.lsn import format_lsn, parse_lsn
 from spark_ckpt.sources.postgres.options import PostgresOptions
+from spark_ckpt.sources.postgres.pg_offset import PgOffset
 from spark_ckpt.sources.postgres.snapshot_progress import SnapshotProgress
 from spark_ckpt.sources.postgres.tables import parse_text_value
 from spark_ckpt.sources.postgres.wal2json import (
