@@ -98,19 +98,33 @@ def error_classes() -> list[type[errors.SparkCkptError]]:
     ]
 
 
+def _error_link(error: type[BaseException]) -> str:
+    # A spark-ckpt error links to its own section (the heading's anchor); a builtin does not.
+    name = error.__name__
+    return (
+        f"[`{name}`](#{name.lower()})" if issubclass(error, errors.SparkCkptError) else f"`{name}`"
+    )
+
+
 def _errors() -> str:
     sections = []
     for error in error_classes():
         if not error.__doc__:
             raise MissingReferenceError(f"{error.__name__} has no docstring to document")
-        bases = ", ".join(f"`{base.__name__}`" for base in error.__bases__)
+        bases = ", ".join(_error_link(base) for base in error.__bases__)
         sections.append(
             f"### {error.__name__}\n\n*is a* {bases}\n\n{docstring_markdown(error.__doc__)}\n"
         )
     return "\n".join(sections)
 
 
-def _options_table(action: argparse.Action) -> str:
+def _sentence(text: str) -> str:
+    # argparse help is a lower-case phrase; the reference shows it as a sentence.
+    text = _cell(text)
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _argument_row(action: argparse.Action) -> str:
     if action.option_strings:
         name = ", ".join(f"`{o}`" for o in action.option_strings)
         if action.nargs != 0:
@@ -142,13 +156,13 @@ def _cli() -> str:
             raise MissingReferenceError(f"'{command}' has no help or description to document")
         usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
         rows = [
-            _options_table(a)
+            _argument_row(a)
             for a in parser._actions
             if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS
         ]
         table = "| argument | meaning |\n|---|---|\n" + "\n".join(rows) + "\n" if rows else ""
         sections.append(
-            f"### spark-ckpt {' '.join(words)}\n\n{_cell(summary)}.\n\n"
+            f"### spark-ckpt {' '.join(words)}\n\n{_sentence(summary)}\n\n"
             f"```\n{usage}\n```\n\n{_cell(parser.description)}\n\n{table}"
         )
     return "\n".join(sections)

@@ -154,7 +154,7 @@ def test_every_error_class_in_the_package_is_in_the_reference() -> None:
     assert len(classes) > 30
     assert classes - documented == set()
     assert "ChangeLogError" in documented
-    assert "*is a* `ConfigError`" in page
+    assert "*is a* [`ConfigError`](#configerror)" in page
 
 
 def _cli_commands(
