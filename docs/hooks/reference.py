@@ -125,13 +125,15 @@ def _sentence(text: str) -> str:
 
 
 def _argument_row(action: argparse.Action) -> str:
+    if not action.help:
+        raise MissingReferenceError(f"the argument {action.dest!r} has no help to document")
     if action.option_strings:
         name = ", ".join(f"`{o}`" for o in action.option_strings)
         if action.nargs != 0:
             name += f" `{action.metavar or action.dest.upper()}`"
     else:
         name = f"`{action.metavar or action.dest}`"
-    return f"| {name} | {_cell(action.help or '')} |"
+    return f"| {name} | {_cell(action.help)} |"
 
 
 def commands(
@@ -148,22 +150,33 @@ def commands(
     return found
 
 
+def _arguments(parser: argparse.ArgumentParser) -> str:
+    # A command's own arguments (not its sub-commands, which get sections of their own).
+    rows = [
+        _argument_row(a)
+        for a in parser._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and a.help != argparse.SUPPRESS
+    ]
+    return "| argument | meaning |\n|---|---|\n" + "\n".join(rows) + "\n" if rows else ""
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    return " ".join(parser.format_usage().split()).removeprefix("usage: ")
+
+
 def _cli() -> str:
-    sections = []
-    for words, parser, summary in commands(build_parser()):
+    main = build_parser()
+    sections = [
+        f"```\n{_usage(main)}\n```\n\n{_cell(main.description or '')}\n\n{_arguments(main)}"
+    ]
+    for words, parser, summary in commands(main):
         if not summary or not parser.description:
             command = " ".join(words)
             raise MissingReferenceError(f"'{command}' has no help or description to document")
-        usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
-        rows = [
-            _argument_row(a)
-            for a in parser._actions
-            if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS
-        ]
-        table = "| argument | meaning |\n|---|---|\n" + "\n".join(rows) + "\n" if rows else ""
         sections.append(
             f"### spark-ckpt {' '.join(words)}\n\n{_sentence(summary)}\n\n"
-            f"```\n{usage}\n```\n\n{_cell(parser.description)}\n\n{table}"
+            f"```\n{_usage(parser)}\n```\n\n{_cell(parser.description)}\n\n{_arguments(parser)}"
         )
     return "\n".join(sections)
 

@@ -170,8 +170,10 @@ def _cli_commands(
 
 def test_every_cli_command_and_argument_is_in_the_reference() -> None:
     page = _page("cli.md")
-    commands = list(_cli_commands(build_parser()))
+    main = build_parser()
+    commands = list(_cli_commands(main))
     assert len(commands) >= 7
+    assert "`--version`" in page.split("\n### ", 1)[0], "the command's own --version is missing"
     for words, parser in commands:
         heading = "### spark-ckpt " + " ".join(words)
         assert heading in page, f"{heading!r} is missing"
@@ -219,6 +221,16 @@ def test_a_missing_row_error_or_command_fails_the_checks(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(reference, "build_parser", parser_with_bare_command)
     with pytest.raises(reference.MissingReferenceError, match="'bare'"):
+        reference.render("<!-- reference: cli -->")
+
+    def parser_with_bare_argument() -> argparse.ArgumentParser:
+        parser = build_parser()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.add_parser("new", help="a command", description="A command.").add_argument("--bare")
+        return parser
+
+    monkeypatch.setattr(reference, "build_parser", parser_with_bare_argument)
+    with pytest.raises(reference.MissingReferenceError, match="'bare' has no help"):
         reference.render("<!-- reference: cli -->")
 
     with pytest.raises(reference.MissingReferenceError, match="no reference table 'nope'"):
