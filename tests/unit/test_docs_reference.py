@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -96,18 +96,16 @@ def _placeholder_rows(prefixes: list[str], rows: set[str]) -> set[str]:
     return {p for p in prefixes if not any(r.startswith(p + "<") for r in rows)}
 
 
-def test_every_source_option_the_parser_accepts_is_in_the_reference() -> None:
-    names, prefixes = _source_accepted()
-    rows = _rows(_page("source-options.md"))
-    assert names
-    assert prefixes
-    assert set(names) - rows == set()
-    assert _placeholder_rows(prefixes, rows) == set()
-
-
-def test_every_sink_option_the_parser_accepts_is_in_the_reference() -> None:
-    names, prefixes = _sink_accepted()
-    rows = _rows(_page("sink-options.md"))
+@pytest.mark.parametrize(
+    ("page", "accepted"),
+    [("source-options.md", _source_accepted), ("sink-options.md", _sink_accepted)],
+    ids=["txn-cdc", "delta-2pc"],
+)
+def test_every_option_the_parser_accepts_is_in_the_reference(
+    page: str, accepted: Callable[[], tuple[list[str], list[str]]]
+) -> None:
+    names, prefixes = accepted()
+    rows = _rows(_page(page))
     assert names
     assert prefixes
     assert set(names) - rows == set()
