@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import pkgutil
 import sys
 from collections.abc import Callable, Iterator
@@ -62,12 +63,13 @@ def _accepted(parse: Any, options: dict[str, str]) -> tuple[list[str], list[str]
     seen: dict[str, list[str]] = {"names": [], "prefixes": []}
     original = option_model.OptionReader.__init__
 
-    def spy(self: Any, options: Any, owner: str, names: Any, *a: Any, **kw: Any) -> None:
-        names = list(names)
-        prefixes = list(kw.get("prefixes", a[1] if len(a) > 1 else ()))
-        seen["names"] += names
-        seen["prefixes"] += prefixes
-        original(self, options, owner, names, *a, **{**kw, "prefixes": prefixes})
+    def spy(*args: Any, **kwargs: Any) -> None:
+        call = inspect.signature(original).bind(*args, **kwargs)
+        call.arguments["names"] = list(call.arguments["names"])  # iterables are read once
+        call.arguments["prefixes"] = list(call.arguments.get("prefixes", ()))
+        seen["names"] += call.arguments["names"]
+        seen["prefixes"] += call.arguments["prefixes"]
+        original(*call.args, **call.kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(option_model.OptionReader, "__init__", spy)
