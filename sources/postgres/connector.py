@@ -326,7 +326,7 @@ class PostgresConnector(ChangeConnector):
             self.source,
             self.slot_name,
             self._described(),
-            self.spill.directory.child("chunks"),
+            self._incremental.directory,
             self.chunk_rows,
             self.parallelism,
             self.slot.connection,
@@ -601,8 +601,7 @@ class PostgresConnector(ChangeConnector):
             # A re-run of the snapshot batch whose spill did not survive: take it again.
             _log.warning("postgres snapshot of slot %s is taken again", self.slot_name)
             self._task = None
-            if not self._tables:
-                self._tables = describe_tables(self.slot.connection(), self.table_names)
+            self._described()
             self._plan_snapshot(rerun=True)
             task = self._task
             assert task is not None
