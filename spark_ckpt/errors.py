@@ -36,6 +36,7 @@ __all__ = [
     "RestoreError",
     "SavepointError",
     "SavepointRestoreError",
+    "SchemaChangeError",
     "SlotInvalidatedError",
     "SourceConnectionError",
     "SourcePathError",
@@ -262,6 +263,15 @@ class MirrorSchemaError(TableIncompatibleError):
 
     Raised in the batch's pre-commit, before Spark completes the batch: nothing of it is
     published, and the query stops until the table or the stream is fixed.
+    """
+
+
+class SchemaChangeError(MirrorSchemaError):
+    """A source table's schema changed and the mirror's ``schemaChangeBehavior`` is ``fail``.
+
+    The message names the table, what changed and where in the source. Raised in the batch's
+    pre-commit: nothing of the batch is published, and the query stops until it is restarted
+    with another behavior for that table.
     """
 
 
