@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.options import OptionReader, OptionSpec, option_names
+from spark_ckpt.model.schema_changes import BEHAVIORS, Behavior
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.mirrors import CHANGES_TABLE
 from spark_ckpt.state.storage import Location, StorageOptions
@@ -17,6 +18,8 @@ MODES = ("append", "mirror")
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
 _SPARK_OPTIONS = ("queryname",)
 STORAGE_PREFIX = "storageOptions."
+BEHAVIOR_PREFIX = "schemaChangeBehavior."
+"""``schemaChangeBehavior.<schema.table>``: one table's schema change behavior."""
 """``storageOptions.<KEY>``: a storage option (endpoint, region, credentials) for the sink."""
 
 SINK_OPTIONS = (
@@ -72,6 +75,18 @@ SINK_OPTIONS = (
         "`__start_at` / `__end_at`",
         default="1",
     ),
+    OptionSpec(
+        "schemaChangeBehavior",
+        "`mode=mirror`: what a mirror does when its source table's schema changes: `evolve` "
+        "follows it, `fail` stops the query, `ignore` keeps the mirror's columns, `lenient` "
+        "follows without dropping columns (see Schema changes)",
+        default="evolve",
+    ),
+    OptionSpec(
+        BEHAVIOR_PREFIX,
+        "`mode=mirror`: `schemaChangeBehavior` for one source table, overriding the query's",
+        placeholder="schema.table",
+    ),
 )
 """Every ``delta-2pc`` option, documented: the reference's table and the accepted names."""
 _NAMES = option_names(SINK_OPTIONS)
@@ -107,6 +122,9 @@ class SinkOptions:
     scd
         Mirror mode: ``1`` keeps each key's current row, ``2`` every version of it, valid from
         ``__start_at`` to ``__end_at`` (null while current).
+    schema_change_behavior
+        Mirror mode: what a mirror does on its source table's schema change
+        (:mod:`~spark_ckpt.sinks.mirror.evolution`).
     """
 
     path: str
@@ -118,6 +136,13 @@ class SinkOptions:
     storage: StorageOptions = field(default_factory=StorageOptions)
     mirror_root: str | None = None
     scd: int = 1
+    schema_change_behavior: Behavior = "evolve"
+    table_behaviors: tuple[tuple[str, Behavior], ...] = ()
+    """``(schema.table lower-cased, behavior)`` for the tables with their own behavior."""
+
+    def behavior_of(self, table: str) -> Behavior:
+        """The schema change behavior of the mirror of source table ``table``."""
+        return dict(self.table_behaviors).get(table.lower(), self.schema_change_behavior)
 
     @property
     def table(self) -> Location:
@@ -150,7 +175,11 @@ class SinkOptions:
             For a path with a scheme no store supports.
         """
         reader = OptionReader(
-            options, "delta-2pc", _NAMES, ignored=_SPARK_OPTIONS, prefixes=(STORAGE_PREFIX,)
+            options,
+            "delta-2pc",
+            _NAMES,
+            ignored=_SPARK_OPTIONS,
+            prefixes=(STORAGE_PREFIX, BEHAVIOR_PREFIX),
         )
         path = reader.required(
             "path",
@@ -163,6 +192,7 @@ class SinkOptions:
             path = reader.text("changeLog") or Location(path).child(CHANGES_TABLE).url
         else:
             reader.forbid("scd", "no value outside mode=mirror")
+            reader.forbid("schemaChangeBehavior", "no value outside mode=mirror")
             reader.forbid(
                 "changeLog",
                 "no value outside mode=mirror (in append mode, 'path' is the change log)",
@@ -190,7 +220,23 @@ class SinkOptions:
             storage=merged,
             mirror_root=mirror_root,
             scd=int(reader.choice("scd", ("1", "2"), "1")),
+            schema_change_behavior=reader.choice("schemaChangeBehavior", BEHAVIORS, "evolve"),
+            table_behaviors=_table_behaviors(reader),
         )
         parsed.table.delta_options()  # refuses unsafe settings (AWS_S3_ALLOW_UNSAFE_RENAME)
         parsed.checkpoint()  # refuses an unknown scheme
         return parsed
+
+
+def _table_behaviors(reader: OptionReader) -> tuple[tuple[str, Behavior], ...]:
+    """The ``schemaChangeBehavior.<schema.table>`` options, checked (driver and executors)."""
+    behaviors: list[tuple[str, Behavior]] = []
+    for table, value in sorted(reader.prefixed(BEHAVIOR_PREFIX).items()):
+        matches = [b for b in BEHAVIORS if b == value.strip().lower()]
+        if not matches or "." not in table:
+            raise ConfigError(
+                f"delta-2pc option {BEHAVIOR_PREFIX}{table}={value!r}: name a source table as "
+                f"schema.table after the dot, and give one of: {', '.join(BEHAVIORS)}"
+            )
+        behaviors.append((table, matches[0]))
+    return tuple(behaviors)

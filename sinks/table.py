@@ -279,6 +279,9 @@ class BatchCommit:
         Which attempt of the batch staged the files.
     metadata
         More ``commitInfo`` entries (a mirror's checkpoint index keeps its versions there).
+    overwrite
+        The commit replaces every file of the table (``adds`` are all it holds after) and
+        sets ``schema`` as it is: a mirror following a rename, drop or type change.
     """
 
     query_id: str
@@ -289,6 +292,7 @@ class BatchCommit:
     partition_by: Sequence[str] = ()
     attempt: str = ""
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    overwrite: bool = False
 
 
 CONFLICT_ATTEMPTS = 8
@@ -361,6 +365,18 @@ def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) 
                 raise
             raise CommitFailedError(f"the table was created concurrently: {e}") from e
         return 0
+    if batch.overwrite:
+        # delta-rs removes every file of the snapshot itself, and writes the schema as given
+        # (an append keeps the table's, whatever the schema passed).
+        delta.create_write_transaction(
+            list(adds),
+            "overwrite",
+            batch.schema,
+            partition_by=list(batch.partition_by) or None,
+            commit_properties=properties,
+            post_commithook_properties=hooks,
+        )
+        return committed_version(delta, batch.query_id, batch.batch_id)
     _add_new_columns(delta, batch.schema, batch.batch_id)
     now = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = list(adds)

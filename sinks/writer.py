@@ -212,6 +212,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 batchId,
                 manifest.attempt,
                 history=self.options.scd == 2,
+                behavior_of=self.options.behavior_of,
             )
             manifest = dataclasses.replace(manifest, mirror=plan)
         precommit(store, manifest)

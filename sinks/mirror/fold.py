@@ -12,7 +12,10 @@ last state of every primary key the batch touched, so the changes are folded in
   and the new row takes its missing columns from the old key's row;
 - ``d``: the key is deleted;
 - ``t`` (truncate, where a connector carries it): everything before it is dropped and the table is
-  emptied.
+  emptied;
+- ``s`` (a schema change): the rows folded so far are carried over to the new schema (renamed and
+  dropped columns, an added column's value for rows that existed), and the event is kept for the
+  mirror to follow (:mod:`.evolution`).
 
 Pure (no Spark, no I/O); runs on the driver in the batch's pre-commit.
 """
@@ -20,13 +23,14 @@ Pure (no Spark, no I/O); runs on the driver in the batch's pre-commit.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from spark_ckpt.errors import MirrorChangeError
+from spark_ckpt.errors import MirrorChangeError, StateFormatError
+from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
 from spark_ckpt.state.mirrors import TYPES_COLUMN
 
 from .types import infer_type, to_arrow, widen
@@ -105,6 +109,69 @@ class FoldedTable:
     changes: int = 0
     versions: list[tuple[tuple[Any, ...], RowState, Any]] = field(default_factory=list)
     """SCD type 2: every state a key went through, with the change's commit time, in order."""
+    schema_events: list[tuple[SchemaEvent, str]] = field(default_factory=list)
+    """The table's schema changes in the batch, in order, each with where it is in the source."""
+
+    def follow_schema(self, event: SchemaEvent) -> None:
+        """Carry the rows folded so far over to ``event``'s schema (driver, per event).
+
+        Renamed columns take their new names, dropped ones go, and a whole row (inserted in
+        this batch) reads an added column's value for existing rows, as the source's row does.
+        A new primary key re-keys the rows from their values.
+
+        Raises
+        ------
+        MirrorChangeError
+            A new primary key that a row folded before it does not hold whole.
+        """
+        mapping = event.column_mapping()
+
+        def name(column: str) -> str | None:
+            return mapping.get(column, column)
+
+        defaults = {c.name: c.default for c in event.added() if c.default is not None}
+
+        def carry(state: RowState) -> RowState:
+            if state.values is None:
+                return state
+            values = {str(name(k)): v for k, v in state.values.items() if name(k) is not None}
+            if state.given is None:
+                for column, default in defaults.items():
+                    values.setdefault(column, default)
+                return RowState(values, None, state.from_key)
+            given = frozenset(str(name(k)) for k in state.given if name(k) is not None)
+            return RowState(values, given, state.from_key)
+
+        self.rows = {key: carry(state) for key, state in self.rows.items()}
+        self.versions = [(key, carry(state), at) for key, state, at in self.versions]
+        self.explicit_types = {
+            str(name(k)): t for k, t in self.explicit_types.items() if name(k) is not None
+        }
+        self.explicit_types.update({c.name: c.type for c in event.added()})
+        new_key = event.after.key
+        renamed_key = tuple(str(name(k)) for k in self.key_columns)
+        if new_key and self.key_columns and new_key != renamed_key:
+            self._rekey(new_key)
+        self.key_columns = new_key or renamed_key
+
+    def _rekey(self, key_columns: tuple[str, ...]) -> None:
+        """Key the rows folded so far by ``key_columns`` (a primary key change)."""
+        rows: dict[tuple[Any, ...], RowState] = {}
+        for key, state in self.rows.items():
+            if state.values is None or state.given is not None:
+                raise MirrorChangeError(
+                    f"table {self.name}: its primary key changed to ({', '.join(key_columns)}) "
+                    f"after a change of key {list(key)} in the same batch that does not carry "
+                    f"the whole row; run the query with a smaller maxChangesPerTrigger so that "
+                    f"the key change starts a batch"
+                )
+            rows[tuple(state.values.get(c) for c in key_columns)] = state
+        self.rows = rows
+        if self.versions:
+            raise MirrorChangeError(
+                f"table {self.name}: its primary key changed mid-batch; an SCD type 2 mirror "
+                f"cannot re-key the versions before it"
+            )
 
     def column_types(self) -> dict[str, str]:
         """Every column's Spark SQL type: the stream's, else inferred from the values.
@@ -271,11 +338,30 @@ def _fold_one(
     return [old, k] if old != k else [k]
 
 
-def fold_changes(changes: pa.Table, history: bool = False) -> dict[str, FoldedTable]:
+def _schema_event(table: str, before: str | None, after: str | None) -> SchemaEvent:
+    try:
+        return SchemaEvent.from_row(table, before, after)
+    except StateFormatError as e:
+        raise MirrorChangeError(str(e)) from e
+
+
+def _position(ordered: pa.Table, index: int) -> str:
+    """Where row ``index`` is in the source, for errors: its transaction and commit time."""
+    txn = ordered.column("txn_id")[index].as_py()
+    return f"transaction {txn} (committed {ordered.column('commit_ts')[index].as_py()})"
+
+
+def fold_changes(
+    changes: pa.Table,
+    history: bool = False,
+    keeps_schema: Callable[[str], bool] = lambda table: False,
+) -> dict[str, FoldedTable]:
     """Fold a batch's change rows (the ``txn-cdc`` schema) per table (driver, per batch).
 
     With ``history`` (SCD type 2) every state a key goes through is kept too, with its
-    change's ``commit_ts``.
+    change's ``commit_ts``. The rows of a table for which ``keeps_schema`` is true (its mirror
+    ignores schema changes) are not carried over to a new schema: each keeps the columns it
+    was written with.
 
     Raises
     ------
@@ -298,7 +384,19 @@ def fold_changes(changes: pa.Table, history: bool = False) -> dict[str, FoldedTa
     lists.append(times)
     folded: dict[str, FoldedTable] = {}
     type_cache: dict[str, dict[str, str]] = {}
-    for table, op, key_text, before_text, after_text, types_text, at in zip(*lists, strict=True):
+    for index, (table, op, key_text, before_text, after_text, types_text, at) in enumerate(
+        zip(*lists, strict=True)
+    ):
+        if op == SCHEMA_CHANGE_OP:
+            event = _schema_event(table, before_text, after_text)
+            current = folded.get(table)
+            if current is None:
+                current = folded[table] = FoldedTable(table, event.after.key)
+            if not keeps_schema(table):
+                current.follow_schema(event)
+            current.schema_events.append((event, _position(ordered, index)))
+            current.changes += 1
+            continue
         if op == "t":
             if history:
                 raise MirrorChangeError(
@@ -326,10 +424,10 @@ def fold_changes(changes: pa.Table, history: bool = False) -> dict[str, FoldedTa
                 f"('{table}:<column>[,<column>...]'); or write this table as a change log only"
             )
         current = folded.get(table)
-        if current is None or not current.key_columns:
-            truncated = current.truncated if current is not None else False
-            count = current.changes if current is not None else 0
-            current = folded[table] = FoldedTable(table, tuple(key), truncated, changes=count)
+        if current is None:
+            current = folded[table] = FoldedTable(table, tuple(key))
+        elif not current.key_columns:
+            current.key_columns = tuple(key)  # the first row after a truncate or schema change
         elif tuple(key) != current.key_columns:
             raise MirrorChangeError(
                 f"table {table}: its changes name different key columns "

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .evolution import ProjectedColumn
+
 __all__ = ["MirrorPlan", "TablePlan"]
 
 
@@ -30,6 +32,12 @@ class TablePlan:
         The mirror's Delta schema after batch N.
     history
         SCD type 2: the folded rows are row versions, and stored rows are kept.
+    projection
+        Where the stored rows' columns come from after a schema change (None: the stored
+        columns by name, new ones NULL).
+    rewrite_all
+        The projection changes stored rows (a rename, a drop, a widening, an added column's
+        value for existing rows): every file of the table is rewritten.
     """
 
     table: str
@@ -40,9 +48,12 @@ class TablePlan:
     truncate: bool
     schema_json: str
     history: bool = False
+    projection: tuple[ProjectedColumn, ...] | None = None
+    rewrite_all: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
+        projection = None if self.projection is None else [c.to_json() for c in self.projection]
         return {
             "table": self.table,
             "directory": self.directory,
@@ -52,11 +63,14 @@ class TablePlan:
             "truncate": self.truncate,
             "schema": self.schema_json,
             "history": self.history,
+            "projection": projection,
+            "rewriteAll": self.rewrite_all,
         }
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> TablePlan:
         """Parse :meth:`to_json` output."""
+        projection = value.get("projection")
         return cls(
             str(value["table"]),
             str(value["directory"]),
@@ -66,6 +80,8 @@ class TablePlan:
             bool(value["truncate"]),
             str(value["schema"]),
             bool(value.get("history", False)),
+            None if projection is None else tuple(ProjectedColumn.from_json(c) for c in projection),
+            bool(value.get("rewriteAll", False)),
         )
 
 

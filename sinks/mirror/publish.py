@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +28,7 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import MirrorSchemaError, PublishError
+from spark_ckpt.model.schema_changes import Behavior
 from spark_ckpt.state.mirrors import (
     CHECKPOINTS_TABLE,
     STAGING_DIR,
@@ -45,10 +46,11 @@ from ..table import (
     conflict_backoff,
     load_table,
 )
+from .evolution import ProjectedColumn, follow, identity, needs_rewrite
 from .fold import END_AT, META_COLUMNS, START_AT, FoldedTable, empty_folded, fold_changes
 from .plan import MirrorPlan, TablePlan
 from .rewrite import rewrite_table
-from .types import arrow_type
+from .types import arrow_type, canonical_type
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -61,6 +63,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 CHANGE_COLUMNS = (
+    "txn_id",
     "txn_order",
     "event_index",
     "commit_ts",
@@ -104,40 +107,55 @@ def _delta_type_name(kind: Any) -> str:
     raise MirrorSchemaError(f"a mirror column of Delta type {json.dumps(kind)} is not supported")
 
 
+def mirror_columns(delta: DeltaTable) -> list[tuple[str, str]]:
+    """A mirror table's ``(name, Spark SQL type)`` columns, in order (driver)."""
+    fields = json.loads(delta.schema().to_json())["fields"]
+    return [(f["name"], canonical_type(_delta_type_name(f["type"]))) for f in fields]
+
+
 def table_schema(delta: DeltaTable) -> pa.Schema:
     """A mirror table's current schema as the Arrow schema the rewrite writes."""
-    fields = json.loads(delta.schema().to_json())["fields"]
-    return pa.schema([pa.field(f["name"], arrow_type(_delta_type_name(f["type"]))) for f in fields])
+    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in mirror_columns(delta)])
 
 
-def _evolve(
-    existing: pa.Schema | None, folded: FoldedTable, location: Location, history: bool
-) -> pa.Schema:
-    """The mirror's schema for this batch: the table's, plus the batch's new columns.
+def _with_batch_columns(
+    projection: tuple[ProjectedColumn, ...],
+    folded: FoldedTable,
+    location: Location,
+    history: bool,
+    keep_columns: bool,
+) -> tuple[ProjectedColumn, ...]:
+    """The mirror's columns for this batch: ``projection``, plus the batch's new columns.
+
+    ``keep_columns`` (``ignore`` on an existing mirror) adds none. A column a schema change of
+    the batch named has the type the change gave it; any other column must keep its type.
 
     Raises
     ------
     MirrorSchemaError
-        A column whose type differs from the mirror's.
+        A column whose type differs from the mirror's without a schema change saying so.
     """
-    fields = list(existing) if existing is not None else []
-    known = {f.name: f for f in fields}
+    result = list(projection)
+    known = {c.name: c for c in result}
+    changed = {c.name for event, _ in folded.schema_events for c in event.after.columns}
     types = folded.column_types()
     if history:
         types = {**types, START_AT: "timestamp", END_AT: "timestamp"}
     for column, type_name in types.items():
-        kind = arrow_type(type_name)
+        kind = canonical_type(type_name)
         have = known.get(column)
         if have is None:
-            fields.append(pa.field(column, kind))
-        elif have.type != kind:
+            if not keep_columns or column in (START_AT, END_AT):
+                result.append(ProjectedColumn(column, kind, None))
+        elif have.type != kind and column not in changed and not keep_columns:
             raise MirrorSchemaError(
                 f"table {folded.name}: column {column!r} is {have.type} in the mirror at "
-                f"{location.url} but {type_name} in the stream. Nothing of this batch is "
-                f"published. A mirror only adds columns; to change a column's type, rebuild the "
-                f"mirror (a new mirror root and checkpoint location, with snapshot=initial)"
+                f"{location.url} but {type_name} in the stream, and no schema change event "
+                f"said so. Nothing of this batch is published. A mirror follows type changes "
+                f"its connector reports (see Schema changes); otherwise rebuild the mirror (a "
+                f"new mirror root and checkpoint location, with snapshot=initial)"
             )
-    return pa.schema(fields)
+    return tuple(result)
 
 
 def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table | None:
@@ -159,53 +177,81 @@ def plan_batch(
     batch_id: int,
     attempt: str,
     history: bool = False,
+    behavior_of: Callable[[str], Behavior] = lambda table: "evolve",
 ) -> MirrorPlan:
     """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
 
     ``files`` are the change rows the executors staged into ``changelog``; ``history`` keeps
-    every row version (SCD type 2).
+    every row version (SCD type 2); ``behavior_of`` gives each table's schema change behavior.
 
     Raises
     ------
     MirrorSchemaError
-        A column type that differs from the mirror's.
+        A column type that differs from the mirror's, or a schema change the mirror cannot
+        follow (:class:`~spark_ckpt.errors.SchemaChangeError` under ``fail``).
     MirrorChangeError
         A change without a key, or a value that does not fit its column.
     """
     changes = _read_changes(changelog, files)
-    folded = fold_changes(changes, history) if changes is not None and changes.num_rows else {}
-    staging = _staging(root, batch_id, attempt)
-    plans = []
-    for name in sorted(folded):
-        table = folded[name]
-        directory = table_directory(name)
-        location = root.child(directory)
-        delta = load_table(location)
-        existing = table_schema(delta) if delta is not None else None
-        if not table.rows:
-            schema = existing if existing is not None else pa.schema([])
-            schema_json = Schema.from_arrow(schema).to_json() if len(schema) else "{}"
-            plans.append(TablePlan(name, directory, None, 0, table.key_columns, True, schema_json))
-            continue
-        schema = _evolve(existing, table, location, history)
-        rows = table.history_arrow(schema) if history else table.to_arrow(schema)
-        relative = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{directory}.parquet"
-        staging.make_dirs()
-        write_staged_file(root, relative, rows)
-        plans.append(
-            TablePlan(
-                name,
-                directory,
-                relative,
-                rows.num_rows,
-                table.key_columns,
-                table.truncated,
-                Schema.from_arrow(schema).to_json(),
-                history,
-            )
-        )
+    folded: dict[str, FoldedTable] = {}
+    if changes is not None and changes.num_rows:
+        folded = fold_changes(changes, history, lambda table: behavior_of(table) == "ignore")
+    plans = [
+        _plan_table(root, folded[name], batch_id, attempt, history, behavior_of(name))
+        for name in sorted(folded)
+    ]
     crash_point("after_mirror_plan", batch_id)
     return MirrorPlan(root.url, tuple(plans))
+
+
+def _plan_table(
+    root: Location,
+    table: FoldedTable,
+    batch_id: int,
+    attempt: str,
+    history: bool,
+    behavior: Behavior,
+) -> TablePlan:
+    """One table's part of batch N's plan, its folded rows staged (driver, per table)."""
+    name = table.name
+    directory = table_directory(name)
+    location = root.child(directory)
+    delta = load_table(location)
+    stored = mirror_columns(delta) if delta is not None else []
+    if not table.rows and not table.schema_events:  # a truncate, and nothing after it
+        schema = table_schema(delta) if delta is not None else pa.schema([])
+        schema_json = Schema.from_arrow(schema).to_json() if len(schema) else "{}"
+        return TablePlan(name, directory, None, 0, table.key_columns, True, schema_json)
+    projection = identity(stored)
+    for event, position in table.schema_events:
+        projection = follow(projection, event, behavior, position)
+    keep = behavior == "ignore" and delta is not None
+    projection = _with_batch_columns(projection, table, location, history, keep)
+    schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in projection])
+    rewrite_all = delta is not None and needs_rewrite(projection, stored)
+    rows = table.history_arrow(schema) if history else table.to_arrow(schema)
+    relative = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{directory}.parquet"
+    _staging(root, batch_id, attempt).make_dirs()
+    write_staged_file(root, relative, rows)
+    if rewrite_all:
+        _log.info(
+            "mirror %s: batch %d follows a schema change that rewrites the table (%s)",
+            name,
+            batch_id,
+            "; ".join(event.describe() for event, _ in table.schema_events),
+        )
+    return TablePlan(
+        name,
+        directory,
+        relative,
+        rows.num_rows,
+        table.key_columns,
+        table.truncated,
+        Schema.from_arrow(schema).to_json(),
+        history,
+        projection if rewrite_all else None,
+        rewrite_all,
+    )
 
 
 def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) -> int | None:
@@ -273,9 +319,15 @@ def _apply_table_once(
         query_id,
         batch_id,
         plan.history,
+        plan.projection if plan.rewrite_all else None,
     )
     commit = BatchCommit(
-        query_id, batch_id, Schema.from_arrow(schema), rewrite.adds, tuple(rewrite.removes)
+        query_id,
+        batch_id,
+        Schema.from_arrow(schema),
+        rewrite.adds,
+        tuple(rewrite.removes),
+        overwrite=plan.rewrite_all,
     )
     try:
         version = commit_files(location, delta, commit)

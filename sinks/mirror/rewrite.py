@@ -24,6 +24,7 @@ from deltalake import DeltaTable
 from spark_ckpt.state.storage import Location
 
 from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from .evolution import ProjectedColumn
 from .fold import ACTION, END_AT, FROM_KEY, META_COLUMNS, MISSING, START_AT
 from .types import to_arrow
 
@@ -57,13 +58,25 @@ class TableRewrite:
                 staged_location(table, staged.path).delete()
 
 
-def _align(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``rows`` with ``schema``'s columns in order (columns it lacks are null)."""
+def _align(
+    rows: pa.Table, schema: pa.Schema, projection: Sequence[ProjectedColumn] | None = None
+) -> pa.Table:
+    """Stored ``rows`` in ``schema``, each column from where ``projection`` says.
+
+    Without a projection, columns are taken by name and those ``rows`` lack are null. With one,
+    a column takes its ``source`` column's values (renamed, widened by a cast) or, with no
+    source, its ``default`` in every row.
+    """
+    sources = {c.name: c for c in projection or ()}
     arrays = []
     for f in schema:
-        if f.name in rows.column_names:
-            column = rows.column(f.name)
+        projected = sources.get(f.name)
+        name = f.name if projected is None else projected.source
+        if name is not None and name in rows.column_names:
+            column = rows.column(name)
             arrays.append(column if column.type == f.type else column.cast(f.type))
+        elif projected is not None and projected.default is not None:
+            arrays.append(to_arrow([projected.default] * rows.num_rows, f.type, "", f.name))
         else:
             arrays.append(pa.nulls(rows.num_rows, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -184,13 +197,16 @@ def rewrite_table(
     query_id: str,
     batch_id: int,
     history: bool = False,
+    projection: Sequence[ProjectedColumn] | None = None,
 ) -> TableRewrite:
     """Stage the files that apply ``folded`` to the mirror at ``table`` (snapshot ``delta``).
 
     ``schema`` is the mirror's Arrow schema after the batch. With ``history`` (SCD type 2)
     ``folded`` holds row versions (:meth:`.fold.FoldedTable.history_arrow`): stored rows are
     never removed, a changed key's current version is closed, and the batch's versions are
-    added. Nothing is committed; on error the files written so far are deleted.
+    added. With a ``projection`` (a schema change the stored rows must follow) every file is
+    read and rewritten, its rows projected (:func:`_align`); ``adds`` then hold the whole
+    table. Nothing is committed; on error the files written so far are deleted.
 
     Raises
     ------
@@ -210,6 +226,7 @@ def rewrite_table(
             schema,
             (query_id, batch_id),
             history,
+            projection,
         )
     except BaseException:
         result.discard(table)
@@ -227,6 +244,7 @@ def _rewrite(
     schema: pa.Schema,
     names: tuple[str, int],
     history: bool,
+    projection: Sequence[ProjectedColumn] | None,
 ) -> None:
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
@@ -245,15 +263,24 @@ def _rewrite(
     old_parts: list[pa.Table] = []
     rewritten: list[tuple[str, pa.Table, pa.Table]] = []  # path, kept rows, its changed keys
     close_at = _close_times(folded, key_columns) if history else {}
-    for entry in _candidates(live, key_columns[0], first) if lookup.num_rows else []:
+    if projection is not None:
+        candidates = live  # every stored row follows the schema change
+    else:
+        candidates = _candidates(live, key_columns[0], first) if lookup.num_rows else []
+    for entry in candidates:
         path = str(entry["path"])
         location = staged_location(table, path)
-        file_keys = location.read_parquet(key_columns)
-        result.files_read += 1
-        mask = _hits(file_keys, lookup, key_columns)
-        if not pc.any(mask).as_py():
-            continue  # the statistics allowed a changed key, but the file holds none
-        rows = _align(location.read_parquet(), schema)
+        if projection is not None:
+            rows = _align(location.read_parquet(), schema, projection)
+            mask = _hits(rows.select(list(key_columns)), lookup, key_columns)
+            result.files_read += 1
+        else:
+            file_keys = location.read_parquet(key_columns)
+            result.files_read += 1
+            mask = _hits(file_keys, lookup, key_columns)
+            if not pc.any(mask).as_py():
+                continue  # the statistics allowed a changed key, but the file holds none
+            rows = _align(location.read_parquet(), schema)
         matched = rows.filter(mask)
         kept = rows.filter(pc.invert(mask))
         if history:

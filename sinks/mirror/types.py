@@ -30,6 +30,7 @@ from spark_ckpt.errors import MirrorChangeError
 
 __all__ = [
     "arrow_type",
+    "canonical_type",
     "infer_type",
     "parse_pg_array",
     "to_arrow",
@@ -59,6 +60,26 @@ _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _ARRAY = re.compile(r"^array<(.+)>$")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+_CANONICAL = {"byte": "tinyint", "short": "smallint", "integer": "int", "long": "bigint"}
+_CANONICAL |= {"real": "float"}
+
+
+def canonical_type(name: str) -> str:
+    """A type name as Spark SQL spells it: Delta's ``long`` is ``bigint``.
+
+    Types from the stream and from a Delta schema then compare equal (``array<integer>`` and
+    ``array<int>``).
+    """
+    text = name.strip().lower()
+    array = _ARRAY.match(text)
+    if array:
+        return f"array<{canonical_type(array.group(1))}>"
+    decimal = _DECIMAL.match(text)
+    if decimal:
+        return f"decimal({decimal.group(1)},{decimal.group(2)})"
+    return _CANONICAL.get(text, text)
 
 
 def arrow_type(name: str) -> pa.DataType:

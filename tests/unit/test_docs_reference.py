@@ -265,8 +265,9 @@ def test_each_documented_sink_default_is_what_leaving_the_option_out_gives() -> 
     base = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
     for spec in _defaulted(SINK_OPTIONS):
         assert spec.default is not None
-        # scd is a mirror option: compared in mirror mode.
-        own = {**base, "mode": "mirror"} if spec.name == "scd" else base
+        # Mirror options are compared in mirror mode.
+        mirror_only = ("scd", "schemaChangeBehavior")
+        own = {**base, "mode": "mirror"} if spec.name in mirror_only else base
         given = SinkOptions.parse({**own, spec.name: spec.default})
         assert given == SinkOptions.parse(own), f"{spec.name}={spec.default} is not the default"
 
