@@ -18,7 +18,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import psycopg
@@ -30,6 +30,7 @@ from spark_ckpt.errors import (
     RestoreError,
 )
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
+from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
@@ -52,6 +53,7 @@ from .pg_offset import PgOffset
 from .pgoutput import RelationCatalog
 from .plugins import PLUGIN
 from .publication import ensure_publication
+from .schema_tracking import SchemaCatalog, SchemaTracker
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
 from .slot_checks import check_resume, claim_snapshot_slot, own_snapshot_slot
 from .snapshot import SnapshotSpill, SnapshotTask
@@ -161,11 +163,14 @@ class PostgresConnector(ChangeConnector):
         self._heartbeat_broken = False  # the server refused a heartbeat: not tried again
         self._type_names = TypeNames(dsn)
         self._relations = RelationCatalog(self._type_names, self._primary_key)  # pgoutput
+        self._schema_catalog = SchemaCatalog(dsn)  # schema changes: what the stream lacks
+        self._tracker: SchemaTracker | None = None  # the schemas through the current peek
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        for transient in ("_slot", "_task", "_relations", "_store", "_type_names"):
+        transients = ("_slot", "_task", "_relations", "_store", "_type_names", "_schema_catalog")
+        for transient in (*transients, "_tracker"):
             state[transient] = None  # executors need none
         state["_cache"], state["_retired"] = [], []
         return state
@@ -180,7 +185,15 @@ class PostgresConnector(ChangeConnector):
         return self._slot
 
     def _primary_key(self, table: str) -> tuple[str, ...]:
+        tracked = None if self._tracker is None else self._tracker.state.get(table)
+        if tracked is not None:
+            return tracked.key  # the key as of the stream's position, changes included
         return next((t.key_in_column_order for t in self._tables if t.name == table), ())
+
+    def _catalog_schemas(self) -> dict[str, TableSchema]:
+        """The captured tables' schemas now, from the catalog (driver, at a stream's start)."""
+        found = {name: self._schema_catalog.schema(name) for name in self.table_names}
+        return {name: schema for name, schema in found.items() if schema is not None}
 
     def check(self) -> None:
         """Fail early (driver, once per run): connection, wal_level, tables, an existing slot."""
@@ -210,7 +223,8 @@ class PostgresConnector(ChangeConnector):
             return PgOffset(-1, 0, "snapshot", None).to_json()
         info = self.slot.info() or self.slot.create()
         state = IncrementalState() if self.snapshot == "incremental" else None
-        return PgOffset(-1, 0, "stream", info.confirmed_flush, state).to_json()
+        schemas = self._catalog_schemas()
+        return PgOffset(-1, 0, "stream", info.confirmed_flush, state, schemas).to_json()
 
     def resume(self, offset: dict[str, Any]) -> None:
         """Check the slot still holds everything after the restored offset (driver, once)."""
@@ -290,7 +304,12 @@ class PostgresConnector(ChangeConnector):
         if heartbeat and not units and quiet_until > lsn:
             # Only empty transactions and heartbeats since the offset: move past them.
             end = PgOffset(
-                offset.checkpoint + 1, offset.emitted, "stream", quiet_until, offset.incremental
+                offset.checkpoint + 1,
+                offset.emitted,
+                "stream",
+                quiet_until,
+                offset.incremental,
+                offset.schemas,
             )
             self._moved_at = time.monotonic()
             return Plan([], None, 0, PlannedBatch(end.to_json(), []))
@@ -336,7 +355,7 @@ class PostgresConnector(ChangeConnector):
 
     def _window(self, since: int, upto: int) -> list[WindowChange]:
         """The captured tables' changes committed in ``[since, upto)``, read again (driver)."""
-        _, txns, store = self._read(upto, None, since)
+        _, txns, store = self._read(upto, None, since, track=False)
         keys = {t.name: t.key_in_column_order for t in self._tables}
         try:
             return window_changes(txns, store, self._relations.versions, keys)
@@ -370,7 +389,8 @@ class PostgresConnector(ChangeConnector):
         # Read before the peek: a peek that returns everything covers the WAL up to here. Only
         # the incremental snapshot places chunks by it; other queries skip the round trip.
         flushed = self._flush_lsn() if self.snapshot == "incremental" else None
-        rows, txns, store = self._read(self._target, rows_wanted, lsn)
+        assert self._planning is not None
+        rows, txns, store = self._read(self._target, rows_wanted, lsn, self._planning.schemas)
         if self._store is not None:
             self._retired.append(self._store)  # a planned batch may still read it
         self._store = store
@@ -384,13 +404,20 @@ class PostgresConnector(ChangeConnector):
         self._complete_lsn = reach if exhausted else None
 
     def _read(
-        self, upto_lsn: int | None, upto_rows: int | None, start_lsn: int
+        self,
+        upto_lsn: int | None,
+        upto_rows: int | None,
+        start_lsn: int,
+        schemas: Mapping[str, TableSchema] | None = None,
+        track: bool = True,
     ) -> tuple[int, list[PgTransaction], ChangeStore]:
         """Stream a peek of the slot into transactions; return (rows read, them, their changes).
 
         Runs on the driver. Changes go to a new :class:`ChangeStore` as they arrive, so memory
         is bounded by ``buffer_size`` whatever the transactions' sizes; those of transactions
-        that committed before ``start_lsn`` (delivered, not yet confirmed) are not kept.
+        that committed before ``start_lsn`` (delivered, not yet confirmed) are not kept. With
+        ``track`` (pgoutput), schema changes since ``schemas`` (the start offset's) are found
+        and become changes of their own (:mod:`.schema_tracking`).
         """
         if not self._stream_spill_cleared:
             # Chunks an earlier run spilled (a killed driver never discarded them). Not in
@@ -409,7 +436,15 @@ class PostgresConnector(ChangeConnector):
                 yield row
 
         tables = frozenset(self.table_names)
-        txns = decode_peek(rows(), self.plugin, self._relations, tables, store, start_lsn)
+        tracker = None
+        if track and self.plugin == "pgoutput":
+            tracker = self._tracker = SchemaTracker(schemas or {}, self._schema_catalog.describe)
+        try:
+            txns = decode_peek(
+                rows(), self.plugin, self._relations, tables, store, start_lsn, tracker
+            )
+        finally:
+            self._tracker = None
         store.seal()
         if store.spilled_chunks:
             _log.info(
@@ -469,7 +504,8 @@ class PostgresConnector(ChangeConnector):
         start = self._planning
         assert start is not None, "batch() follows plan()"
         if self._snapshot_unit:  # the whole snapshot is the one unit
-            end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None)
+            schemas = self._catalog_schemas()  # the schemas the snapshot's rows have
+            end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None, None, schemas)
             return PlannedBatch(end.to_json(), self._snapshot_partitions(start))
         available = [t for t in self._cache if t.size]
         units = available[: cut.unit + 1]
@@ -482,7 +518,9 @@ class PostgresConnector(ChangeConnector):
             )
             assert planned is not None
             return planned
-        end = PgOffset(checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn)
+        end = PgOffset(
+            checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn
+        ).with_schemas(units[-1].schemas or start.schemas)
         return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
 
     def prepare_available_now(self) -> None:
@@ -550,6 +588,8 @@ class PostgresConnector(ChangeConnector):
             self._slot.close()
         if self._type_names is not None:
             self._type_names.close()
+        if self._schema_catalog is not None:
+            self._schema_catalog.close()
 
     # -- driver: partitions ----------------------------------------------------------------------
 
@@ -570,7 +610,7 @@ class PostgresConnector(ChangeConnector):
         # After a restart Spark re-plans the logged batch: peek exactly the logged range again.
         assert last.lsn is not None
         lsn = self._start_lsn(first)
-        _, peeked, store = self._read(last.lsn, None, lsn)
+        _, peeked, store = self._read(last.lsn, None, lsn, first.schemas)
         self._retired.append(store)  # read by the re-run batch only
         txns = [t for t in peeked if t.size and lsn < t.end_lsn <= last.lsn]
         if len(txns) != expected:

@@ -133,8 +133,14 @@ class IncrementalSnapshot:
         tables = self._tables()
         state = None if work.state.finished(len(tables)) else work.state
         end_lsn = work.position if work.emitted else stream_end
+        schemas = (taken[-1].schemas if taken else None) or start.schemas
         end = PgOffset(
-            checkpoint, start.emitted + len(taken) + len(work.emits), "stream", end_lsn, state
+            checkpoint,
+            start.emitted + len(taken) + len(work.emits),
+            "stream",
+            end_lsn,
+            state,
+            schemas,
         )
         self._emitted[offset_key(end.to_json())] = work.emitted
         if work.emitted:

@@ -14,6 +14,7 @@ from typing import Any
 from .change_store import ChangeStore
 from .pgoutput import RelationCatalog
 from .pgoutput import decode_transactions as decode_pgoutput
+from .schema_tracking import SchemaTracker
 from .wal2json import PgTransaction, decode_transactions
 
 __all__ = ["decode_peek"]
@@ -26,6 +27,7 @@ def decode_peek(
     tables: frozenset[str],
     store: ChangeStore,
     start_lsn: int,
+    tracker: SchemaTracker | None = None,
 ) -> list[PgTransaction]:
     """The committed transactions of a peek's ``(lsn, xid, data)`` rows, oldest first.
 
@@ -40,7 +42,7 @@ def decode_peek(
     try:
         if plugin == "pgoutput":
             relations.current.clear()  # a new decoding session describes relations again
-            return list(decode_pgoutput(rows, relations, tables, store, start_lsn))
+            return list(decode_pgoutput(rows, relations, tables, store, start_lsn, tracker))
         return list(decode_transactions(rows, tables, store, start_lsn))
     finally:
         if enabled:

@@ -17,12 +17,14 @@ and ``numeric`` keeps every digit. Pure Python, no database access.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import ChangeDecodeError
+from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
 
 from ..schema import json_text
 from .lsn import parse_lsn
@@ -31,6 +33,7 @@ from .wal2json import PgTransaction
 
 if TYPE_CHECKING:
     from .change_store import ChangeStore
+    from .schema_tracking import SchemaTracker
 
 __all__ = [
     "PLUGIN_OPTIONS",
@@ -38,6 +41,7 @@ __all__ = [
     "RelationCatalog",
     "decode_transactions",
     "render_change",
+    "schema_change",
     "truncate_change",
 ]
 
@@ -163,8 +167,8 @@ class RelationCatalog:
         self.current: dict[int, int] = {}
         """relation id -> index into :attr:`versions`, as of the last ``R`` message read."""
 
-    def learn(self, data: bytes) -> None:
-        """Read an ``R`` message: the relation's current description."""
+    def learn(self, data: bytes) -> Relation:
+        """Read an ``R`` message: the relation's current description (returned)."""
         cursor = _Cursor(data, 1)
         relid = cursor.uint32()
         table = f"{cursor.string()}.{cursor.string()}"
@@ -182,6 +186,7 @@ class RelationCatalog:
             index = self._index[relation] = len(self.versions)
             self.versions.append(relation)
         self.current[relid] = index
+        return relation
 
     def of(self, relid: int, lsn: str) -> Relation:
         """The relation a change refers to."""
@@ -199,6 +204,7 @@ def decode_transactions(
     tables: frozenset[str],
     store: ChangeStore | None = None,
     start_lsn: int = 0,
+    tracker: SchemaTracker | None = None,
 ) -> Iterator[PgTransaction]:
     """Group peeked ``(lsn, xid, data)`` pgoutput rows into committed transactions (driver).
 
@@ -208,7 +214,10 @@ def decode_transactions(
     trailing transaction without its commit is not yielded, and a message outside any transaction
     (a heartbeat) is yielded as an empty transaction at its LSN. With a ``store`` the changes
     go there instead of into the transactions' lists; the changes of transactions that
-    committed before ``start_lsn`` (delivered already) are counted but not kept.
+    committed before ``start_lsn`` (delivered already) are counted but not kept. With a
+    ``tracker``, a relation described with a new schema adds a schema change
+    (:func:`schema_change`) before the relation's next change, and each transaction records
+    the schemas as of its end (:attr:`PgTransaction.schemas`).
     """
     current: PgTransaction | None = None
     for lsn, _xid, data in rows:
@@ -232,10 +241,23 @@ def decode_transactions(
             current.commit_lsn = cursor.uint64()
             current.end_lsn = cursor.uint64()
             current.commit_ts_us = cursor.int64() + _PG_EPOCH_US
+            if tracker is not None:
+                current.schemas = tracker.state
             yield current
             current = None
         elif kind == 0x52:  # R
-            catalog.learn(data)
+            relation = catalog.learn(data)
+            if (
+                tracker is not None
+                and current is not None
+                and not current.delivered
+                and relation.table in tables
+            ):
+                event = tracker.observe(relation.table, relation.columns, relation.key)
+                if event is not None:
+                    if event.after.key != relation.key:
+                        catalog.learn(data)  # described again: the key comes from the tracker
+                    current.add(schema_change(event), catalog.current[_U32.unpack_from(data, 1)[0]])
         elif kind == 0x54 and current is not None:  # T: relations, options, relation ids
             cursor = _Cursor(data, 1)
             count = cursor.int32()
@@ -252,6 +274,11 @@ def decode_transactions(
             position = parse_lsn(lsn)
             yield PgTransaction(0, position, position, None)
         # Y (types), O (origins) and messages inside transactions carry no row changes.
+
+
+def schema_change(event: SchemaEvent) -> bytes:
+    """The change a schema change gives its table: ``S`` and the event's texts (JSON)."""
+    return b"S" + json.dumps([event.before_json(), event.after_json()]).encode()
 
 
 def truncate_change(relid: int) -> bytes:
@@ -285,6 +312,9 @@ def render_change(
     kind = data[0]
     if kind == 0x54:
         return relation.table, "t", None, None, None
+    if kind == 0x53:  # S: a schema change (schema_change)
+        old_schema, new_schema = json.loads(data[1:])
+        return relation.table, SCHEMA_CHANGE_OP, None, old_schema, new_schema
     cursor = _Cursor(data, 5)
     before: dict[str, object] | None = None
     after: dict[str, object] | None = None

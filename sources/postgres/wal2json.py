@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import ChangeDecodeError
+from spark_ckpt.model.schema_changes import TableSchema
 
 from .lsn import parse_lsn
 
@@ -119,6 +120,8 @@ class PgTransaction:
     store: ChangeStore | None = field(default=None, compare=False, repr=False)
     delivered: bool = field(default=False, compare=False, repr=False)
     """Committed before the peek's start: its changes are counted, not kept."""
+    schemas: Mapping[str, TableSchema] | None = field(default=None, compare=False, repr=False)
+    """The captured tables' schemas as of the transaction's end, where tracked."""
 
     def add(self, data: Any, relation: int | None = None) -> None:
         """Count a change and keep it (driver, per change): in the store, or :attr:`changes`."""

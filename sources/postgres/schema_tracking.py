@@ -1,0 +1,238 @@
+"""Schema changes of the captured tables, found in the stream and described from the catalog.
+
+Logical decoding carries no DDL. pgoutput describes a relation (``R``) before its first change in
+each decoding call and again after its schema changed; :class:`SchemaTracker` compares each
+description with the schema the stream last delivered for the table (kept in the offset, so a
+restarted query knows it) and, when they differ, asks the catalog what the stream does not say:
+
+- each column's ``attnum``, which survives a rename: a rename is told from a drop and an add;
+- ``attmissingval`` (PostgreSQL 11+): the value existing rows read for a column added with a
+  non-volatile default, without a table rewrite;
+- a changed ``relfilenode``: the table was rewritten, so an added column whose default is not in
+  ``attmissingval`` has values for existing rows that no change carries (a volatile default);
+- ``attnotnull`` and the primary key.
+
+The catalog answers as of now, not as of the change's position: a column renamed twice between
+two peeks is found under its newest name (matched by position then, see :func:`_resolve`).
+A table's new schema becomes visible with its first change after the DDL (PostgreSQL sends the
+relation then), so a DDL with no change after it waits for one. Driver only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from spark_ckpt.model.schema_changes import (
+    ColumnSchema,
+    SchemaEvent,
+    TableSchema,
+    diff_schemas,
+)
+
+from .connect import connect
+from .tables import parse_text_value
+from .types import spark_type
+
+__all__ = ["CatalogColumns", "SchemaCatalog", "SchemaTracker", "relation_schema"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CatalogColumns:
+    """A table as the catalog describes it now.
+
+    Attributes
+    ----------
+    columns
+        ``(attnum, name, format_type, not null, missing value text or None, has default)`` for
+        each live column, in ``attnum`` order.
+    key
+        The primary key's columns, in column order.
+    storage
+        The table's ``relfilenode`` (a rewrite changes it).
+    """
+
+    columns: tuple[tuple[int, str, str, bool, str | None, bool], ...]
+    key: tuple[str, ...]
+    storage: str
+
+
+_COLUMNS_SQL = (
+    "SELECT a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+    "CASE WHEN a.atthasmissing THEN a.attmissingval::text END, a.atthasdef "
+    "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
+    "ORDER BY a.attnum"
+)
+_KEY_SQL = (
+    "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+    "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary ORDER BY a.attnum"
+)
+_OID_SQL = (
+    "SELECT c.oid, c.relfilenode FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = %s AND c.relname = %s"
+)
+
+
+class SchemaCatalog:
+    """Describes captured tables from the catalog, on a connection of its own (driver).
+
+    Asked while the slot's connection streams a peek, so it cannot use that one.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.dsn, autocommit=True)
+        return self._conn
+
+    def describe(self, table: str) -> CatalogColumns | None:
+        """The table ``schema.table`` now (None when it no longer exists)."""
+        schema, _, name = table.partition(".")
+        row = self._connection().execute(_OID_SQL, (schema, name)).fetchone()
+        if row is None:
+            return None
+        oid, storage = row
+        conn = self._connection()
+        columns = conn.execute(_COLUMNS_SQL, (oid,)).fetchall()
+        key = conn.execute(_KEY_SQL, (oid,)).fetchall()
+        return CatalogColumns(
+            tuple(
+                (int(n), str(a), str(t), bool(nn), None if m is None else str(m), bool(d))
+                for n, a, t, nn, m, d in columns
+            ),
+            tuple(str(k[0]) for k in key),
+            str(storage),
+        )
+
+    def schema(self, table: str) -> TableSchema | None:
+        """The table's schema now, with column ids (None when it does not exist)."""
+        described = self.describe(table)
+        if described is None:
+            return None
+        columns = [(name, kind) for _, name, kind, _, _, _ in described.columns]
+        return _resolve(columns, described, None)
+
+    def close(self) -> None:
+        """Close its connection (driver, at the connector's stop)."""
+        if self._conn is not None:
+            self._conn.close()
+
+
+def relation_schema(columns: tuple[tuple[str, str], ...], key: tuple[str, ...]) -> TableSchema:
+    """A schema from a relation's ``(name, format_type)`` columns alone, without ids."""
+    return TableSchema(tuple(ColumnSchema(n, spark_type(t), t) for n, t in columns), key)
+
+
+def _missing_value(type_name: str, array_text: str) -> Any:
+    """The value of a one-element ``attmissingval`` array literal (``{t}``, ``{"x y"}``)."""
+    inner = array_text[1:-1]
+    if inner == "NULL":
+        return None
+    if inner.startswith('"'):
+        text, escaped = [], False
+        for char in inner[1:-1]:
+            if escaped or char != "\\":
+                text.append(char)
+                escaped = False
+            else:
+                escaped = True
+        inner = "".join(text)
+    return parse_text_value(type_name, inner)
+
+
+def _resolve(
+    columns: list[tuple[str, str]] | tuple[tuple[str, str], ...],
+    described: CatalogColumns,
+    known: TableSchema | None,
+) -> TableSchema:
+    """The stream's columns with the catalog's ids, nullability and added columns' defaults.
+
+    A column the catalog no longer has under its streamed name (renamed again since) takes the
+    id of the catalog column at the same position among those not matched by name, so the
+    rename is still found.
+    """
+    by_name = {c[1]: c for c in described.columns}
+    unmatched = [c for c in described.columns if c[1] not in {n for n, _ in columns}]
+    known_ids = {c.id for c in known.columns} if known is not None else set()
+    rewritten = known is not None and known.storage not in (None, described.storage)
+    result = []
+    for name, kind in columns:
+        entry = by_name.get(name) or (unmatched.pop(0) if unmatched else None)
+        if entry is None:
+            result.append(ColumnSchema(name, spark_type(kind), kind))
+            continue
+        attnum, _, _, not_null, missing, has_default = entry
+        default, unknown = None, False
+        if known is not None and attnum not in known_ids:
+            if missing is not None:
+                default = _missing_value(kind, missing)
+            elif has_default and rewritten:
+                unknown = True  # a volatile default: the rewrite gave old rows its values
+        result.append(
+            ColumnSchema(name, spark_type(kind), kind, not not_null, attnum, default, unknown)
+        )
+    names = {n for n, _ in columns}
+    key = tuple(k for k in described.key if k in names)
+    return TableSchema(tuple(result), key, described.storage)
+
+
+class SchemaTracker:
+    """Follows the captured tables' schemas through one peek of the stream (driver).
+
+    Parameters
+    ----------
+    known
+        Each table's schema as of the peek's start (the start offset's); a table missing here
+        takes its first description as it is, with no event (a checkpoint from before schema
+        tracking).
+    describe
+        The catalog (:meth:`SchemaCatalog.describe`).
+    """
+
+    def __init__(
+        self,
+        known: Mapping[str, TableSchema],
+        describe: Callable[[str], CatalogColumns | None],
+    ) -> None:
+        self.state: Mapping[str, TableSchema] = known
+        """Each table's schema as of the last relation observed (replaced, never mutated)."""
+        self._describe = describe
+
+    def observe(
+        self, table: str, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]
+    ) -> SchemaEvent | None:
+        """The schema change of a relation just described, if any (driver, per ``R``).
+
+        ``columns`` are its ``(name, format_type)`` pairs, ``key`` its primary key.
+        """
+        known = self.state.get(table)
+        if known is not None and _same(known, columns, key):
+            return None
+        described = self._describe(table)
+        if described is None:
+            current = relation_schema(columns, key)
+        else:
+            current = _resolve(columns, described, known)
+        self.state = {**self.state, table: current.plain()}
+        if known is None:
+            return None
+        changes = diff_schemas(known, current)
+        if not changes:
+            return None
+        event = SchemaEvent(table, known, current, changes)
+        _log.info("postgres table %s changed its schema: %s", table, event.describe())
+        return event
+
+
+def _same(known: TableSchema, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]) -> bool:
+    """Whether a description is of the schema already known (the common case: a re-send)."""
+    return known.key == key and tuple((c.name, c.source_type) for c in known.columns) == columns
