@@ -1,0 +1,259 @@
+"""Mirrors follow a real PostgreSQL table through an application's migrations (pgoutput).
+
+One query streams ``txn-cdc`` (``columnTypes=true``) into ``delta-2pc`` ``mode=mirror`` while the
+test runs a migration sequence on ``public.products``, each step followed by ordinary writes:
+add a nullable column, add one with a default (existing rows read it), rename, drop, drop and
+re-add under the same name with another type, widen ``integer`` to ``bigint`` and ``numeric``
+precision, change a ``varchar`` length, DDL and DML in one transaction. After each step, while
+the query streams, the mirror read through ``read_consistent`` (delta-spark) equals the table:
+column names, types and values, row for row; delta-rs (``deltalake``) reads the same. Then a type
+change Delta cannot follow in place stops the query with ``MirrorSchemaError`` and publishes
+nothing of its batch; under ``schemaChangeBehavior=fail`` any change stops it with
+``SchemaChangeError``. The change log holds each schema change as an ``op='s'`` row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from conftest import wait_until
+from deltalake import DeltaTable, QueryBuilder
+
+import spark_ckpt
+from spark_ckpt.sources.postgres.types import spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+pytestmark = pytest.mark.integration
+
+PRODUCTS = "public.products"
+_STEPS: list[tuple[str, list[str]]] = [
+    (
+        "add a nullable column",
+        ["ALTER TABLE products ADD COLUMN note text", "UPDATE products SET note = 'n' || id"],
+    ),
+    (
+        "add a column with a default existing rows read",
+        [
+            "ALTER TABLE products ADD COLUMN flag boolean NOT NULL DEFAULT true",
+            "INSERT INTO products (id, name, price, qty, sku, amount, flag) "
+            "VALUES (100, 'late', 1.00, 1, 's100', 2.50, false)",
+        ],
+    ),
+    (
+        "rename a column",
+        [
+            "ALTER TABLE products RENAME COLUMN name TO title",
+            "UPDATE products SET qty = qty + 1 WHERE id % 2 = 0",
+        ],
+    ),
+    (
+        "drop a column",
+        [
+            "ALTER TABLE products DROP COLUMN price",
+            "INSERT INTO products (id, title, qty, sku, amount) VALUES (101, 'x', 3, 's', 1.25)",
+        ],
+    ),
+    (
+        "drop a column and add one of the same name",
+        [
+            "ALTER TABLE products DROP COLUMN note",
+            "ALTER TABLE products ADD COLUMN note integer",
+            "UPDATE products SET note = id * 10 WHERE id < 4",
+        ],
+    ),
+    (
+        "widen integer to bigint and numeric precision, lengthen a varchar",
+        [
+            "ALTER TABLE products ALTER COLUMN qty TYPE bigint",
+            "ALTER TABLE products ALTER COLUMN amount TYPE numeric(14,2)",
+            "ALTER TABLE products ALTER COLUMN sku TYPE varchar(40)",
+            "UPDATE products SET qty = 5000000000, sku = repeat('k', 30) WHERE id = 1",
+        ],
+    ),
+    (
+        "DDL and DML in one transaction",
+        [
+            "BEGIN",
+            "ALTER TABLE products ADD COLUMN code text DEFAULT 'c0'",
+            "UPDATE products SET code = 'c' || id WHERE id = 2",
+            "DELETE FROM products WHERE id = 3",
+            "COMMIT",
+        ],
+    ),
+]
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _create(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE products (id integer PRIMARY KEY, name text, price numeric(10,2), "
+            "qty integer, sku varchar(10), amount numeric(8,2))"
+        )
+        for i in range(1, 9):
+            conn.execute(
+                "INSERT INTO products VALUES (%s, %s, %s, %s, %s, %s)",
+                (i, f"p{i}", Decimal(i) + Decimal("0.25"), i, f"s{i}", Decimal(i) / 4),
+            )
+
+
+def _run(dsn: str, statements: list[str]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _source(dsn: str) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+    """The table's columns (name -> the Spark type it mirrors as) and its rows."""
+    with psycopg.connect(dsn) as conn:
+        columns = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'products'::regclass AND attnum > 0 AND NOT attisdropped "
+            "ORDER BY attnum"
+        ).fetchall()
+        with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            rows = cur.execute("SELECT * FROM products").fetchall()
+    return {str(n): spark_type(str(t)) for n, t in columns}, _as_set(rows)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return ("ts", (aware - _EPOCH) // dt.timedelta(microseconds=1))
+    return value
+
+
+def _as_set(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    return {tuple(sorted((k, _canonical(v)) for k, v in row.items())) for row in rows}
+
+
+def _mirror(spark: SparkSession, root: Path) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+    tables = spark_ckpt.read_consistent(spark, str(root))
+    if PRODUCTS not in tables:
+        return {}, set()
+    table = tables[PRODUCTS]
+    types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
+    return types, _as_set([r.asDict() for r in table.collect()])
+
+
+def _start(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, **sink: str) -> StreamingQuery:
+    writer = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "postgres")
+        .option("plugin", "pgoutput")
+        .option("dsn", dsn)
+        .option("slot", slot)
+        .option("tables", PRODUCTS)
+        .option("snapshot", "initial")
+        .option("columnTypes", "true")
+        .option("snapshotDir", str(tmp_path / "spill"))
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(tmp_path / "mirror"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+    )
+    for key, value in sink.items():
+        writer = writer.option(key, value)
+    return writer.trigger(processingTime="300 milliseconds").start()
+
+
+def _wait_equal(
+    spark: SparkSession, query: StreamingQuery, dsn: str, root: Path, step: str
+) -> None:
+    seen: list[Any] = []
+
+    def equal() -> bool:
+        if query.exception() is not None:
+            raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
+        if not (root / "_checkpoints").exists():
+            return False
+        source, mirror = _source(dsn), _mirror(spark, root)
+        seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
+        return source == mirror
+
+    wait_until(equal, 120, f"after '{step}' the mirror never equalled the table: {seen}")
+
+
+def _deltalake_rows(root: Path) -> set[tuple[Any, ...]]:
+    """The mirror's newest version read by delta-rs (its DataFusion reader)."""
+    table = DeltaTable(str(root / PRODUCTS))
+    read = QueryBuilder().register("products", table).execute("SELECT * FROM products")
+    return _as_set(pa.table(read.read_all()).to_pylist())
+
+
+def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    _create(pg_dsn)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    root = tmp_path / "mirror"
+    query = _start(spark, pg_dsn, tmp_path, "schema_follow")
+    try:
+        _wait_equal(spark, query, pg_dsn, root, "the snapshot")
+        for step, statements in _STEPS:
+            _run(pg_dsn, statements)
+            _wait_equal(spark, query, pg_dsn, root, step)
+        assert _deltalake_rows(root) == _source(pg_dsn)[1], "delta-rs reads another table"
+        changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
+        kinds = [
+            change["change"]
+            for row in changes.orderBy("txn_order", "event_index").collect()
+            for change in json.loads(row["after"])["changes"]
+        ]
+        assert "column_renamed" in kinds, kinds
+        assert "column_dropped" in kinds, kinds
+        assert kinds.count("column_type_changed") >= 3, kinds
+        published = _mirror(spark, root)
+        # A type change no widening expresses: the query stops and publishes nothing of it.
+        _run(
+            pg_dsn,
+            [
+                "ALTER TABLE products ALTER COLUMN sku TYPE integer USING length(sku)",
+                "UPDATE products SET qty = 7 WHERE id = 1",
+            ],
+        )
+        wait_until(lambda: query.exception() is not None, 120, "the query did not stop")
+        assert "MirrorSchemaError" in str(query.exception()), query.exception()
+        assert "column_type_changed sku" in str(query.exception())
+        assert _mirror(spark, root) == published
+    finally:
+        query.stop()
+
+
+def test_fail_behavior_stops_the_query_naming_the_change(
+    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+) -> None:
+    _create(pg_dsn)
+    root = tmp_path / "mirror"
+    query = _start(
+        spark, pg_dsn, tmp_path, "schema_fail", **{"schemaChangeBehavior.public.products": "fail"}
+    )
+    try:
+        _wait_equal(spark, query, pg_dsn, root, "the snapshot")
+        published = _mirror(spark, root)
+        _run(
+            pg_dsn,
+            [
+                "ALTER TABLE products RENAME COLUMN name TO title",
+                "UPDATE products SET qty = 0 WHERE id = 1",
+            ],
+        )
+        wait_until(lambda: query.exception() is not None, 120, "the query did not stop")
+        message = str(query.exception())
+        assert "SchemaChangeError" in message, message
+        assert "public.products" in message
+        assert "column_renamed name -> title" in message
+        assert _mirror(spark, root) == published
+    finally:
+        query.stop()
