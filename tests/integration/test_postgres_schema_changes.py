@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-PRODUCTS = "public.products"
+PRODUCTS, TAGS = "public.products", "public.tags"
 _STEPS: list[tuple[str, list[str]]] = [
     (
         "add a nullable column",
@@ -100,6 +100,8 @@ def _create(dsn: str) -> None:
             "CREATE TABLE products (id integer PRIMARY KEY, name text, price numeric(10,2), "
             "qty integer, sku varchar(10), amount numeric(8,2))"
         )
+        conn.execute("CREATE TABLE tags (id integer PRIMARY KEY, label text)")
+        conn.execute("INSERT INTO tags VALUES (1, 'one'), (2, 'two')")
         for i in range(1, 9):
             conn.execute(
                 "INSERT INTO products VALUES (%s, %s, %s, %s, %s, %s)",
@@ -113,16 +115,17 @@ def _run(dsn: str, statements: list[str]) -> None:
             conn.execute(statement)
 
 
-def _source(dsn: str) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+def _source(dsn: str, name: str = PRODUCTS) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
     """The table's columns (name -> the Spark type it mirrors as) and its rows."""
     with psycopg.connect(dsn) as conn:
         columns = conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = 'products'::regclass AND attnum > 0 AND NOT attisdropped "
-            "ORDER BY attnum"
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+            "ORDER BY attnum",
+            (name,),
         ).fetchall()
         with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-            rows = cur.execute("SELECT * FROM products").fetchall()
+            rows = cur.execute(f"SELECT * FROM {name}").fetchall()
     return {str(n): spark_type(str(t)) for n, t in columns}, _as_set(rows)
 
 
@@ -137,11 +140,13 @@ def _as_set(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     return {tuple(sorted((k, _canonical(v)) for k, v in row.items())) for row in rows}
 
 
-def _mirror(spark: SparkSession, root: Path) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+def _mirror(
+    spark: SparkSession, root: Path, name: str = PRODUCTS
+) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
     tables = spark_ckpt.read_consistent(spark, str(root))
-    if PRODUCTS not in tables:
+    if name not in tables:
         return {}, set()
-    table = tables[PRODUCTS]
+    table = tables[name]
     types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
     return types, _as_set([r.asDict() for r in table.collect()])
 
@@ -153,7 +158,7 @@ def _start(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, **sink: str
         .option("plugin", "pgoutput")
         .option("dsn", dsn)
         .option("slot", slot)
-        .option("tables", PRODUCTS)
+        .option("tables", f"{PRODUCTS},{TAGS}")
         .option("snapshot", "initial")
         .option("columnTypes", "true")
         .option("snapshotDir", str(tmp_path / "spill"))
@@ -169,7 +174,12 @@ def _start(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, **sink: str
 
 
 def _wait_equal(
-    spark: SparkSession, query: StreamingQuery, dsn: str, root: Path, step: str
+    spark: SparkSession,
+    query: StreamingQuery,
+    dsn: str,
+    root: Path,
+    step: str,
+    name: str = PRODUCTS,
 ) -> None:
     seen: list[Any] = []
 
@@ -178,7 +188,7 @@ def _wait_equal(
             raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
         if not (root / "_checkpoints").exists():
             return False
-        source, mirror = _source(dsn), _mirror(spark, root)
+        source, mirror = _source(dsn, name), _mirror(spark, root, name)
         seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
         return source == mirror
 
@@ -198,7 +208,8 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
     _create(pg_dsn)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     root = tmp_path / "mirror"
-    query = _start(spark, pg_dsn, tmp_path, "schema_follow")
+    fail_tags = {"schemaChangeBehavior.public.tags": "fail"}
+    query = _start(spark, pg_dsn, tmp_path, "schema_follow", **fail_tags)
     try:
         _wait_equal(spark, query, pg_dsn, root, "the snapshot")
         for step, statements in _STEPS:
@@ -214,8 +225,35 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         assert "column_renamed" in kinds, kinds
         assert "column_dropped" in kinds, kinds
         assert kinds.count("column_type_changed") >= 3, kinds
-        published = _mirror(spark, root)
+
+        # schemaChangeBehavior=fail for tags: a rename there stops the query, nothing of its
+        # batch published (the products update in the same transaction included).
+        published = _mirror(spark, root, TAGS)
+        _run(
+            pg_dsn,
+            [
+                "BEGIN",
+                "ALTER TABLE tags RENAME COLUMN label TO name",
+                "UPDATE tags SET name = 'renamed' WHERE id = 1",
+                "UPDATE products SET qty = 11 WHERE id = 1",
+                "COMMIT",
+            ],
+        )
+        wait_until(lambda: query.exception() is not None, 120, "the query did not stop")
+        message = str(query.exception())
+        assert "SchemaChangeError" in message, message
+        assert "public.tags" in message, message
+        assert "column_renamed label -> name" in message, message
+        assert _mirror(spark, root, TAGS) == published
+        assert _mirror(spark, root) != _source(pg_dsn), "the products update was published"
+
+        # Restarted with evolve for tags, as the error says: the query follows the rename.
+        query = _start(spark, pg_dsn, tmp_path, "schema_follow")
+        _wait_equal(spark, query, pg_dsn, root, "the restart with evolve")
+        _wait_equal(spark, query, pg_dsn, root, "the restart with evolve", TAGS)
+
         # A type change no widening expresses: the query stops and publishes nothing of it.
+        published = _mirror(spark, root)
         _run(
             pg_dsn,
             [
@@ -226,34 +264,6 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         wait_until(lambda: query.exception() is not None, 120, "the query did not stop")
         assert "MirrorSchemaError" in str(query.exception()), query.exception()
         assert "column_type_changed sku" in str(query.exception())
-        assert _mirror(spark, root) == published
-    finally:
-        query.stop()
-
-
-def test_fail_behavior_stops_the_query_naming_the_change(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
-) -> None:
-    _create(pg_dsn)
-    root = tmp_path / "mirror"
-    query = _start(
-        spark, pg_dsn, tmp_path, "schema_fail", **{"schemaChangeBehavior.public.products": "fail"}
-    )
-    try:
-        _wait_equal(spark, query, pg_dsn, root, "the snapshot")
-        published = _mirror(spark, root)
-        _run(
-            pg_dsn,
-            [
-                "ALTER TABLE products RENAME COLUMN name TO title",
-                "UPDATE products SET qty = 0 WHERE id = 1",
-            ],
-        )
-        wait_until(lambda: query.exception() is not None, 120, "the query did not stop")
-        message = str(query.exception())
-        assert "SchemaChangeError" in message, message
-        assert "public.products" in message
-        assert "column_renamed name -> title" in message
         assert _mirror(spark, root) == published
     finally:
         query.stop()
