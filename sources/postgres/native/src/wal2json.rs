@@ -37,6 +37,12 @@ struct Row<'a> {
     identity: Option<Vec<Item<'a>>>,
     #[serde(borrow, default)]
     pk: Option<Vec<Named<'a>>>,
+    /// A schema change (action ``S``, written by the connector, not wal2json): the old and new
+    /// schemas as JSON text.
+    #[serde(borrow, default)]
+    before: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    after: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -273,6 +279,15 @@ pub fn decode(text: &str) -> Result<Change, String> {
                 after: None,
             })
         }
+        "S" => {
+            return Ok(Change {
+                table,
+                op: "s",
+                key: None,
+                before: row.before.map(Cow::into_owned),
+                after: row.after.map(Cow::into_owned),
+            })
+        }
         other => return Err(format!("action {other:?} is not a row change")),
     };
     let after = match (&row.columns, op) {
@@ -345,6 +360,18 @@ mod tests {
         assert_eq!(change.after, None);
         let truncate = decode(r#"{"action":"T","schema":"s","table":"t"}"#).unwrap();
         assert_eq!((truncate.op, truncate.key), ("t", None));
+    }
+
+    #[test]
+    fn a_schema_change_row_keeps_its_texts() {
+        let change = decode(
+            r#"{"action":"S","schema":"s","table":"t","before":"{\"columns\":[]}","after":"{\"key\":[]}"}"#,
+        )
+        .unwrap();
+        assert_eq!((change.table.as_str(), change.op), ("s.t", "s"));
+        assert_eq!(change.before.as_deref(), Some(r#"{"columns":[]}"#));
+        assert_eq!(change.after.as_deref(), Some(r#"{"key":[]}"#));
+        assert_eq!(change.key, None);
     }
 
     #[test]
