@@ -53,7 +53,7 @@ from .pg_offset import PgOffset
 from .pgoutput import RelationCatalog
 from .plugins import PLUGIN
 from .publication import ensure_publication
-from .schema_tracking import SchemaCatalog, SchemaTracker
+from .schema_tracking import SchemaCatalog, SchemaTracker, Wal2JsonWatcher, drifted
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
 from .slot_checks import check_resume, claim_snapshot_slot, own_snapshot_slot
 from .snapshot import SnapshotSpill, SnapshotTask
@@ -416,14 +416,52 @@ class PostgresConnector(ChangeConnector):
         Runs on the driver. Changes go to a new :class:`ChangeStore` as they arrive, so memory
         is bounded by ``buffer_size`` whatever the transactions' sizes; those of transactions
         that committed before ``start_lsn`` (delivered, not yet confirmed) are not kept. With
-        ``track`` (pgoutput), schema changes since ``schemas`` (the start offset's) are found
-        and become changes of their own (:mod:`.schema_tracking`).
+        ``track``, schema changes since ``schemas`` (the start offset's) are found and become
+        changes of their own (:mod:`.schema_tracking`): from pgoutput's relation messages, or,
+        for wal2json, from the changes of the tables whose catalog differs from ``schemas``
+        after the peek (the peek is read again, watching them, when one does).
         """
         if not self._stream_spill_cleared:
             # Chunks an earlier run spilled (a killed driver never discarded them). Not in
             # check(): Spark also builds readers in other processes, which read nothing.
             self.spill.stream_directory().delete_tree()
             self._stream_spill_cleared = True
+        if track and schemas is None:
+            schemas = self._catalog_schemas()  # an offset from before schema tracking
+        watch: frozenset[str] = frozenset()
+        while True:
+            counted, txns, store = self._read_once(
+                upto_lsn, upto_rows, start_lsn, schemas if track else None, watch
+            )
+            if not track or self.plugin != "wal2json" or not schemas:
+                break
+            # Read after the peek: any DDL the peek decoded is in the catalog by now.
+            drift = drifted(schemas, self._schema_catalog.column_lists(schemas))
+            if drift <= watch:
+                break
+            store.discard()
+            watch |= drift
+        if store.spilled_chunks:
+            _log.info(
+                "postgres slot %s: %d of %d chunks of peeked changes spilled to %s "
+                "(streamBufferSize %d bytes)",
+                self.slot_name,
+                store.spilled_chunks,
+                len(store.chunks),
+                store.spill_directory.url,
+                self.buffer_size,
+            )
+        return counted, txns, store
+
+    def _read_once(
+        self,
+        upto_lsn: int | None,
+        upto_rows: int | None,
+        start_lsn: int,
+        schemas: Mapping[str, TableSchema] | None,
+        watch: frozenset[str],
+    ) -> tuple[int, list[PgTransaction], ChangeStore]:
+        """One peek of :meth:`_read`, schema changes tracked unless ``schemas`` is None."""
         store = ChangeStore(
             self.plugin == "pgoutput", self.spill.stream_directory(), self.buffer_size
         )
@@ -436,26 +474,17 @@ class PostgresConnector(ChangeConnector):
                 yield row
 
         tables = frozenset(self.table_names)
-        tracker = None
-        if track and self.plugin == "pgoutput":
-            tracker = self._tracker = SchemaTracker(schemas or {}, self._schema_catalog.describe)
+        tracker = watcher = None
+        if schemas is not None:
+            tracker = self._tracker = SchemaTracker(schemas, self._schema_catalog.describe)
+            watcher = Wal2JsonWatcher(tracker, watch)
         try:
             txns = decode_peek(
-                rows(), self.plugin, self._relations, tables, store, start_lsn, tracker
+                rows(), self.plugin, self._relations, tables, store, start_lsn, tracker, watcher
             )
         finally:
             self._tracker = None
         store.seal()
-        if store.spilled_chunks:
-            _log.info(
-                "postgres slot %s: %d of %d chunks of peeked changes spilled to %s "
-                "(streamBufferSize %d bytes)",
-                self.slot_name,
-                store.spilled_chunks,
-                len(store.chunks),
-                store.spill_directory.url,
-                self.buffer_size,
-            )
         return counted, txns, store
 
     def _plan_snapshot(self, rerun: bool = False) -> Plan:

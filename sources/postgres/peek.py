@@ -15,7 +15,7 @@ from .change_store import ChangeStore
 from .pgoutput import RelationCatalog
 from .pgoutput import decode_transactions as decode_pgoutput
 from .schema_tracking import SchemaTracker
-from .wal2json import PgTransaction, decode_transactions
+from .wal2json import PgTransaction, SchemaWatcher, decode_transactions
 
 __all__ = ["decode_peek"]
 
@@ -28,12 +28,13 @@ def decode_peek(
     store: ChangeStore,
     start_lsn: int,
     tracker: SchemaTracker | None = None,
+    watcher: SchemaWatcher | None = None,
 ) -> list[PgTransaction]:
     """The committed transactions of a peek's ``(lsn, xid, data)`` rows, oldest first.
 
     Their changes go to ``store``; those of transactions that committed before ``start_lsn``
     (delivered, not yet confirmed) are not kept. ``relations`` is pgoutput's catalog (unused for
-    wal2json).
+    wal2json); schema changes are found by ``tracker`` (pgoutput) or ``watcher`` (wal2json).
     """
     # Hundreds of thousands of rows and transactions, none of them cyclic: a cyclic GC pass
     # every few hundred allocations would only re-scan them (about a third of the grouping).
@@ -43,7 +44,7 @@ def decode_peek(
         if plugin == "pgoutput":
             relations.current.clear()  # a new decoding session describes relations again
             return list(decode_pgoutput(rows, relations, tables, store, start_lsn, tracker))
-        return list(decode_transactions(rows, tables, store, start_lsn))
+        return list(decode_transactions(rows, tables, store, start_lsn, watcher))
     finally:
         if enabled:
             gc.enable()

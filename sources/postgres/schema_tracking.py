@@ -1,9 +1,10 @@
 """Schema changes of the captured tables, found in the stream and described from the catalog.
 
 Logical decoding carries no DDL. pgoutput describes a relation (``R``) before its first change in
-each decoding call and again after its schema changed; :class:`SchemaTracker` compares each
-description with the schema the stream last delivered for the table (kept in the offset, so a
-restarted query knows it) and, when they differ, asks the catalog what the stream does not say:
+each decoding call and again after its schema changed; wal2json names each change's columns and
+their types. :class:`SchemaTracker` compares each description with the schema the stream last
+delivered for the table (kept in the offset, so a restarted query knows it) and, when they
+differ, asks the catalog what the stream does not say:
 
 - each column's ``attnum``, which survives a rename: a rename is told from a drop and an add;
 - ``attmissingval`` (PostgreSQL 11+): the value existing rows read for a column added with a
@@ -20,8 +21,9 @@ relation then), so a DDL with no change after it waits for one. Driver only.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +40,15 @@ from .connect import connect
 from .tables import parse_text_value
 from .types import spark_type
 
-__all__ = ["CatalogColumns", "SchemaCatalog", "SchemaTracker", "relation_schema"]
+__all__ = [
+    "CatalogColumns",
+    "SchemaCatalog",
+    "SchemaTracker",
+    "Wal2JsonWatcher",
+    "drifted",
+    "relation_schema",
+    "schema_change_row",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -120,6 +130,26 @@ class SchemaCatalog:
             return None
         columns = [(name, kind) for _, name, kind, _, _, _ in described.columns]
         return _resolve(columns, described, None)
+
+    def column_lists(self, tables: Iterable[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+        """Each existing table's ``(name, format_type)`` columns now, in one query (driver)."""
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT n.nspname || '.' || c.relname, a.attname, "
+                "format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "JOIN pg_class c ON c.oid = a.attrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname || '.' || c.relname = ANY(%s) AND a.attnum > 0 "
+                "AND NOT a.attisdropped ORDER BY 1, a.attnum",
+                (list(tables),),
+            )
+            .fetchall()
+        )
+        lists: dict[str, list[tuple[str, str]]] = {}
+        for table, name, kind in rows:
+            lists.setdefault(str(table), []).append((str(name), str(kind)))
+        return {table: tuple(columns) for table, columns in lists.items()}
 
     def close(self) -> None:
         """Close its connection (driver, at the connector's stop)."""
@@ -231,6 +261,100 @@ class SchemaTracker:
         event = SchemaEvent(table, known, current, changes)
         _log.info("postgres table %s changed its schema: %s", table, event.describe())
         return event
+
+    def observe_partial(
+        self, table: str, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]
+    ) -> SchemaEvent | None:
+        """Like :meth:`observe`, for a change that may leave columns out (driver, per change).
+
+        A wal2json update leaves out unchanged TOASTed values, so a column it lacks may still
+        exist: the catalog says which. Columns the change carries that the known schema has,
+        with the same types, are no change.
+        """
+        known = self.state.get(table)
+        if known is None:
+            return None
+        types = {c.name: c.source_type for c in known.columns}
+        if all(types.get(name) == kind for name, kind in columns):
+            return None
+        described = self._describe(table)
+        given = dict(columns)
+        merged: list[tuple[str, str]] = []
+        for _, name, kind, _, _, _ in described.columns if described is not None else ():
+            if name in given:
+                merged.append((name, given.pop(name)))
+            elif name in types:
+                merged.append((name, types[name]))  # left out (TOAST), still there
+            else:
+                merged.append((name, kind))  # added, and left out of this change
+        merged += list(given.items())  # renamed again since: the catalog has another name
+        return self.observe(table, tuple(merged), key)
+
+
+def schema_change_row(event: SchemaEvent) -> str:
+    """A schema change as a row of the change store: ``{"action":"S", ...}`` (not wal2json's)."""
+    schema, _, table = event.table.partition(".")
+    return json.dumps(
+        {
+            "action": "S",
+            "schema": schema,
+            "table": table,
+            "before": event.before_json(),
+            "after": event.after_json(),
+        },
+        separators=(",", ":"),
+    )
+
+
+class Wal2JsonWatcher:
+    """Finds schema changes in the wal2json changes of the ``watch`` tables (driver, per peek).
+
+    Only tables whose catalog differs from the known schema are watched (:func:`drifted`):
+    parsing every change would cost the driver more than all its other work per change.
+    """
+
+    def __init__(self, tracker: SchemaTracker, watch: frozenset[str]) -> None:
+        self.tracker = tracker
+        self.watch = watch
+
+    @property
+    def state(self) -> Mapping[str, TableSchema]:
+        """Each table's schema as of the last change watched."""
+        return self.tracker.state
+
+    def schema_change(self, data: str, action: str) -> str | None:
+        """The schema change row an insert or update shows before it, if any (per change)."""
+        if not self.watch:
+            return None
+        event = _watched_change(data, action, self.tracker, self.watch)
+        return None if event is None else schema_change_row(event)
+
+
+def _watched_change(
+    data: str, action: str, tracker: SchemaTracker, watch: frozenset[str]
+) -> SchemaEvent | None:
+    body = json.loads(data)
+    table = f"{body.get('schema')}.{body.get('table')}"
+    if table not in watch:
+        return None
+    columns = tuple((str(c["name"]), str(c.get("type", ""))) for c in body.get("columns") or ())
+    names = [name for name, _ in columns]
+    pk = {str(k["name"]) for k in body.get("pk") or ()}
+    key = tuple(name for name in names if name in pk)  # in column order, as the catalog's
+    if action == "I":
+        return tracker.observe(table, columns, key)
+    return tracker.observe_partial(table, columns, key)
+
+
+def drifted(
+    known: Mapping[str, TableSchema], now: Mapping[str, tuple[tuple[str, str], ...]]
+) -> frozenset[str]:
+    """The tables whose columns in the catalog ``now`` differ from the ``known`` schemas."""
+    return frozenset(
+        table
+        for table, schema in known.items()
+        if table in now and tuple((c.name, c.source_type) for c in schema.columns) != now[table]
+    )
 
 
 def _same(known: TableSchema, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]) -> bool:

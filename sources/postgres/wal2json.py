@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_ckpt.errors import ChangeDecodeError
 from spark_ckpt.model.schema_changes import TableSchema
@@ -37,6 +37,7 @@ __all__ = [
     "NumberText",
     "PgChange",
     "PgTransaction",
+    "SchemaWatcher",
     "decode_change",
     "decode_transactions",
     "normalize_value",
@@ -230,11 +231,23 @@ def decode_change(data: str) -> PgChange:
     return _change(action, body)
 
 
+class SchemaWatcher(Protocol):
+    """Finds schema changes in wal2json's row changes (:mod:`.schema_tracking` has the one)."""
+
+    @property
+    def state(self) -> Mapping[str, TableSchema]:
+        """Each table's schema as of the last change watched."""
+
+    def schema_change(self, data: str, action: str) -> str | None:
+        """The schema change row an insert or update shows before it, if any (per change)."""
+
+
 def decode_transactions(
     rows: Iterable[tuple[str, int | None, str]],
     tables: frozenset[str] | None = None,
     store: ChangeStore | None = None,
     start_lsn: int = 0,
+    watcher: SchemaWatcher | None = None,
 ) -> Iterator[PgTransaction]:
     """Group peeked ``(lsn, xid, data)`` rows into committed transactions (driver).
 
@@ -258,6 +271,9 @@ def decode_transactions(
         Transactions that committed before it were delivered already (the slot's confirmed
         position lags the query's offset): they are yielded with their size but their changes
         are not kept.
+    watcher
+        Schema changes: the row a watcher gives for an insert or update goes before it, and
+        each transaction records the watcher's schemas as of its end.
     """
     current: PgTransaction | None = None
     for lsn, _xid, data in rows:
@@ -265,6 +281,10 @@ def decode_transactions(
         action = data[11:12] if data.startswith('{"action":"') else ""
         if action in _OPS:
             if current is not None:  # else the peek began inside it: re-read whole later
+                if watcher is not None and action != "D" and not current.delivered:
+                    row = watcher.schema_change(data, action)
+                    if row is not None:
+                        current.add(row)
                 current.add(data)
         elif action == "B":
             current = PgTransaction(int(_field(data, "xid")), 0, 0, None, store=store)
@@ -276,6 +296,8 @@ def decode_transactions(
             current.commit_lsn = parse_lsn(_field(data, "lsn"))
             current.end_lsn = parse_lsn(_field(data, "nextlsn"))
             current.commit_ts_us = timestamp_micros(_field(data, "timestamp"))
+            if watcher is not None:
+                current.schemas = watcher.state
             yield current
             current = None
         elif action == "T":
