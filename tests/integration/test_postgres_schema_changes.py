@@ -1,4 +1,4 @@
-"""Mirrors follow a real PostgreSQL table through an application's migrations (pgoutput).
+"""Mirrors follow a real PostgreSQL table through an application's migrations (both plugins).
 
 One query streams ``txn-cdc`` (``columnTypes=true``) into ``delta-2pc`` ``mode=mirror`` while the
 test runs a migration sequence on ``public.products``, each step followed by ordinary writes:
@@ -151,11 +151,13 @@ def _mirror(
     return types, _as_set([r.asDict() for r in table.collect()])
 
 
-def _start(spark: SparkSession, dsn: str, tmp_path: Path, slot: str, **sink: str) -> StreamingQuery:
+def _start(
+    spark: SparkSession, dsn: str, plugin: str, tmp_path: Path, slot: str, **sink: str
+) -> StreamingQuery:
     writer = (
         spark.readStream.format("txn-cdc")
         .option("connector", "postgres")
-        .option("plugin", "pgoutput")
+        .option("plugin", plugin)
         .option("dsn", dsn)
         .option("slot", slot)
         .option("tables", f"{PRODUCTS},{TAGS}")
@@ -203,13 +205,17 @@ def _deltalake_rows(root: Path) -> set[tuple[Any, ...]]:
 
 
 def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
-    spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, tmp_path: Path
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    pg_dsn: str,
+    pg_plugin: str,
+    tmp_path: Path,
 ) -> None:
     _create(pg_dsn)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     root = tmp_path / "mirror"
     fail_tags = {"schemaChangeBehavior.public.tags": "fail"}
-    query = _start(spark, pg_dsn, tmp_path, "schema_follow", **fail_tags)
+    query = _start(spark, pg_dsn, pg_plugin, tmp_path, "schema_follow", **fail_tags)
     try:
         _wait_equal(spark, query, pg_dsn, root, "the snapshot")
         for step, statements in _STEPS:
@@ -248,7 +254,7 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         assert _mirror(spark, root) != _source(pg_dsn), "the products update was published"
 
         # Restarted with evolve for tags, as the error says: the query follows the rename.
-        query = _start(spark, pg_dsn, tmp_path, "schema_follow")
+        query = _start(spark, pg_dsn, pg_plugin, tmp_path, "schema_follow")
         _wait_equal(spark, query, pg_dsn, root, "the restart with evolve")
         _wait_equal(spark, query, pg_dsn, root, "the restart with evolve", TAGS)
 
