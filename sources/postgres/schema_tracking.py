@@ -10,7 +10,8 @@ differ, asks the catalog what the stream does not say:
 - ``attmissingval`` (PostgreSQL 11+): the value existing rows read for a column added with a
   non-volatile default, without a table rewrite;
 - a changed ``relfilenode``: the table was rewritten, so an added column whose default is not in
-  ``attmissingval`` has values for existing rows that no change carries (a volatile default);
+  ``attmissingval`` got its default's value in existing rows then: known when the default calls
+  immutable functions only (evaluated again), unknown otherwise (``now()``, ``random()``);
 - ``attnotnull`` and the primary key.
 
 The catalog answers as of now, not as of the change's position: a column renamed twice between
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -66,11 +68,17 @@ class CatalogColumns:
         The primary key's columns, in column order.
     storage
         The table's ``relfilenode`` (a rewrite changes it).
+    rewrite_defaults
+        ``attnum`` -> the text of the column's default (None: NULL), for columns without a
+        missing value whose default calls immutable functions only: the value a table rewrite
+        gave existing rows, whenever it ran. A default that calls a stable or volatile function
+        (``now()``, ``random()``, a sequence) is not here: its values are not known.
     """
 
     columns: tuple[tuple[int, str, str, bool, str | None, bool], ...]
     key: tuple[str, ...]
     storage: str
+    rewrite_defaults: Mapping[int, str | None] = field(default_factory=dict)
 
 
 _COLUMNS_SQL = (
@@ -79,6 +87,13 @@ _COLUMNS_SQL = (
     "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
     "ORDER BY a.attnum"
 )
+_DEFAULTS_SQL = (
+    "SELECT d.adnum, pg_get_expr(d.adbin, d.adrelid), d.adbin::text FROM pg_attrdef d "
+    "JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
+    "WHERE d.adrelid = %s AND NOT a.atthasmissing AND NOT a.attisdropped"
+)
+_FUNCTIONS = re.compile(r":(?:funcid|opfuncid) (\d+)")
+"""Functions a default's expression tree (``pg_node_tree`` text) calls."""
 _KEY_SQL = (
     "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
     "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary ORDER BY a.attnum"
@@ -121,7 +136,30 @@ class SchemaCatalog:
             ),
             tuple(str(k[0]) for k in key),
             str(storage),
+            self._immutable_defaults(oid),
         )
+
+    def _immutable_defaults(self, oid: int) -> dict[int, str | None]:
+        """The defaults without a missing value that call immutable functions only, evaluated.
+
+        Evaluating such a default now gives what a rewrite gave existing rows (``ALTER ...
+        TYPE`` in the transaction that added the column rewrites the table instead of keeping
+        ``attmissingval``).
+        """
+        conn = self._connection()
+        found: dict[int, str | None] = {}
+        for attnum, expression, tree in conn.execute(_DEFAULTS_SQL, (oid,)).fetchall():
+            functions = [int(f) for f in _FUNCTIONS.findall(str(tree))]
+            if functions:
+                row = conn.execute(
+                    "SELECT bool_and(provolatile = 'i') FROM pg_proc WHERE oid = ANY(%s)",
+                    (functions,),
+                ).fetchone()
+                if row is None or not row[0]:
+                    continue  # now(), random(), nextval(): the values old rows got are unknown
+            value = conn.execute(f"SELECT ({expression})::text").fetchone()
+            found[int(attnum)] = None if value is None else value[0]
+        return found
 
     def schema(self, table: str) -> TableSchema | None:
         """The table's schema now, with column ids (None when it does not exist)."""
@@ -206,7 +244,12 @@ def _resolve(
             if missing is not None:
                 default = _missing_value(kind, missing)
             elif has_default and rewritten:
-                unknown = True  # a volatile default: the rewrite gave old rows its values
+                # The table was rewritten since: old rows got the default as it evaluated then.
+                if attnum in described.rewrite_defaults:
+                    text = described.rewrite_defaults[attnum]
+                    default = None if text is None else parse_text_value(kind, text)
+                else:
+                    unknown = True  # a stable or volatile default: those values are unknown
         result.append(
             ColumnSchema(name, spark_type(kind), kind, not not_null, attnum, default, unknown)
         )
