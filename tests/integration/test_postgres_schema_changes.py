@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pg_schema_crash
 import psycopg
 import pyarrow as pa
 import pytest
@@ -273,3 +274,15 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         assert _mirror(spark, root) == published
     finally:
         query.stop()
+
+
+def test_driver_killed_between_a_schema_change_and_its_publish_loses_and_repeats_nothing(
+    spark: SparkSession, pg_dsn: str, tmp_path: Path
+) -> None:
+    """Real SIGKILLs after the schema change's batch is pre-committed, and in its publish.
+
+    pgoutput only: the kill test of the other postgres path runs wal2json, and what recovery
+    does after the pre-commit does not depend on the plugin.
+    """
+    verdict = pg_schema_crash.run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
+    assert verdict.ok, verdict
