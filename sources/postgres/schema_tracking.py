@@ -47,6 +47,7 @@ __all__ = [
     "SchemaCatalog",
     "SchemaTracker",
     "Wal2JsonWatcher",
+    "catalog_schema",
     "drifted",
     "relation_schema",
     "schema_change_row",
@@ -164,10 +165,7 @@ class SchemaCatalog:
     def schema(self, table: str) -> TableSchema | None:
         """The table's schema now, with column ids (None when it does not exist)."""
         described = self.describe(table)
-        if described is None:
-            return None
-        columns = [(name, kind) for _, name, kind, _, _, _ in described.columns]
-        return _resolve(columns, described, None)
+        return None if described is None else catalog_schema(described)
 
     def column_lists(self, tables: Iterable[str]) -> dict[str, tuple[tuple[str, str], ...]]:
         """Each existing table's ``(name, format_type)`` columns now, in one query (driver)."""
@@ -198,6 +196,12 @@ class SchemaCatalog:
 def relation_schema(columns: tuple[tuple[str, str], ...], key: tuple[str, ...]) -> TableSchema:
     """A schema from a relation's ``(name, format_type)`` columns alone, without ids."""
     return TableSchema(tuple(ColumnSchema(n, spark_type(t), t) for n, t in columns), key)
+
+
+def catalog_schema(described: CatalogColumns) -> TableSchema:
+    """The schema a catalog description gives (a stream's starting point)."""
+    columns = [(name, kind) for _, name, kind, _, _, _ in described.columns]
+    return _resolve(columns, described, None)
 
 
 def _missing_value(type_name: str, array_text: str) -> Any:
