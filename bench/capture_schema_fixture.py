@@ -80,7 +80,8 @@ def _consume(
     function = "pg_logical_slot_get_binary_changes" if binary else "pg_logical_slot_get_changes"
     placeholders = ", ".join(["%s"] * len(options))
     rows = conn.execute(
-        f"SELECT lsn::text, xid::text::bigint, data FROM {function}(%s, NULL, NULL, {placeholders})",
+        f"SELECT lsn::text, xid::text::bigint, data "
+        f"FROM {function}(%s, NULL, NULL, {placeholders})",
         (slot, *options),
     ).fetchall()
     return [[lsn, xid, bytes(data).hex() if binary else data] for lsn, xid, data in rows]
@@ -98,7 +99,8 @@ def capture(out: Path) -> None:
                 "qty integer, sku varchar(10), amount numeric(8,2))"
             )
             conn.execute(
-                "INSERT INTO products SELECT i, 'p' || i, i, i, 's' || i, i FROM generate_series(1, 3) i"
+                "INSERT INTO products SELECT i, 'p' || i, i, i, 's' || i, i "
+                "FROM generate_series(1, 3) i"
             )
             conn.execute("CREATE PUBLICATION schema_pub FOR TABLE products")
             conn.execute("SELECT pg_create_logical_replication_slot('pgout', 'pgoutput')")
