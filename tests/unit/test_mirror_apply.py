@@ -42,7 +42,9 @@ def at(second: int) -> dt.datetime:
 
 
 def change_rows(
-    changes: list[Change], types: dict[str, str] | None = None, first_second: int = 0
+    changes: list[tuple[str, str, Any, Any, Any]],
+    types: dict[str, str] | None = None,
+    first_second: int = 0,
 ) -> pa.Table:
     columns: dict[str, list[Any]] = {f.name: [] for f in ARROW_SCHEMA}
     for index, (table, op, key, before, after) in enumerate(changes):
@@ -55,9 +57,9 @@ def change_rows(
             "commit_ts": at(first_second + index),  # one change per second
             "table": table,
             "op": op,
-            "key": json.dumps(key),
-            "before": None if before is None else json.dumps(before),
-            "after": None if after is None else json.dumps(after),
+            "key": None if key is None else json.dumps(key),
+            "before": before if before is None or isinstance(before, str) else json.dumps(before),
+            "after": after if after is None or isinstance(after, str) else json.dumps(after),
         }
         for name, value in values.items():
             columns[name].append(value)
@@ -79,6 +81,14 @@ class Mirror:
         self.batch = 0
 
     def apply(self, changes: list[Change], types: dict[str, str] | None = None) -> None:
+        self.apply_rows(changes, types)
+
+    def apply_rows(
+        self,
+        changes: list[tuple[str, str, Any, Any, Any]],
+        types: dict[str, str] | None = None,
+    ) -> None:
+        """One batch; an image given as text (a schema change's ``after``) is kept as it is."""
         rows = change_rows(changes, types, self.seconds)
         self.seconds += len(changes)
         staged = write_staged_file(self.changelog, staged_name(self.query_id, self.batch, 0), rows)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from test_mirror_apply import Mirror
 
 from spark_ckpt.errors import MirrorSchemaError, SchemaChangeError
 from spark_ckpt.model.schema_changes import (
@@ -198,3 +200,67 @@ def test_rows_folded_before_a_change_are_carried_over_to_the_new_schema() -> Non
     assert [e for e, _ in folded.schema_events] == [event]
     kept = fold_changes(changes, keeps_schema=lambda table: True)["public.p"]
     assert kept.rows[(1,)].values == {"id": 1, "name": "a", "price": "1.00"}
+
+
+# -- applied to real Delta tables (delta-rs, no JVM) ---------------------------------------------
+
+
+def _schema_row(event: SchemaEvent) -> tuple[str, str, None, str | None, str]:
+    return ("public.p", "s", None, event.before_json(), event.after_json())
+
+
+def test_a_mirror_follows_a_rename_drop_widening_and_default_in_one_commit(
+    tmp_path: Path,
+) -> None:
+    mirror = Mirror(tmp_path)
+    types = {"id": "int", "name": "string", "price": "decimal(10,2)"}
+    mirror.apply(
+        [
+            ("public.p", "c", {"id": i}, None, {"id": i, "name": f"n{i}", "price": "1.50"})
+            for i in (1, 2)
+        ],
+        types,
+    )
+    event = _event(
+        _col("id", "bigint", 1),
+        _col("title", "string", 2),
+        _col("flag", "boolean", 4, default=True),
+    )
+    mirror.apply_rows(
+        [
+            _schema_row(event),
+            ("public.p", "u", {"id": 2}, None, {"id": 2, "title": "t2", "flag": False}),
+        ]
+    )
+    rows = sorted(mirror.rows("public.p"), key=lambda r: r["id"])
+    assert rows == [
+        {"id": 1, "title": "n1", "flag": True},
+        {"id": 2, "title": "t2", "flag": False},
+    ]
+    table = mirror.table("public.p")
+    assert [f.name for f in table.schema().fields] == ["id", "title", "flag"]
+    ours = [c for c in table.history() if c.get("spark-ckpt.batchId") == 1]
+    assert len(ours) == 1  # the rewrite and the batch's rows: one commit
+    assert table.protocol().min_reader_version == 1  # a plain table every engine reads
+
+
+def test_an_scd2_mirror_renames_every_version(tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path, history=True)
+    types = {"id": "int", "name": "string", "price": "decimal(10,2)"}
+    mirror.apply(
+        [("public.p", "c", {"id": 1}, None, {"id": 1, "name": "a", "price": "1.00"})], types
+    )
+    mirror.apply(
+        [("public.p", "u", {"id": 1}, None, {"id": 1, "name": "b", "price": "1.00"})], types
+    )
+    event = _event(ID, _col("title", "string", 2), PRICE)
+    mirror.apply_rows(
+        [
+            _schema_row(event),
+            ("public.p", "u", {"id": 1}, None, {"id": 1, "title": "c", "price": "2.00"}),
+        ]
+    )
+    versions = sorted(mirror.rows("public.p"), key=lambda r: r["__start_at"])
+    assert [v["title"] for v in versions] == ["a", "b", "c"]
+    assert "name" not in versions[0]
+    assert [v["__end_at"] is None for v in versions] == [False, False, True]
