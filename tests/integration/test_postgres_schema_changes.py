@@ -6,10 +6,13 @@ add a nullable column, add one with a default (existing rows read it), rename, d
 re-add under the same name with another type, widen ``integer`` to ``bigint`` and ``numeric``
 precision, change a ``varchar`` length, DDL and DML in one transaction. After each step, while
 the query streams, the mirror read through ``read_consistent`` (delta-spark) equals the table:
-column names, types and values, row for row; delta-rs (``deltalake``) reads the same. Then a type
-change Delta cannot follow in place stops the query with ``MirrorSchemaError`` and publishes
-nothing of its batch; under ``schemaChangeBehavior=fail`` any change stops it with
-``SchemaChangeError``. The change log holds each schema change as an ``op='s'`` row.
+column names, types and values, row for row; delta-rs (``deltalake``) reads the same. The change
+log holds each schema change as an ``op='s'`` row. Then ``public.tags``, mirrored under
+``schemaChangeBehavior=fail``, is renamed in a transaction that also updates a product: the query
+stops with ``SchemaChangeError`` and publishes nothing of it; restarted with ``evolve`` it follows.
+Last, a type change no widening expresses stops the query with ``MirrorSchemaError``. Apart,
+real SIGKILLs of the driver after a schema change's batch is pre-committed and in its publish
+(``bench/pg_schema_crash.py``) lose and repeat nothing.
 """
 
 from __future__ import annotations
