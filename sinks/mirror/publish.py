@@ -169,6 +169,40 @@ def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table 
     return pa.concat_tables(parts, promote_options="default") if parts else None
 
 
+def _refuse_vanished_columns(
+    folded: FoldedTable, projection: tuple[ProjectedColumn, ...], location: Location
+) -> None:
+    """Refuse whole rows that lack a mirror column no schema change of the batch dropped.
+
+    An insert (or a snapshot read) carries every column its table has. One without a column
+    the mirror has means the source dropped or renamed it without the connector saying so
+    (connectors that do not report schema changes): following would leave the column's stale
+    values in every other row, so the batch stops here (``evolve`` only: ``lenient`` and
+    ``ignore`` keep columns the source no longer has, by design).
+
+    Raises
+    ------
+    MirrorSchemaError
+        Naming the table and the columns.
+    """
+    # Stored columns only: rows before a column the batch adds (unreported) lack it rightly.
+    expected = {c.name for c in projection if c.source is not None} - {START_AT, END_AT}
+    for key, state in folded.rows.items():
+        if state.values is None or state.given is not None:
+            continue  # deleted, or an update that may leave unchanged values out
+        vanished = expected - set(state.values)
+        if vanished:
+            raise MirrorSchemaError(
+                f"table {folded.name}: a whole row (key {list(key)}) has no column "
+                f"{', '.join(sorted(vanished))}, which the mirror at {location.url} has, and no "
+                f"schema change of the stream dropped or renamed it. Nothing of this batch is "
+                f"published: the source table changed in a way its connector does not report. "
+                f"Rebuild the mirror (a new mirror root and checkpoint location, with "
+                f"snapshot=initial), or set schemaChangeBehavior.{folded.name}=lenient to keep "
+                f"the column (NULL in new rows)"
+            )
+
+
 def plan_batch(
     root: Location,
     changelog: Location,
@@ -227,6 +261,8 @@ def _plan_table(
         projection = follow(projection, event, behavior, position)
     keep = behavior == "ignore" and delta is not None
     projection = _with_batch_columns(projection, table, location, history, keep)
+    if behavior == "evolve" and delta is not None:
+        _refuse_vanished_columns(table, projection, location)
     schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in projection])
     rewrite_all = delta is not None and needs_rewrite(projection, stored)
     rows = table.history_arrow(schema) if history else table.to_arrow(schema)

@@ -264,3 +264,17 @@ def test_an_scd2_mirror_renames_every_version(tmp_path: Path) -> None:
     assert [v["title"] for v in versions] == ["a", "b", "c"]
     assert "name" not in versions[0]
     assert [v["__end_at"] is None for v in versions] == [False, False, True]
+
+
+def test_a_column_dropped_without_a_reported_change_stops_the_mirror(tmp_path: Path) -> None:
+    """A connector that reports no schema change: inserts without a mirror column are refused."""
+    mirror = Mirror(tmp_path)
+    mirror.apply([("public.p", "c", {"id": 1}, None, {"id": 1, "name": "a", "price": 1})])
+    mirror.apply(  # a column added without a report: earlier rows of the batch lack it rightly
+        [
+            ("public.p", "c", {"id": 2}, None, {"id": 2, "name": "b", "price": 2}),
+            ("public.p", "c", {"id": 3}, None, {"id": 3, "name": "c", "price": 3, "note": "x"}),
+        ]
+    )
+    with pytest.raises(MirrorSchemaError, match=r"no column price.*no\s+schema change"):
+        mirror.apply([("public.p", "c", {"id": 4}, None, {"id": 4, "name": "d", "note": "y"})])
