@@ -228,17 +228,29 @@ def _resolve(
 ) -> TableSchema:
     """The stream's columns with the catalog's ids, nullability and added columns' defaults.
 
-    A column the catalog no longer has under its streamed name (renamed again since) takes the
-    id of the catalog column at the same position among those not matched by name, so the
-    rename is still found.
+    The catalog answers as of now, which may be past the stream's position: a streamed column
+    it no longer has under that name was dropped or renamed since. One the known schema has
+    under that name keeps its id (unchanged here, dropped later); any other takes the id of the
+    first catalog column claimed by neither (renamed again since), so a rename is still found.
     """
     by_name = {c[1]: c for c in described.columns}
-    unmatched = [c for c in described.columns if c[1] not in {n for n, _ in columns}]
-    known_ids = {c.id for c in known.columns} if known is not None else set()
+    old = {c.name: c for c in known.columns} if known is not None else {}
+    names = {n for n, _ in columns}
+    claimed = {by_name[n][0] for n in names if n in by_name}
+    claimed |= {old[n].id for n in names if n not in by_name and n in old}
+    unmatched = [c for c in described.columns if c[0] not in claimed]
+    known_ids = {c.id for c in old.values()}
     rewritten = known is not None and known.storage not in (None, described.storage)
     result = []
     for name, kind in columns:
-        entry = by_name.get(name) or (unmatched.pop(0) if unmatched else None)
+        entry = by_name.get(name)
+        if entry is None and name in old and old[name].id is not None:
+            result.append(
+                ColumnSchema(name, spark_type(kind), kind, old[name].nullable, old[name].id)
+            )
+            continue
+        if entry is None:
+            entry = unmatched.pop(0) if unmatched else None
         if entry is None:
             result.append(ColumnSchema(name, spark_type(kind), kind))
             continue
@@ -257,7 +269,6 @@ def _resolve(
         result.append(
             ColumnSchema(name, spark_type(kind), kind, not not_null, attnum, default, unknown)
         )
-    names = {n for n, _ in columns}
     key = tuple(k for k in described.key if k in names)
     return TableSchema(tuple(result), key, described.storage)
 

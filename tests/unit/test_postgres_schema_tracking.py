@@ -134,3 +134,30 @@ def test_a_re_sent_relation_is_no_change() -> None:
     _, state = _pgoutput_events(step, state)
     again, _ = _pgoutput_events(step, state)
     assert again == []
+
+
+def test_a_catalog_already_past_the_stream_still_tells_what_changed_here() -> None:
+    """Two DDLs between reads: the stream's first relation is resolved with the later catalog.
+
+    Here ``name`` was renamed to ``title`` (what the relation shows), and later ``title`` to
+    ``label``, ``price`` dropped and ``note`` added (what the catalog shows by now).
+    """
+
+    def column(attnum: int, name: str, kind: str) -> tuple[int, str, str, bool, None, bool]:
+        return (attnum, name, kind, attnum == 1, None, False)
+
+    first = (column(1, "id", "integer"), column(2, "name", "text"))
+    known = catalog_schema(
+        CatalogColumns((*first, column(3, "price", "numeric(10,2)")), ("id",), "100")
+    )
+    later = CatalogColumns(
+        (column(1, "id", "integer"), column(2, "label", "text"), column(4, "note", "text")),
+        ("id",),
+        "100",
+    )
+    tracker = SchemaTracker({TABLE: known}, lambda table: later)
+    columns = (("id", "integer"), ("title", "text"), ("price", "numeric(10,2)"))
+    event = tracker.observe(TABLE, columns, ("id",))
+    assert event is not None
+    assert [c.describe() for c in event.changes] == ["column_renamed name -> title"]
+    assert [c.id for c in event.after.columns] == [1, 2, 3]
