@@ -236,7 +236,7 @@ def _resolve(
     by_name = {c[1]: c for c in described.columns}
     old = {c.name: c for c in known.columns} if known is not None else {}
     names = {n for n, _ in columns}
-    claimed = {by_name[n][0] for n in names if n in by_name}
+    claimed: set[int | None] = {by_name[n][0] for n in names if n in by_name}
     claimed |= {old[n].id for n in names if n not in by_name and n in old}
     unmatched = [c for c in described.columns if c[0] not in claimed]
     known_ids = {c.id for c in old.values()}
