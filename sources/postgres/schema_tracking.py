@@ -80,6 +80,9 @@ class CatalogColumns:
     key: tuple[str, ...]
     storage: str
     rewrite_defaults: Mapping[int, str | None] = field(default_factory=dict)
+    version: str = ""
+    """A digest of the table's ``pg_attribute`` rows (their ``attnum`` and ``xmin``, dropped
+    columns included): any column DDL changes it, even one undone since (add, then drop)."""
 
 
 _COLUMNS_SQL = (
@@ -88,6 +91,8 @@ _COLUMNS_SQL = (
     "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
     "ORDER BY a.attnum"
 )
+_VERSION = "md5(string_agg(a.attnum || ':' || a.xmin::text, ',' ORDER BY a.attnum))"
+"""A table's definition version: its attributes' row versions, dropped ones included."""
 _DEFAULTS_SQL = (
     "SELECT d.adnum, pg_get_expr(d.adbin, d.adrelid), d.adbin::text FROM pg_attrdef d "
     "JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
@@ -130,6 +135,10 @@ class SchemaCatalog:
         conn = self._connection()
         columns = conn.execute(_COLUMNS_SQL, (oid,)).fetchall()
         key = conn.execute(_KEY_SQL, (oid,)).fetchall()
+        version = conn.execute(
+            f"SELECT {_VERSION} FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0",
+            (oid,),
+        ).fetchone()
         return CatalogColumns(
             tuple(
                 (int(n), str(a), str(t), bool(nn), None if m is None else str(m), bool(d))
@@ -138,6 +147,7 @@ class SchemaCatalog:
             tuple(str(k[0]) for k in key),
             str(storage),
             self._immutable_defaults(oid),
+            "" if version is None else str(version[0]),
         )
 
     def _immutable_defaults(self, oid: int) -> dict[int, str | None]:
@@ -167,25 +177,31 @@ class SchemaCatalog:
         described = self.describe(table)
         return None if described is None else catalog_schema(described)
 
-    def column_lists(self, tables: Iterable[str]) -> dict[str, tuple[tuple[str, str], ...]]:
-        """Each existing table's ``(name, format_type)`` columns now, in one query (driver)."""
+    def column_lists(
+        self, tables: Iterable[str]
+    ) -> dict[str, tuple[tuple[tuple[str, str], ...], str]]:
+        """Each existing table's ``(name, format_type)`` columns and version now (driver).
+
+        One query for all the tables, after every read of a wal2json slot.
+        """
         rows = (
             self._connection()
             .execute(
-                "SELECT n.nspname || '.' || c.relname, a.attname, "
-                "format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-                "JOIN pg_class c ON c.oid = a.attrelid "
+                "SELECT n.nspname || '.' || c.relname, "
+                "array_agg(a.attname::text ORDER BY a.attnum) FILTER (WHERE NOT a.attisdropped), "
+                "array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) "
+                f"FILTER (WHERE NOT a.attisdropped), {_VERSION} "
+                "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname || '.' || c.relname = ANY(%s) AND a.attnum > 0 "
-                "AND NOT a.attisdropped ORDER BY 1, a.attnum",
+                "WHERE n.nspname || '.' || c.relname = ANY(%s) AND a.attnum > 0 GROUP BY 1",
                 (list(tables),),
             )
             .fetchall()
         )
-        lists: dict[str, list[tuple[str, str]]] = {}
-        for table, name, kind in rows:
-            lists.setdefault(str(table), []).append((str(name), str(kind)))
-        return {table: tuple(columns) for table, columns in lists.items()}
+        return {
+            str(table): (tuple(zip(names, kinds, strict=True)), str(version))
+            for table, names, kinds, version in rows
+        }
 
     def close(self) -> None:
         """Close its connection (driver, at the connector's stop)."""
@@ -270,7 +286,9 @@ def _resolve(
             ColumnSchema(name, spark_type(kind), kind, not not_null, attnum, default, unknown)
         )
     key = tuple(k for k in described.key if k in names)
-    return TableSchema(tuple(result), key, described.storage)
+    current = tuple((n, t) for _, n, t, _, _, _ in described.columns) == tuple(columns)
+    version = described.version if current else None  # else the catalog is past this point
+    return TableSchema(tuple(result), key, described.storage, version)
 
 
 class SchemaTracker:
@@ -405,14 +423,24 @@ def _watched_change(
 
 
 def drifted(
-    known: Mapping[str, TableSchema], now: Mapping[str, tuple[tuple[str, str], ...]]
+    known: Mapping[str, TableSchema],
+    now: Mapping[str, tuple[tuple[tuple[str, str], ...], str]],
 ) -> frozenset[str]:
-    """The tables whose columns in the catalog ``now`` differ from the ``known`` schemas."""
-    return frozenset(
-        table
-        for table, schema in known.items()
-        if table in now and tuple((c.name, c.source_type) for c in schema.columns) != now[table]
-    )
+    """The tables whose catalog ``now`` (columns, version) differs from the ``known`` schemas.
+
+    A version that differs catches column DDL undone since (a column added, written and dropped
+    between two reads of the slot); an unknown version (the schema was described from a catalog
+    already past it) counts as a difference until the stream catches up.
+    """
+    found = set()
+    for table, schema in known.items():
+        if table not in now:
+            continue
+        columns, version = now[table]
+        listed = tuple((c.name, c.source_type) for c in schema.columns)
+        if listed != columns or schema.version != version:
+            found.add(table)
+    return frozenset(found)
 
 
 def _same(known: TableSchema, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]) -> bool:

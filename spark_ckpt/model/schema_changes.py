@@ -139,6 +139,10 @@ class TableSchema:
     storage: str | None = None
     """The source's identity of the table's stored rows, where it has one (PostgreSQL's
     ``relfilenode``: a table rewrite changes it); not a schema change by itself."""
+    version: str | None = None
+    """The source's identity of the table's definition as these columns are, where it has one
+    (PostgreSQL: a digest of its ``pg_attribute`` rows, which any column DDL changes); None
+    when not known for exactly these columns."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -154,7 +158,8 @@ class TableSchema:
 
     def plain(self) -> TableSchema:
         """The schema as it is kept between events (no added columns' defaults)."""
-        return TableSchema(tuple(c.plain() for c in self.columns), self.key, self.storage)
+        plain = tuple(c.plain() for c in self.columns)
+        return TableSchema(plain, self.key, self.storage, self.version)
 
     def to_json(self) -> dict[str, Any]:
         """Render as the event's (and offsets') JSON."""
@@ -162,6 +167,8 @@ class TableSchema:
         value["key"] = list(self.key)
         if self.storage is not None:
             value["storage"] = self.storage
+        if self.version is not None:
+            value["version"] = self.version
         return value
 
     @classmethod
@@ -175,9 +182,14 @@ class TableSchema:
         """
         try:
             columns = tuple(ColumnSchema.from_json(c) for c in value["columns"])
-            storage = value.get("storage")
+            storage, version = value.get("storage"), value.get("version")
             keys = tuple(str(k) for k in value.get("key", ()))
-            return cls(columns, keys, None if storage is None else str(storage))
+            return cls(
+                columns,
+                keys,
+                None if storage is None else str(storage),
+                None if version is None else str(version),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise StateFormatError(f"not a table schema: {json.dumps(value)[:200]}") from e
 

@@ -59,6 +59,7 @@ def _catalog(value: dict[str, Any]) -> CatalogColumns:
         tuple(value["key"]),
         str(value["storage"]),
         {int(k): v for k, v in value["rewrite_defaults"].items()},
+        str(value["version"]),
     )
 
 
@@ -84,7 +85,8 @@ def _wal2json_events(
     step: dict[str, Any], state: dict[str, TableSchema]
 ) -> tuple[list[SchemaEvent], dict[str, TableSchema]]:
     tracker = SchemaTracker(state, lambda table: _catalog(step["catalog"]))
-    now = {TABLE: tuple((name, kind) for _, name, kind, _, _, _ in step["catalog"]["columns"])}
+    listed = tuple((name, kind) for _, name, kind, _, _, _ in step["catalog"]["columns"])
+    now = {TABLE: (listed, str(step["catalog"]["version"]))}
     watcher = Wal2JsonWatcher(tracker, drifted(state, now))
     assert watcher.watch == TABLES, "the catalog check did not see the step's DDL"
     rows = [tuple(row) for row in step["wal2json"]]
@@ -125,6 +127,14 @@ def test_each_step_of_a_real_migration_is_found_with_what_existing_rows_read(
         if step["step"] == "rename a column":
             assert events[0].column_mapping()["name"] == "title"
     assert found == EXPECTED
+
+
+def test_a_column_added_and_dropped_between_reads_still_drifts() -> None:
+    """Same columns again, another definition version: wal2json's changes must be watched."""
+    known = catalog_schema(_catalog(FIXTURE["initial_catalog"]))
+    columns = tuple((c.name, c.source_type) for c in known.columns)
+    assert drifted({TABLE: known}, {TABLE: (columns, str(known.version))}) == frozenset()
+    assert drifted({TABLE: known}, {TABLE: (columns, "another")}) == TABLES
 
 
 def test_a_re_sent_relation_is_no_change() -> None:
