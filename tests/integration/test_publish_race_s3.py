@@ -201,15 +201,17 @@ class Publishers:
 def change_rows(batch_id: int, new_column: bool = False) -> pa.Table:
     """Batch N: every table upserts key N mod KEYS to N (the change stream's columns).
 
-    With ``new_column``, batch N's rows also bring a column ``cN`` the mirrors never had.
+    With ``new_column``, batch N's rows also bring a column ``cN`` the mirrors never had (and
+    the columns earlier batches brought: an insert carries every column its table has).
     """
     columns: dict[str, list[Any]] = {f.name: [] for f in ARROW_SCHEMA}
     key = batch_id % KEYS
     after: dict[str, Any] = {"id": key, "v": batch_id}
     types = {"id": "bigint", "v": "bigint"}
     if new_column:
-        after[f"c{batch_id}"] = batch_id
-        types[f"c{batch_id}"] = "bigint"
+        for n in range(batch_id + 1):
+            after[f"c{n}"] = n
+            types[f"c{n}"] = "bigint"
     for index, table in enumerate(TABLES):
         values = {
             "source": "race",
