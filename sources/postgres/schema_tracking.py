@@ -81,8 +81,8 @@ class CatalogColumns:
     storage: str
     rewrite_defaults: Mapping[int, str | None] = field(default_factory=dict)
     version: str = ""
-    """A digest of the table's ``pg_attribute`` rows (their ``attnum`` and ``xmin``, dropped
-    columns included): any column DDL changes it, even one undone since (add, then drop)."""
+    """A digest of the table's columns (``attnum``, name, type, dropped or not): a column
+    added, retyped or renamed changes it, even when undone since (added, then dropped)."""
 
 
 _COLUMNS_SQL = (
@@ -91,8 +91,12 @@ _COLUMNS_SQL = (
     "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
     "ORDER BY a.attnum"
 )
-_VERSION = "md5(string_agg(a.attnum || ':' || a.xmin::text, ',' ORDER BY a.attnum))"
-"""A table's definition version: its attributes' row versions, dropped ones included."""
+_VERSION = (
+    "md5(string_agg(concat_ws(':', a.attnum, a.attname, a.atttypid, a.atttypmod, "
+    "a.attisdropped), ',' ORDER BY a.attnum))"
+)
+"""A table's definition version: its columns' numbers, names and types, dropped ones included
+(not the rows' ``xmin``: ``SET STORAGE`` or ``SET STATISTICS`` would change that forever)."""
 _DEFAULTS_SQL = (
     "SELECT d.adnum, pg_get_expr(d.adbin, d.adrelid), d.adbin::text FROM pg_attrdef d "
     "JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "

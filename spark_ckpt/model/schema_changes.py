@@ -141,8 +141,8 @@ class TableSchema:
     ``relfilenode``: a table rewrite changes it); not a schema change by itself."""
     version: str | None = None
     """The source's identity of the table's definition as these columns are, where it has one
-    (PostgreSQL: a digest of its ``pg_attribute`` rows, which any column DDL changes); None
-    when not known for exactly these columns."""
+    (PostgreSQL: a digest of its columns' numbers, names and types, dropped ones included);
+    None when not known for exactly these columns."""
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -455,8 +455,9 @@ def test_added_column_is_carried_through(
     """Rows after ALTER TABLE carry the new column, each change of schema a row of its own.
 
     The column is added and dropped again before the query reads the slot: pgoutput's relation
-    messages show both changes; for wal2json the catalog's definition version differs although
-    its columns are the same again, so the changes of the table are watched and both found.
+    messages show both changes; for wal2json the catalog's definition version (dropped columns
+    included) differs although its live columns are the same again, so the table's changes are
+    watched and both found.
     """
     import json
 
