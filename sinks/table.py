@@ -365,25 +365,19 @@ def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) 
                 raise
             raise CommitFailedError(f"the table was created concurrently: {e}") from e
         return 0
+    actions: list[AddAction | RemoveAction] = list(adds)
     if batch.overwrite:
         # delta-rs removes every file of the snapshot itself, and writes the schema as given
         # (an append keeps the table's, whatever the schema passed).
-        delta.create_write_transaction(
-            list(adds),
-            "overwrite",
-            batch.schema,
-            partition_by=list(batch.partition_by) or None,
-            commit_properties=properties,
-            post_commithook_properties=hooks,
-        )
-        return committed_version(delta, batch.query_id, batch.batch_id)
-    _add_new_columns(delta, batch.schema, batch.batch_id)
-    now = int(time.time() * 1000)
-    actions: list[AddAction | RemoveAction] = list(adds)
-    actions += [RemoveAction(path, True, now) for path in batch.removes]
+        mode = "overwrite"
+    else:
+        mode = "append"
+        _add_new_columns(delta, batch.schema, batch.batch_id)
+        now = int(time.time() * 1000)
+        actions += [RemoveAction(path, True, now) for path in batch.removes]
     delta.create_write_transaction(
         actions,
-        "append",
+        mode,
         batch.schema,
         partition_by=list(batch.partition_by) or None,
         commit_properties=properties,
