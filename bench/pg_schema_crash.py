@@ -93,38 +93,49 @@ class Verdict:
         return not self.differences and set(self.ddl_commits.values()) == {1}
 
 
+def source_table(dsn: str, name: str) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+    """A PostgreSQL table's columns (name -> the Spark type it mirrors as) and its rows."""
+    import psycopg
+
+    from spark_ckpt.sources.postgres.types import spark_type
+
+    with psycopg.connect(dsn) as conn:
+        columns = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+            "attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (name,),
+        ).fetchall()
+        with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            rows = cur.execute(f"SELECT * FROM {name}").fetchall()
+    return {str(n): spark_type(str(t)) for n, t in columns}, {
+        tuple(sorted(r.items())) for r in rows
+    }
+
+
+def mirror_table(mirror: Any) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+    """A mirror's columns (name -> Spark type) and rows, from its DataFrame."""
+    types = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
+    return types, {tuple(sorted(r.asDict().items())) for r in mirror.collect()}
+
+
 def verify(spark: Any, dsn: str, root: Path) -> Verdict:
     """Compare each mirror (as ``read_consistent`` gives it) with its PostgreSQL table."""
-    import psycopg
     from deltalake import DeltaTable
 
     import spark_ckpt
-    from spark_ckpt.sources.postgres.types import spark_type
 
     tables = spark_ckpt.read_consistent(spark, str(root))
     differences: dict[str, Any] = {}
     commits: dict[str, int] = {}
-    with psycopg.connect(dsn) as conn:
-        for name in TABLES:
-            columns = conn.execute(
-                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
-                "attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                (name,),
-            ).fetchall()
-            with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-                source_rows = cur.execute(f"SELECT * FROM {name}").fetchall()
-            source_types = {str(n): spark_type(str(t)) for n, t in columns}
-            mirror = tables[name]
-            mirror_types = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
-            if mirror_types != source_types:
-                differences[name] = (mirror_types, source_types)
-                continue
-            mirrored = {tuple(sorted(r.asDict().items())) for r in mirror.collect()}
-            source = {tuple(sorted(r.items())) for r in source_rows}
-            if mirrored != source:
-                differences[name] = (sorted(mirrored - source)[:3], sorted(source - mirrored)[:3])
-            history = DeltaTable(str(root / name)).history()
-            commits[name] = sum(1 for c in history if c.get("spark-ckpt.batchId") == DDL_BATCH)
+    for name in TABLES:
+        source_types, source = source_table(dsn, name)
+        mirror_types, mirrored = mirror_table(tables[name])
+        if mirror_types != source_types:
+            differences[name] = (mirror_types, source_types)
+        elif mirrored != source:
+            differences[name] = (sorted(mirrored - source)[:3], sorted(source - mirrored)[:3])
+        history = DeltaTable(str(root / name)).history()
+        commits[name] = sum(1 for c in history if c.get("spark-ckpt.batchId") == DDL_BATCH)
     return Verdict(differences, commits)
 
 

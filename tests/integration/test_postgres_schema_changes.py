@@ -17,7 +17,6 @@ real SIGKILLs of the driver after a schema change's batch is pre-committed and i
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -31,7 +30,6 @@ from conftest import wait_until
 from deltalake import DeltaTable, QueryBuilder
 
 import spark_ckpt
-from spark_ckpt.sources.postgres.types import spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -95,7 +93,6 @@ _STEPS: list[tuple[str, list[str]]] = [
         ],
     ),
 ]
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _create(dsn: str) -> None:
@@ -120,39 +117,14 @@ def _run(dsn: str, statements: list[str]) -> None:
 
 
 def _source(dsn: str, name: str = PRODUCTS) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
-    """The table's columns (name -> the Spark type it mirrors as) and its rows."""
-    with psycopg.connect(dsn) as conn:
-        columns = conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
-            "ORDER BY attnum",
-            (name,),
-        ).fetchall()
-        with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-            rows = cur.execute(f"SELECT * FROM {name}").fetchall()
-    return {str(n): spark_type(str(t)) for n, t in columns}, _as_set(rows)
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-        return ("ts", (aware - _EPOCH) // dt.timedelta(microseconds=1))
-    return value
-
-
-def _as_set(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
-    return {tuple(sorted((k, _canonical(v)) for k, v in row.items())) for row in rows}
+    return pg_schema_crash.source_table(dsn, name)
 
 
 def _mirror(
     spark: SparkSession, root: Path, name: str = PRODUCTS
 ) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
     tables = spark_ckpt.read_consistent(spark, str(root))
-    if name not in tables:
-        return {}, set()
-    table = tables[name]
-    types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
-    return types, _as_set([r.asDict() for r in table.collect()])
+    return pg_schema_crash.mirror_table(tables[name]) if name in tables else ({}, set())
 
 
 def _start(
@@ -205,7 +177,7 @@ def _deltalake_rows(root: Path) -> set[tuple[Any, ...]]:
     """The mirror's newest version read by delta-rs (its DataFusion reader)."""
     table = DeltaTable(str(root / PRODUCTS))
     read = QueryBuilder().register("products", table).execute("SELECT * FROM products")
-    return _as_set(pa.table(read.read_all()).to_pylist())
+    return {tuple(sorted(row.items())) for row in pa.table(read.read_all()).to_pylist()}
 
 
 def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
