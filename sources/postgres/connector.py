@@ -165,6 +165,7 @@ class PostgresConnector(ChangeConnector):
         self._relations = RelationCatalog(self._type_names, self._primary_key)  # pgoutput
         self._schema_catalog = SchemaCatalog(dsn)  # schema changes: what the stream lacks
         self._tracker: SchemaTracker | None = None  # the schemas through the current peek
+        self._schema_changes: list[str] = []  # those of the last planned batch, described
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
@@ -263,6 +264,7 @@ class PostgresConnector(ChangeConnector):
         offset = PgOffset.from_json(start)
         self._planning = offset
         self._snapshot_unit = False
+        self._schema_changes = []
         if offset.phase == "snapshot":
             plan = self._plan_snapshot()
             if plan.unit_sizes != [0]:
@@ -539,6 +541,7 @@ class PostgresConnector(ChangeConnector):
         available = [t for t in self._cache if t.size]
         units = available[: cut.unit + 1]
         self._moved_at = time.monotonic()
+        self._schema_changes = [change for t in units for change in t.schema_changes]
         if self._snapshotting(start):
             # Taking every transaction read, chunks may go up to where the peek found no more.
             reach = self._complete_lsn if len(units) == len(available) else None
@@ -590,7 +593,11 @@ class PostgresConnector(ChangeConnector):
             self.spill.clear()
 
     def status(self) -> dict[str, Any]:
-        """The slot's lag and the snapshot's progress, as of the last plan (driver, per trigger)."""
+        """The slot's lag and the snapshot's progress, as of the last plan (driver, per trigger).
+
+        ``schemaChanges`` lists the schema changes of the batch the last plan offered, one line
+        each (``public.orders: column_renamed name -> title``), or is None.
+        """
         health = self._health
         task = self._task
         progress = None if task is None else task.progress()
@@ -606,6 +613,7 @@ class PostgresConnector(ChangeConnector):
             **(health.to_json() if health is not None else dict.fromkeys(SLOT_HEALTH_KEYS)),
             "lagSeconds": self._lag_seconds,
             "snapshot": None if progress is None else progress.to_json(),
+            "schemaChanges": self._schema_changes or None,
         }
 
     def stop(self) -> None:

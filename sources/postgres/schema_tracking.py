@@ -402,12 +402,12 @@ class Wal2JsonWatcher:
         """Each table's schema as of the last change watched."""
         return self.tracker.state
 
-    def schema_change(self, data: str, action: str) -> str | None:
-        """The schema change row an insert or update shows before it, if any (per change)."""
+    def schema_change(self, data: str, action: str) -> tuple[str, str] | None:
+        """The schema change row an insert or update shows before it, and its description."""
         if not self.watch:
             return None
         event = _watched_change(data, action, self.tracker, self.watch)
-        return None if event is None else schema_change_row(event)
+        return None if event is None else (schema_change_row(event), event.summary())
 
 
 def _watched_change(

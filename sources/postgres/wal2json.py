@@ -123,6 +123,8 @@ class PgTransaction:
     """Committed before the peek's start: its changes are counted, not kept."""
     schemas: Mapping[str, TableSchema] | None = field(default=None, compare=False, repr=False)
     """The captured tables' schemas as of the transaction's end, where tracked."""
+    schema_changes: list[str] = field(default_factory=list, compare=False, repr=False)
+    """Its schema changes, described (``public.orders: column_renamed name -> title``)."""
 
     def add(self, data: Any, relation: int | None = None) -> None:
         """Count a change and keep it (driver, per change): in the store, or :attr:`changes`."""
@@ -238,8 +240,8 @@ class SchemaWatcher(Protocol):
     def state(self) -> Mapping[str, TableSchema]:
         """Each table's schema as of the last change watched."""
 
-    def schema_change(self, data: str, action: str) -> str | None:
-        """The schema change row an insert or update shows before it, if any (per change)."""
+    def schema_change(self, data: str, action: str) -> tuple[str, str] | None:
+        """The schema change row an insert or update shows before it, and its description."""
 
 
 def decode_transactions(
@@ -282,9 +284,10 @@ def decode_transactions(
         if action in _OPS:
             if current is not None:  # else the peek began inside it: re-read whole later
                 if watcher is not None and action != "D" and not current.delivered:
-                    row = watcher.schema_change(data, action)
-                    if row is not None:
-                        current.add(row)
+                    found = watcher.schema_change(data, action)
+                    if found is not None:
+                        current.add(found[0])
+                        current.schema_changes.append(found[1])
                 current.add(data)
         elif action == "B":
             current = PgTransaction(int(_field(data, "xid")), 0, 0, None, store=store)

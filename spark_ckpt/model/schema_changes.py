@@ -320,6 +320,10 @@ class SchemaEvent:
         """The changes in one line, for errors and logs."""
         return "; ".join(c.describe() for c in self.changes) or "no change"
 
+    def summary(self) -> str:
+        """The table and its changes in one line, for progress events and the history."""
+        return f"{self.table}: {self.describe()}"
+
 
 def _match(
     before: TableSchema, after: TableSchema

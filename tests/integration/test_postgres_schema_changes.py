@@ -173,6 +173,16 @@ def _wait_equal(
     wait_until(equal, 120, f"after '{step}' the mirror never equalled the table: {seen}")
 
 
+def _reported_schema_changes(query: StreamingQuery) -> list[str]:
+    """The ``schemaChanges`` the source's status reported in the recent progress events."""
+    found = []
+    for progress in query.recentProgress:
+        latest = progress.sources[0].latestOffset
+        report = json.loads(latest) if isinstance(latest, str) else latest
+        found += ((report or {}).get("status") or {}).get("schemaChanges") or []
+    return found
+
+
 def _deltalake_rows(root: Path) -> set[tuple[Any, ...]]:
     """The mirror's newest version read by delta-rs (its DataFusion reader)."""
     table = DeltaTable(str(root / PRODUCTS))
@@ -197,6 +207,15 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         for step, statements in _STEPS:
             _run(pg_dsn, statements)
             _wait_equal(spark, query, pg_dsn, root, step)
+            if step == "rename a column":  # progress events say what the batch changed
+                wait_until(
+                    lambda: (
+                        "public.products: column_renamed name -> title"
+                        in _reported_schema_changes(query)
+                    ),
+                    30,
+                    "no progress event reported the rename",
+                )
         assert _deltalake_rows(root) == _source(pg_dsn)[1], "delta-rs reads another table"
         changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
         kinds = [

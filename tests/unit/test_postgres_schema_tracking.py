@@ -72,12 +72,14 @@ def _pgoutput_events(
         lambda table: tracker.state[table].key,
     )
     rows = [(lsn, xid, bytes.fromhex(data)) for lsn, xid, data in step["pgoutput"]]
-    events = []
+    events, summaries = [], []
     for txn in decode_pgoutput(rows, catalog, TABLES, None, 0, tracker):
+        summaries += txn.schema_changes
         for data, index in zip(txn.changes, txn.relations, strict=True):
             table, op, _, before, after = render_change(data, catalog.versions[index])
             if op == SCHEMA_CHANGE_OP:
                 events.append(SchemaEvent.from_row(table, before, after))
+    assert summaries == [e.summary() for e in events]  # what progress events report
     return events, dict(tracker.state)
 
 
@@ -90,7 +92,8 @@ def _wal2json_events(
     watcher = Wal2JsonWatcher(tracker, drifted(state, now))
     assert watcher.watch == TABLES, "the catalog check did not see the step's DDL"
     rows = [tuple(row) for row in step["wal2json"]]
-    changes = [c for txn in decode_wal2json(rows, TABLES, None, 0, watcher) for c in txn.changes]
+    txns = list(decode_wal2json(rows, TABLES, None, 0, watcher))
+    changes = [c for txn in txns for c in txn.changes]
     decoded = decode_changes(pa.array(changes, pa.string()))
     events = [
         SchemaEvent.from_row(table, before, after)
@@ -103,6 +106,7 @@ def _wal2json_events(
         )
         if op == SCHEMA_CHANGE_OP
     ]
+    assert [s for t in txns for s in t.schema_changes] == [e.summary() for e in events]
     return events, dict(tracker.state)
 
 
