@@ -24,6 +24,7 @@ use crate::event::{parse_line, Change, Marker, Payload, Record, Skipped};
 use crate::plan::PlannedUnits;
 use crate::problem::{ErrorKind, Problem};
 use crate::rows::{Emitted, KeyColumns, RowBuilder};
+use crate::schemas::{Noted, SchemaWatch, Sighting};
 use crate::text::{py_repr_str, Quoted};
 
 /// How many completed ids are remembered, to catch a transaction id reused soon after.
@@ -88,6 +89,8 @@ struct Open {
     tables: Vec<(String, i64)>,
     events: Vec<Event>,
     max_ts: Option<i64>,
+    /// Its tables' schemas where they start or change (planning, records in an envelope).
+    schemas: Noted,
 }
 
 impl Open {
@@ -117,6 +120,8 @@ pub struct Transaction {
     pub after: Delivered,
     /// Its rows were built as its events were read (:class:`Streamed`): none are kept.
     pub streamed: bool,
+    /// Where a table's schema differs from its previous released change's (planning only).
+    pub schemas: Vec<Sighting>,
 }
 
 /// A large transaction of the planned range, as the plan knows it: its rows are built as its
@@ -178,6 +183,8 @@ pub struct Assembler {
     /// The id of the run of incremental-snapshot records being read (see
     /// :meth:`Assembler::close_incremental`), tracked for every reader whatever it consumes.
     incremental: Option<String>,
+    /// Each table's schema as last read and as last released (planning).
+    watch: SchemaWatch,
 }
 
 type Failure = (Problem, Where);
@@ -268,6 +275,7 @@ impl Assembler {
                 tables: Vec::new(),
                 events: Vec::new(),
                 max_ts: None,
+                schemas: Noted::new(),
             },
         );
     }
@@ -449,6 +457,13 @@ impl Assembler {
         };
         if let Some(order) = event.total_order {
             txn.orders.insert(order, (table_index as u32, event.op));
+        }
+        if let (false, Some(text)) = (keep, event.envelope) {
+            // Transaction order, as the rows are numbered (see ``Emitted::add``).
+            let at = event.total_order.map_or(index, |o| o - 1);
+            let table = &txn.tables[table_index].0;
+            self.watch
+                .note(&mut txn.schemas, at, table_index as u32, table, text);
         }
         if let Some(ts) = event.ts_ms {
             if txn.max_ts.is_none_or(|m| ts > m) {
@@ -667,6 +682,11 @@ impl Assembler {
             }
             let end = head.end.as_ref().expect("complete");
             let ts = end.ts_ms.or(head.max_ts);
+            let schemas = if head.schemas.is_empty() {
+                Vec::new()
+            } else {
+                self.watch.release(head.schemas, &head.tables)
+            };
             let mut events = head.events;
             // Transaction order: by total_order, events without one after, each in log order
             // (a stable sort).
@@ -680,6 +700,7 @@ impl Assembler {
                 streamed: head.stream.is_some(),
                 events,
                 after: self.delivered.clone(),
+                schemas,
             });
             self.next_order += 1;
         }
@@ -923,6 +944,7 @@ impl Assembler {
             emitted: None,
             planned: PlannedUnits::default(),
             incremental: None,
+            watch: SchemaWatch::default(),
         }
     }
 
@@ -1109,6 +1131,27 @@ impl Assembler {
             view.after.raw(),
             view.commit_ts_ms,
         ))
+    }
+
+    /// The schemas planned unit ``index`` starts or changes, as ``(at, table, schema text)``
+    /// in transaction order: where a table's schema differs from its previous released
+    /// change's, and each table's first in this assembler (Python compares those with the
+    /// offset's).
+    fn unit_schemas(&self, index: usize) -> PyResult<Vec<(i64, &str, &str)>> {
+        let view = self
+            .planned()?
+            .view(index)
+            .ok_or_else(|| PyValueError::new_err(format!("no planned unit {index}")))?;
+        Ok(view
+            .schemas
+            .iter()
+            .map(|(at, table, text)| (*at, table.as_str(), &**text))
+            .collect())
+    }
+
+    /// The indexes of the planned units with :meth:`unit_schemas`, in order.
+    fn schema_units(&self) -> PyResult<Vec<usize>> {
+        Ok(self.planned()?.with_schemas())
     }
 
     /// Forget the planned units beyond the first ``keep`` (re-planning a logged batch).

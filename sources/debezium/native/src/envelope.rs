@@ -26,19 +26,21 @@ impl KnownSchemas {
     /// ``(schema, payload)`` of ``line`` when it is ``{"schema":S,"payload":P}`` with ``S`` a
     /// known schema; ``P`` is unchecked text (the caller parses it as one JSON value). The
     /// schema found moves to the front.
-    pub fn split<'a>(&mut self, line: &'a str) -> Option<(&str, &'a str)> {
+    pub fn split<'a>(&mut self, line: &'a str) -> Option<(&'a str, &'a str)> {
         let rest = line.strip_prefix(OPENING)?;
         let found = self.texts.iter().position(|known| {
             rest.as_bytes().starts_with(known.as_bytes())
                 && rest.as_bytes()[known.len()..].starts_with(BETWEEN.as_bytes())
         })?;
         // A known schema ends with '}' (ASCII): the cut is on a character boundary.
-        let payload = rest[self.texts[found].len() + BETWEEN.len()..].strip_suffix('}')?;
+        let length = self.texts[found].len();
+        let payload = rest[length + BETWEEN.len()..].strip_suffix('}')?;
         if found > 0 {
             let schema = self.texts.remove(found);
             self.texts.insert(0, schema);
         }
-        Some((&self.texts[0], payload))
+        // The line's own copy: it lives as long as the line, which the record borrows.
+        Some((&rest[..length], payload))
     }
 
     /// Remember ``schema``, the text of an envelope schema that parsed as a JSON object, when

@@ -57,6 +57,9 @@ pub struct Change<'a> {
     pub snapshot: SnapshotMark,
     /// Its position in the source's log (:func:`crate::dialect::event_position`).
     pub position: Option<String>,
+    /// The Kafka Connect schema of a line in the JSON envelope, as written (borrowed from the
+    /// line): it changes exactly when the table's columns do, which planning watches.
+    pub envelope: Option<&'a str>,
 }
 
 /// What a row of the output takes from a change event (executors only).
@@ -361,6 +364,7 @@ pub fn parse_record<'a>(
         .map_err(|e| Problem::malformed(format!("not valid JSON ({e})")))?;
     let mut schema = None;
     let mut envelope = None;
+    let mut envelope_text = None;
     if let (Some(payload), Some(envelope_schema)) = (fields.payload, fields.schema) {
         if payload.get() == "null" {
             // Kafka Connect's JSON converter writes a null value with schemas as
@@ -372,6 +376,7 @@ pub fn parse_record<'a>(
             if let Some(known) = known {
                 known.learn(text, envelope_schema.get());
             }
+            envelope_text = Some(envelope_schema.get());
             // Only rows keep it (``columnTypes``): planning copies nothing.
             schema = keep.then(|| envelope_schema.get().to_owned());
         }
@@ -405,7 +410,7 @@ pub fn parse_record<'a>(
             return Ok(Record::Skip(Skipped::Heartbeat));
         }
     }
-    change(&fields, keep, schema).map(Record::Change)
+    change(&fields, keep, schema, envelope_text).map(Record::Change)
 }
 
 /// A line in the envelope of a schema ``known`` holds, decoded from its payload alone; None
@@ -422,8 +427,10 @@ fn known_envelope<'a>(text: &'a str, keep: bool, known: &mut KnownSchemas) -> Op
         _ => {}
     }
     fields.op?;
-    let schema = keep.then(|| schema.to_owned());
-    change(&fields, keep, schema).ok().map(Record::Change)
+    let owned = keep.then(|| schema.to_owned());
+    change(&fields, keep, owned, Some(schema))
+        .ok()
+        .map(Record::Change)
 }
 
 fn marker<'a>(fields: &Fields<'a>, end: bool) -> Result<Marker<'a>, Problem> {
@@ -528,6 +535,7 @@ fn change<'a>(
     fields: &Fields<'a>,
     keep: bool,
     schema: Option<String>,
+    envelope: Option<&'a str>,
 ) -> Result<Change<'a>, Problem> {
     let Some(op_raw) = fields.op else {
         return Err(Problem::malformed(
@@ -609,6 +617,7 @@ fn change<'a>(
         payload,
         snapshot,
         position,
+        envelope,
     })
 }
 

@@ -16,6 +16,7 @@ mod kafka;
 mod plan;
 mod problem;
 mod rows;
+mod schemas;
 mod text;
 
 #[pymodule]

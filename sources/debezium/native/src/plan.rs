@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 use crate::assembler::{Delivered, Position, Transaction};
+use crate::schemas::Sighting;
 
 struct Unit {
     order: i64,
@@ -18,6 +19,7 @@ struct Unit {
     group: usize,
     after: Delivered,
     commit_ts_ms: Option<i64>,
+    schemas: Vec<Sighting>,
 }
 
 struct Group {
@@ -40,6 +42,7 @@ pub struct UnitView<'a> {
     pub open_after: Vec<(&'a str, &'a Position)>,
     pub after: &'a Delivered,
     pub commit_ts_ms: Option<i64>,
+    pub schemas: &'a [Sighting],
 }
 
 #[derive(Default)]
@@ -72,6 +75,7 @@ impl PlannedUnits {
                 group,
                 after: txn.after,
                 commit_ts_ms: txn.commit_ts_ms,
+                schemas: txn.schemas,
             });
         }
         let end = self.units_base + self.units.len();
@@ -98,6 +102,7 @@ impl PlannedUnits {
                 events: Vec::new(),
                 after: u.after,
                 streamed: false,
+                schemas: u.schemas,
             })
             .collect();
         self.changes -= released.iter().map(|t| t.size).sum::<i64>();
@@ -146,7 +151,16 @@ impl PlannedUnits {
             open_after,
             after: &unit.after,
             commit_ts_ms: unit.commit_ts_ms,
+            schemas: &unit.schemas,
         })
+    }
+
+    /// The indexes of the units whose schemas start or change.
+    pub fn with_schemas(&self) -> Vec<usize> {
+        (self.units.iter().enumerate())
+            .filter(|(_, u)| !u.schemas.is_empty())
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Forget the units beyond the first ``keep``. The kept units' offsets do not change: the
@@ -217,6 +231,7 @@ mod tests {
             events: Vec::new(),
             after: Delivered::default(),
             streamed: false,
+            schemas: Vec::new(),
         }
     }
 
