@@ -27,6 +27,7 @@ from spark_ckpt.state.storage import Location
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
 from ..partitions import split_after
+from .envelope_schemas import SchemaRow, with_schema_rows
 from .log_files import (
     START,
     FileOrder,
@@ -57,7 +58,8 @@ class DebeziumPartition:
 
     ``files`` is the listing the range was planned from, so the executor reads the same bytes;
     ``streams`` are the range's large units (:data:`STREAM_AT`), whose rows the executor builds
-    as their events are read.
+    as their events are read; ``schema_rows`` the schema change rows of the range's
+    transactions.
     """
 
     directory: Location
@@ -66,6 +68,7 @@ class DebeziumPartition:
     end: dict[str, Any]
     files: tuple[LogFile, ...]
     streams: tuple[PlannedUnit, ...] = ()
+    schema_rows: tuple[SchemaRow, ...] = ()
 
 
 def _as_written_now(logged: LogOffset, replanned: LogOffset) -> LogOffset:
@@ -80,6 +83,8 @@ def _as_written_now(logged: LogOffset, replanned: LogOffset) -> LogOffset:
         logged = replace(logged, consumed=replanned.consumed)
     if logged.delivered == NOTHING_DELIVERED:
         logged = replace(logged, delivered=replanned.delivered)
+    if logged.schemas is None:
+        logged = replace(logged, schemas=replanned.schemas)
     if sorted(i for i, _ in logged.open) == sorted(i for i, _ in replanned.open):
         logged = replace(logged, open=replanned.open)
     return logged
@@ -126,6 +131,7 @@ class DebeziumJsonConnector(ChangeConnector):
         self.file_order: FileOrder = file_order
         self._planner: LogPlanner | None = None
         self._available_now_target: LogPosition | None = None
+        self._schema_changes: list[str] = []
 
     def check(self) -> None:
         """Fail early (driver, once) when the directory is missing or unreadable."""
@@ -182,12 +188,15 @@ class DebeziumJsonConnector(ChangeConnector):
                     f"truncated or rewritten since (files may only be appended). Restore the "
                     f"file, or start over with a new checkpointLocation"
                 )
-        self._planner = LogPlanner(self.log, restored, self.accept_resnapshot)
+        self._planner = self._new_planner(restored)
 
     def _planner_at(self, start: LogOffset) -> LogPlanner:
         if self._planner is None or self._planner.base != start:
-            self._planner = LogPlanner(self.log, start, self.accept_resnapshot)
+            self._planner = self._new_planner(start)
         return self._planner
+
+    def _new_planner(self, base: LogOffset) -> LogPlanner:
+        return LogPlanner(self.log, base, self.accept_resnapshot, self.column_types)
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
         """Read ahead from ``start`` until ``max_changes`` changes are in complete transactions."""
@@ -229,6 +238,13 @@ class DebeziumJsonConnector(ChangeConnector):
         end = planner.offset_at(cut, checkpoint_id)
         bounds = [start, *self._split_points(planner, cut), end]
         partitions = self._partitions_of(planner, bounds)
+        self._schema_changes = [
+            row.summary
+            for partition in partitions
+            if isinstance(partition, DebeziumPartition)
+            for row in partition.schema_rows
+            if row.order < end.emitted or (row.order == end.emitted and row.at < end.partial)
+        ]
         planner.advance(cut, end)
         return PlannedBatch(end.to_json(), partitions)
 
@@ -244,6 +260,7 @@ class DebeziumJsonConnector(ChangeConnector):
 
     def _partitions_of(self, planner: LogPlanner, bounds: list[LogOffset]) -> list[object]:
         source = self.log.name
+        schema_rows = planner.schema_rows()
         large = [
             unit
             for unit in map(planner.assembler.unit, range(len(planner.unit_sizes())))
@@ -257,6 +274,7 @@ class DebeziumJsonConnector(ChangeConnector):
                 hi.to_json(),
                 tuple(planner.files_for(lo, hi)),
                 tuple(u for u in large if lo.emitted <= u.order <= hi.emitted),
+                tuple(r for r in schema_rows if lo.emitted <= r.order <= hi.emitted),
             )
             for lo, hi in itertools.pairwise(bounds)
         ]
@@ -264,7 +282,7 @@ class DebeziumJsonConnector(ChangeConnector):
     def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
         """Re-plan a logged batch after a restart: rebuild the units of ``(start, end]``."""
         first, last = self._parse(start), self._parse(end)
-        planner = LogPlanner(self.log, first, self.accept_resnapshot)
+        planner = self._new_planner(first)
         planner.scan(None, last.scan)
         total = last.emitted - first.emitted
         needed = total + (1 if last.partial else 0)
@@ -317,17 +335,24 @@ class DebeziumJsonConnector(ChangeConnector):
             accept_resnapshot=self.accept_resnapshot,
             key_columns=self.key_columns,
             streams=partition.streams,
+            schema_rows=partition.schema_rows,
         )
 
     def status(self) -> dict[str, Any] | None:
         """Records this run's planner skipped so far (driver, per trigger).
 
-        Changes dropped as Debezium's repeats, tombstones, heartbeats and schema changes.
+        ``skipped``: changes dropped as Debezium's repeats, tombstones, heartbeats and schema
+        change records. ``schemaChanges``: the schema changes of the last batch planned, one line
+        each (``public.orders: column_added note``), or None.
         """
         planner = self._planner
         if planner is None:
             return None
-        return {"connector": self.name, "skipped": planner.assembler.skipped()}
+        return {
+            "connector": self.name,
+            "skipped": planner.assembler.skipped(),
+            "schemaChanges": self._schema_changes or None,
+        }
 
 
 def read_range(
@@ -341,6 +366,7 @@ def read_range(
     accept_resnapshot: bool = False,
     key_columns: Mapping[str, list[str]] | None = None,
     streams: Sequence[PlannedUnit] = (),
+    schema_rows: Sequence[SchemaRow] = (),
 ) -> Iterator[pa.RecordBatch]:
     """Replay the log from ``start`` and yield the rows up to ``end`` as Arrow record batches.
 
@@ -350,7 +376,8 @@ def read_range(
     (:mod:`.types`). Repeats are dropped as the planner dropped them: from what ``start``
     records as delivered, with the same ``accept_resnapshot``. ``key_columns`` makes the key of
     a change whose line has none from its image (option ``keyColumns``); ``streams`` are the range's
-    large units, built into rows as their events are read.
+    large units, built into rows as their events are read; ``schema_rows`` the schema change rows
+    of its transactions (:func:`~.envelope_schemas.with_schema_rows`).
 
     Raises
     ------
@@ -377,7 +404,8 @@ def read_range(
     def rows() -> Iterator[pa.RecordBatch]:
         built = assembler.take_rows()
         if built is not None:
-            yield typed_batch(built) if column_types else pa.RecordBatch.from_struct_array(built)
+            batch = typed_batch(built) if column_types else pa.RecordBatch.from_struct_array(built)
+            yield with_schema_rows(batch, schema_rows)
 
     target = end.emitted + (1 if end.partial else 0)
     only = {txn_id for txn_id, _ in start.open}

@@ -6,7 +6,8 @@ offset log::
     {"v": 1, "checkpoint": 7, "emitted": 120, "partial": 0,
      "scan": ["0003.jsonl", 52311, 804], "consumed": [2, 104858],
      "open": [["tx-981", "0003.jsonl", 50022, 790], ...],
-     "delivered": {"high": "pg:...:...", "snapshot": ["pg:...", true]}}
+     "delivered": {"high": "pg:...:...", "snapshot": ["pg:...", true]},
+     "schemas": {"public.orders": {"columns": [...], "key": []}, ...}}
 
 ``emitted`` transactions (in END order) are before the cut, plus ``partial`` events of the next
 one (always 0 unless the gate is off). ``scan`` is how far the log was consumed; ``consumed``
@@ -14,7 +15,10 @@ counts the files before ``scan``'s file and their bytes; ``open`` lists the tran
 in part but not emitted, with the position of their first record. ``delivered`` (absent while
 empty) is what recognises Debezium's repeats after the cut: the furthest source position
 delivered, and whether an initial snapshot was delivered and changes after it. With
-``fileOrder=natural`` a last key ``"order": "natural"`` records the file order. To resume at an
+``fileOrder=natural`` a key ``"order": "natural"`` records the file order. ``schemas`` (absent
+while empty, and without ``columnTypes``) is each table's schema as delivered before the cut's
+transaction (:mod:`.envelope_schemas`): a cut inside a transaction (gate off) records the
+schemas before it, so the rest of it is numbered as the first part was. To resume at an
 offset, the log is re-read from the earliest open record to ``scan`` keeping only records of the
 open transactions, then normally from ``scan``: the same ``(start, end)`` always yields the same
 rows, because the log is append-only.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_ckpt.errors import StateFormatError
+from spark_ckpt.model.schema_changes import TableSchema
 
 from ..offsets import OffsetHeader, offset_json, read_offset
 from .log_files import START, FileOrder, LogPosition, position_key
@@ -59,6 +64,9 @@ class LogOffset:
         The file order the offset's positions are in.
     delivered
         What was delivered before the cut, to recognise Debezium's repeats after it.
+    schemas
+        Each table's schema as delivered before transaction ``emitted``; None in offsets
+        written before they were recorded, and when no schema was seen.
     """
 
     checkpoint: int
@@ -69,6 +77,7 @@ class LogOffset:
     open: tuple[tuple[str, LogPosition], ...]
     order: FileOrder = "name"
     delivered: Delivered = NOTHING_DELIVERED
+    schemas: Mapping[str, TableSchema] | None = None
 
     @property
     def resume(self) -> LogPosition:
@@ -90,6 +99,8 @@ class LogOffset:
                 "high": high,
                 "snapshot": None if snapshot is None else list(snapshot),
             }
+        if self.schemas:
+            body["schemas"] = {t: self.schemas[t].to_json() for t in sorted(self.schemas)}
         return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
 
     @classmethod
@@ -120,6 +131,7 @@ class LogOffset:
                 None if high is None else str(high),
                 None if snapshot is None else (snapshot[0], bool(snapshot[1])),
             )
+        schemas = value.get("schemas")
         return cls(
             header.checkpoint,
             header.emitted,
@@ -129,6 +141,7 @@ class LogOffset:
             open_items,
             order,
             delivered,
+            None if schemas is None else {t: TableSchema.from_json(s) for t, s in schemas.items()},
         )
 
 

@@ -11,10 +11,14 @@ sizes travel in the partition), so what they deliver never depends on what was w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from spark_ckpt.errors import LogOrderError, LogRewrittenError
+from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.state.storage import Location
 
 from ..gate import Cut
+from .envelope_schemas import SchemaFollower, SchemaRow
 from .log_files import (
     FileOrder,
     LogFile,
@@ -41,8 +45,16 @@ class LogPlanner:
     listing is checked against them (:meth:`check_listing`) before anything new is read.
     """
 
-    def __init__(self, log: Location, base: LogOffset, accept_resnapshot: bool = False) -> None:
+    def __init__(
+        self,
+        log: Location,
+        base: LogOffset,
+        accept_resnapshot: bool = False,
+        follow_schemas: bool = False,
+    ) -> None:
         self.log = log
+        # Schema changes are followed where rows carry their types (columnTypes=true).
+        self.follow_schemas = follow_schemas
         self.directory = log.url  # for messages
         self.order: FileOrder = base.order
         self.base = base
@@ -221,6 +233,8 @@ class LogPlanner:
         # A cut inside a unit (gate off) has not delivered it whole: what was delivered is
         # what the unit before it left, which the base records for the first unit.
         delivered = unit.delivered if cut.at_boundary else self._delivered_before(cut.unit)
+        # Before a unit the cut splits: its rest is numbered from its start (see log_offset).
+        _, schemas = self._follow_schemas(cut.unit + (1 if cut.at_boundary else 0))
         return LogOffset(
             checkpoint,
             emitted,
@@ -230,7 +244,35 @@ class LogPlanner:
             tuple(still_open),
             self.order,
             delivered,
+            schemas,
         )
+
+    def schema_rows(self) -> list[SchemaRow]:
+        """The schema change rows of every planned unit, in order (driver, once per batch)."""
+        rows, _ = self._follow_schemas(None)
+        return rows
+
+    def _follow_schemas(
+        self, units: int | None
+    ) -> tuple[list[SchemaRow], Mapping[str, TableSchema] | None]:
+        """Follow the schemas of the first ``units`` planned units (None: all) from the base's.
+
+        Returns the schema change rows and each table's schema after them. Only the units
+        whose tables' schemas start or change are looked at.
+        """
+        if not self.follow_schemas:
+            return [], self.base.schemas
+        follower = SchemaFollower(self.base.schemas)
+        rows: list[SchemaRow] = []
+        for index in self.assembler.schema_units():
+            if units is not None and index >= units:
+                break
+            order = self.assembler.unit(index).order
+            for at, table, envelope in self.assembler.unit_schemas(index):
+                row = follower.follow(order, at, table, envelope)
+                if row is not None:
+                    rows.append(row)
+        return rows, follower.state or self.base.schemas
 
     def _delivered_before(self, index: int) -> Delivered:
         """What was delivered before planned unit ``index``."""

@@ -191,6 +191,19 @@ class TransactionAssembler:
             commit_ts_ms,
         )
 
+    def unit_schemas(self, index: int) -> list[tuple[int, str, str]]:
+        """Where planned unit ``index``'s tables' schemas start or change, in transaction order.
+
+        ``(at, table, envelope schema text)``: from event ``at`` on, ``table``'s records have
+        that schema. Each table's first schema in this assembler is among them, as is every
+        point where it differs from the table's previous released change's.
+        """
+        return self._native.unit_schemas(index)
+
+    def schema_units(self) -> list[int]:
+        """The indexes of the planned units with :meth:`unit_schemas`, in order."""
+        return self._native.schema_units()
+
     def truncate_units(self, keep: int) -> None:
         """Forget the planned units beyond the first ``keep``; the kept units' offsets stay."""
         self._native.truncate_units(keep)

@@ -96,7 +96,7 @@ from spark_ckpt.errors import ChangeDecodeError
 
 from ..schema import with_types
 
-__all__ = ["PLACEHOLDER", "ImageTypes", "image_types", "typed_batch"]
+__all__ = ["PLACEHOLDER", "ImageTypes", "field_type", "image_types", "typed_batch"]
 
 PLACEHOLDER = "__debezium_unavailable_value"
 """Debezium's default ``unavailable.value.placeholder``."""
@@ -241,8 +241,11 @@ def _each(element: Normalizer) -> Normalizer:
     return normalize
 
 
-def _kind_and_rewrite(schema: Mapping[str, Any]) -> tuple[str, Normalizer | None]:
-    """One field's Spark SQL type and the rewrite its values need (None: none)."""
+def field_type(schema: Mapping[str, Any]) -> tuple[str, Normalizer | None]:
+    """One field's Spark SQL type and the rewrite its values need (None: none).
+
+    Runs on executors (once per distinct schema) and on the driver (once per schema change).
+    """
     name = schema.get("name")
     kind = schema.get("type")
     parameters = schema.get("parameters") or {}
@@ -273,7 +276,7 @@ def _kind_and_rewrite(schema: Mapping[str, Any]) -> tuple[str, Normalizer | None
     if name == _DEBEZIUM_TIME + "ZonedTimestamp":
         return "timestamp", None
     if kind == "array" and isinstance(schema.get("items"), dict):
-        element, rewrite = _kind_and_rewrite(schema["items"])
+        element, rewrite = field_type(schema["items"])
         return f"array<{element}>", None if rewrite is None else _each(rewrite)
     if isinstance(kind, str) and kind in _PRIMITIVE:
         return _PRIMITIVE[kind], None
@@ -382,7 +385,7 @@ class ImageTypes:
         for field in fields:
             if "field" not in field:
                 continue
-            kind, rewrite = _kind_and_rewrite(field)
+            kind, rewrite = field_type(field)
             unavailable, screen = _unavailable(field)
             screens.add(screen)
             name = field.get("name")
