@@ -151,12 +151,16 @@ class SchemaFollower:
 
     def __init__(self, schemas: Mapping[str, TableSchema] | None) -> None:
         self.state: dict[str, TableSchema] = dict(schemas or {})
-        # A table first seen after others were recorded is a new table; the first tables a
-        # query sees are where it starts, not changes.
-        self._announce_new = bool(self.state)
+        self._announce_new = schemas is not None
 
-    def follow(self, order: int, at: int, table: str, envelope: str) -> SchemaRow | None:
-        """The schema change row for ``table`` taking ``envelope``'s schema at ``(order, at)``."""
+    def follow(
+        self, order: int, at: int, table: str, envelope: str, snapshot: bool = False
+    ) -> SchemaRow | None:
+        """The schema change row for ``table`` taking ``envelope``'s schema at ``(order, at)``.
+
+        A table's first schema is a ``table_created`` row, except in Debezium's initial
+        snapshot (``snapshot``), where the tables a query starts with are, not new ones.
+        """
         schema = table_schema(envelope)
         if schema is None:
             return None
@@ -164,7 +168,7 @@ class SchemaFollower:
         old = self.state.get(table)
         self.state[table] = kept
         if old is None:
-            if not self._announce_new:
+            if snapshot or not self._announce_new:
                 return None
             changes: tuple[SchemaChange, ...] = (SchemaChange("table_created"),)
         else:
@@ -173,9 +177,9 @@ class SchemaFollower:
             changes = diff_schemas(old, kept)
             if not changes:
                 return None  # only a default changed: existing rows read what they did
-        # Only the added columns keep what existing rows read for them.
+        # Only the columns added to a table with rows keep what existing rows read for them.
         event = SchemaEvent(table, old, schema, changes)
-        added = {c.name for c in event.added()}
+        added = {c.name for c in event.added()} if old is not None else set()
         columns = tuple(c if c.name in added else c.plain() for c in schema.columns)
         event = SchemaEvent(table, old, TableSchema(columns), changes)
         return SchemaRow(order, at, table, event.before_json(), event.after_json(), event.summary())

@@ -15,10 +15,11 @@ counts the files before ``scan``'s file and their bytes; ``open`` lists the tran
 in part but not emitted, with the position of their first record. ``delivered`` (absent while
 empty) is what recognises Debezium's repeats after the cut: the furthest source position
 delivered, and whether an initial snapshot was delivered and changes after it. With
-``fileOrder=natural`` a key ``"order": "natural"`` records the file order. ``schemas`` (absent
-while empty, and without ``columnTypes``) is each table's schema as delivered before the cut's
-transaction (:mod:`.envelope_schemas`): a cut inside a transaction (gate off) records the
-schemas before it, so the rest of it is numbered as the first part was. To resume at an
+``fileOrder=natural`` a key ``"order": "natural"`` records the file order. ``schemas`` is
+each table's schema as delivered before the cut's transaction (:mod:`.envelope_schemas`;
+absent without ``columnTypes`` and in offsets older than it): a cut inside a transaction (gate
+off) records the schemas before it, so the rest of it is numbered as the first part was. To
+resume at an
 offset, the log is re-read from the earliest open record to ``scan`` keeping only records of the
 open transactions, then normally from ``scan``: the same ``(start, end)`` always yields the same
 rows, because the log is append-only.
@@ -99,7 +100,7 @@ class LogOffset:
                 "high": high,
                 "snapshot": None if snapshot is None else list(snapshot),
             }
-        if self.schemas:
+        if self.schemas is not None:
             body["schemas"] = {t: self.schemas[t].to_json() for t in sorted(self.schemas)}
         return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
 

@@ -31,7 +31,7 @@ from .log_files import (
     read_chunks,
 )
 from .log_offset import LogOffset
-from .transactions import Delivered, TransactionAssembler
+from .transactions import SNAPSHOT_ID, Delivered, TransactionAssembler
 
 __all__ = ["LogPlanner"]
 
@@ -262,17 +262,20 @@ class LogPlanner:
         """
         if not self.follow_schemas:
             return [], self.base.schemas
-        follower = SchemaFollower(self.base.schemas)
+        # The initial offset knows no table yet; an offset without schemas is older than them.
+        fresh = self.base.checkpoint == -1 and self.base.schemas is None
+        follower = SchemaFollower({} if fresh else self.base.schemas)
         rows: list[SchemaRow] = []
         for index in self.assembler.schema_units():
             if units is not None and index >= units:
                 break
-            order = self.assembler.unit(index).order
+            unit = self.assembler.unit(index)
+            snapshot = unit.txn_id == SNAPSHOT_ID
             for at, table, envelope in self.assembler.unit_schemas(index):
-                row = follower.follow(order, at, table, envelope)
+                row = follower.follow(unit.order, at, table, envelope, snapshot)
                 if row is not None:
                     rows.append(row)
-        return rows, follower.state or self.base.schemas
+        return rows, follower.state if follower.state or fresh else self.base.schemas
 
     def _delivered_before(self, index: int) -> Delivered:
         """What was delivered before planned unit ``index``."""

@@ -28,7 +28,11 @@ import pyarrow as pa
 from ._native import Assembler
 from .log_files import LogChunk, LogPosition
 
-__all__ = ["Delivered", "Feed", "PlannedUnit", "TransactionAssembler"]
+__all__ = ["SNAPSHOT_ID", "Delivered", "Feed", "PlannedUnit", "TransactionAssembler"]
+
+SNAPSHOT_ID = "snapshot"
+"""The ``txn_id`` of Debezium's initial snapshot, delivered as one unit (the native
+``assembler.rs``'s ``SNAPSHOT_ID``)."""
 
 
 class Delivered(NamedTuple):
