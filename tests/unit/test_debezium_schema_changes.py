@@ -1,17 +1,21 @@
 """Schema changes in Debezium change logs, found from the records' Kafka Connect schemas.
 
 Read from logs Debezium itself wrote (``tests/fixtures/debezium``): PostgreSQL through a
-migration sequence (``schema-changes-postgres-3.6.1``, its ``STEPS.txt`` lists the statements)
-and MariaDB adding a column with a default (``mariadb-3.5.0``, step D1).
+migration sequence (``schema-changes-postgres-3.6.1``, its ``STEPS.txt`` lists the statements),
+MariaDB through the same where it can run it and a table created while streaming
+(``schema-changes-mariadb-3.5.0``), and MariaDB adding a column with a default (``mariadb-3.5.0``,
+step D1).
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from test_debezium_connectors import FIXTURES, read_all
 
 from spark_ckpt.model.schema_changes import SchemaEvent
@@ -22,6 +26,7 @@ from spark_ckpt.sources.schema import ARROW_SCHEMA
 from spark_ckpt.state.storage import Location
 
 POSTGRES = FIXTURES / "schema-changes-postgres-3.6.1"
+MARIADB = FIXTURES / "schema-changes-mariadb-3.5.0"
 
 
 def schema_events(rows: list[dict[str, Any]]) -> list[SchemaEvent]:
@@ -108,6 +113,29 @@ def test_mariadb_adding_a_column_with_a_default_says_what_existing_rows_read() -
     assert "qty" in json.loads(nxt["after"])
 
 
+def test_mariadb_migrations_and_a_new_table() -> None:
+    rows, _ = read_all(MARIADB, column_types=True)
+    events = schema_events(rows)
+    assert [kinds(e) for e in events][:3] == [
+        [("column_added", "note")],
+        [("column_added", "flag")],
+        [("column_dropped", "price")],
+    ]
+    flag = events[1].after.column("flag")
+    assert flag is not None
+    assert (flag.type, flag.source_type, flag.default, flag.nullable) == (
+        "smallint",
+        "TINYINT",
+        1,
+        False,
+    )
+    created = events[-1]
+    assert created.table.endswith(".extra")
+    assert kinds(created) == [("table_created", None)]
+    # A new table has no existing rows: nothing about them is unknown.
+    assert not any(c.default_unknown for c in created.after.columns)
+
+
 def test_without_column_types_no_schema_rows_are_made() -> None:
     rows, _ = read_all(POSTGRES)
     assert not [r for r in rows if r["op"] == "s"]
@@ -123,23 +151,32 @@ def _batches(
     return rows, batch.end
 
 
-def test_a_restart_between_batches_repeats_no_schema_change_and_misses_none() -> None:
+@pytest.mark.parametrize("log", [POSTGRES, MARIADB], ids=["postgres", "mariadb"])
+def test_a_restart_between_batches_repeats_no_schema_change_and_misses_none(log: Path) -> None:
     """Batches of three units, each planned by a fresh connector from the last offset."""
-    whole, _ = read_all(POSTGRES, column_types=True)
-    offset = DebeziumJsonConnector(Location(str(POSTGRES))).initial_offset()
+    whole, _ = read_all(log, column_types=True)
+    offset = DebeziumJsonConnector(Location(str(log))).initial_offset()
     rows: list[dict[str, Any]] = []
+    reported: list[str] = []
     while len(rows) < len(whole):
-        connector = DebeziumJsonConnector(Location(str(POSTGRES)), column_types=True)
+        connector = DebeziumJsonConnector(Location(str(log)), column_types=True)
         connector.resume(offset)
         got, offset = _batches(connector, offset, 3)
         assert got, "no progress"
         rows += got
+        status = connector.status()
+        assert status is not None
+        reported += status["schemaChanges"] or []
     assert [(r["txn_order"], r["event_index"], r["op"]) for r in rows] == [
         (r["txn_order"], r["event_index"], r["op"]) for r in whole
     ]
-    assert "public.products" in offset["schemas"]
-    status = connector.status()
-    assert status is not None
+    assert len(offset["schemas"]) >= 2
+    # The status names each batch's schema changes, once each.
+    assert [line.split(": ", 1)[1] for line in reported][:2] == [
+        "column_added note (- -> string)",
+        "column_added flag (- -> " + ("boolean)" if log == POSTGRES else "smallint)"),
+    ]
+    assert len(reported) == len(schema_events(whole))
 
 
 def test_schema_rows_are_placed_and_events_renumbered_around_them() -> None:
