@@ -145,22 +145,24 @@ class SchemaFollower:
     Parameters
     ----------
     schemas
-        The schemas an offset recorded; None for an offset written before they were recorded
-        (the first schema of each table is then learnt, not announced).
+        The schemas an offset recorded (None: an offset written before they were recorded).
+
+    A table's first schema is a ``table_created`` row when it comes in a unit after others
+    were known, and not in Debezium's initial snapshot: the tables of the first unit that has
+    any, or of the snapshot, are what the query starts with. The rule depends only on the log,
+    never on where batches were cut (an offset records the schemas before a unit it splits).
     """
 
     def __init__(self, schemas: Mapping[str, TableSchema] | None) -> None:
         self.state: dict[str, TableSchema] = dict(schemas or {})
-        self._announce_new = schemas is not None
+        self._announce_new = False
 
-    def follow(
-        self, order: int, at: int, table: str, envelope: str, snapshot: bool = False
-    ) -> SchemaRow | None:
-        """The schema change row for ``table`` taking ``envelope``'s schema at ``(order, at)``.
+    def begin_unit(self, snapshot: bool) -> None:
+        """Start following a unit (Debezium's initial snapshot when ``snapshot``)."""
+        self._announce_new = bool(self.state) and not snapshot
 
-        A table's first schema is a ``table_created`` row, except in Debezium's initial
-        snapshot (``snapshot``), where the tables a query starts with are, not new ones.
-        """
+    def follow(self, order: int, at: int, table: str, envelope: str) -> SchemaRow | None:
+        """The schema change row for ``table`` taking ``envelope``'s schema at ``(order, at)``."""
         schema = table_schema(envelope)
         if schema is None:
             return None
@@ -168,7 +170,7 @@ class SchemaFollower:
         old = self.state.get(table)
         self.state[table] = kept
         if old is None:
-            if snapshot or not self._announce_new:
+            if not self._announce_new:
                 return None
             changes: tuple[SchemaChange, ...] = (SchemaChange("table_created"),)
         else:

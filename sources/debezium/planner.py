@@ -262,20 +262,18 @@ class LogPlanner:
         """
         if not self.follow_schemas:
             return [], self.base.schemas
-        # The initial offset knows no table yet; an offset without schemas is older than them.
-        fresh = self.base.checkpoint == -1 and self.base.schemas is None
-        follower = SchemaFollower({} if fresh else self.base.schemas)
+        follower = SchemaFollower(self.base.schemas)
         rows: list[SchemaRow] = []
         for index in self.assembler.schema_units():
             if units is not None and index >= units:
                 break
             unit = self.assembler.unit(index)
-            snapshot = unit.txn_id == SNAPSHOT_ID
+            follower.begin_unit(snapshot=unit.txn_id == SNAPSHOT_ID)
             for at, table, envelope in self.assembler.unit_schemas(index):
-                row = follower.follow(unit.order, at, table, envelope, snapshot)
+                row = follower.follow(unit.order, at, table, envelope)
                 if row is not None:
                     rows.append(row)
-        return rows, follower.state if follower.state or fresh else self.base.schemas
+        return rows, follower.state
 
     def _delivered_before(self, index: int) -> Delivered:
         """What was delivered before planned unit ``index``."""
