@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use crate::dialect::SnapshotMark;
-use crate::event::{parse_line, Change, Marker, Payload, Record, Skipped};
+use crate::event::{parse_line, schema_change_of, Change, Marker, Payload, Record, Skipped};
 use crate::plan::PlannedUnits;
 use crate::problem::{ErrorKind, Problem};
 use crate::rows::{Emitted, KeyColumns, RowBuilder};
@@ -808,6 +808,16 @@ impl Assembler {
     ) -> Result<bool, Failure> {
         for &(text, consumed, tail) in block {
             let record = decoded.pop().unwrap_or_else(|| parse_line(text, self.keep));
+            if !self.keep
+                && only.is_none()
+                && matches!(record, Ok(Record::Skip(Skipped::SchemaChange)))
+            {
+                // Its DDL explains the next schema of its tables (a rename, which the
+                // records' schemas cannot tell from a drop and an add).
+                if let Some((tables, ddl)) = schema_change_of(text) {
+                    self.watch.ddl(&tables, &ddl);
+                }
+            }
             let start = cursor.pos.clone();
             cursor.pos.byte += consumed as u64;
             cursor.pos.line += 1;
@@ -1133,11 +1143,12 @@ impl Assembler {
         ))
     }
 
-    /// The schemas planned unit ``index`` starts or changes, as ``(at, table, schema text)``
-    /// in transaction order: where a table's schema differs from its previous released
-    /// change's, and each table's first in this assembler (Python compares those with the
-    /// offset's).
-    fn unit_schemas(&self, index: usize) -> PyResult<Vec<(i64, &str, &str)>> {
+    /// The schemas planned unit ``index`` starts or changes, as ``(at, table, schema text,
+    /// DDL statements read for the table since its previous schema)`` in transaction order:
+    /// where a table's schema differs from its previous released change's, and each table's
+    /// first in this assembler (Python compares those with the offset's).
+    #[allow(clippy::type_complexity)]
+    fn unit_schemas(&self, index: usize) -> PyResult<Vec<(i64, &str, &str, Vec<&str>)>> {
         let view = self
             .planned()?
             .view(index)
@@ -1145,7 +1156,10 @@ impl Assembler {
         Ok(view
             .schemas
             .iter()
-            .map(|(at, table, text)| (*at, table.as_str(), &**text))
+            .map(|(at, table, text, ddls)| {
+                let ddls = ddls.iter().map(|d| &**d).collect();
+                (*at, table.as_str(), &**text, ddls)
+            })
             .collect())
     }
 

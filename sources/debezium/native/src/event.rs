@@ -413,6 +413,30 @@ pub fn parse_record<'a>(
     change(&fields, keep, schema, envelope_text).map(Record::Change)
 }
 
+/// The tables and the DDL statement of a schema change event (MySQL, MariaDB: ``ddl``, and
+/// ``tableChanges[].id`` as ``"db"."table"``), read again from its line: there are few.
+/// None when the line is not one.
+pub fn schema_change_of(data: &[u8]) -> Option<(Vec<String>, String)> {
+    let value: Value = serde_json::from_slice(data).ok()?;
+    let payload = match value.get("payload") {
+        Some(p) if value.get("schema").is_some() => p,
+        _ => &value,
+    };
+    let ddl = payload.get("ddl")?.as_str()?.to_owned();
+    let tables = payload
+        .get("tableChanges")
+        .and_then(Value::as_array)
+        .map(|changes| {
+            changes
+                .iter()
+                .filter_map(|c| c.get("id").and_then(Value::as_str))
+                .map(|id| id.replace('"', ""))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((tables, ddl))
+}
+
 /// A line in the envelope of a schema ``known`` holds, decoded from its payload alone; None
 /// when it is not one, or is anything but a marker or a change (the full parse decides then,
 /// with the errors it gives).

@@ -6,19 +6,24 @@
 //! table and every point where it differs from the one before, and keeps at each release only
 //! the points where it differs from the schema of the table's previous released change: those
 //! few texts go to Python, which reads them as table schemas and says what changed
-//! (``sources/debezium/schema_changes.py``). Comparing is a byte comparison per change; nothing
-//! is allocated unless a schema changes.
+//! (``sources/debezium/envelope_schemas.py``). Comparing is a byte comparison per change;
+//! nothing is allocated unless a schema changes.
+//!
+//! MySQL's and MariaDB's connectors also write a schema change event for each DDL statement
+//! (``ddl``, ``tableChanges``) before the changes it affects: its statement goes with the next
+//! schema of its tables, where it tells a rename from a drop and an add.
 
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 /// A table's schema from event ``at`` (0-based, in transaction order) of a released
-/// transaction on: ``(at, table, schema text)``.
-pub type Sighting = (i64, String, Arc<str>);
+/// transaction on: ``(at, table, schema text, DDL statements read for it before)``.
+pub type Sighting = (i64, String, Arc<str>, Vec<Arc<str>>);
 
-/// What a transaction noted: ``(at, index into its tables, schema text)`` in log order.
-pub type Noted = Vec<(i64, u32, Arc<str>)>;
+/// What a transaction noted: ``(at, index into its tables, schema text, DDL statements)`` in
+/// log order.
+pub type Noted = Vec<(i64, u32, Arc<str>, Vec<Arc<str>>)>;
 
 #[derive(Default)]
 pub struct SchemaWatch {
@@ -27,6 +32,8 @@ pub struct SchemaWatch {
     read: FxHashMap<String, Arc<str>>,
     /// The schema of each table's most recently released change.
     released: FxHashMap<String, Arc<str>>,
+    /// DDL statements read for each table since its schema was last noted.
+    pending: FxHashMap<String, Vec<Arc<str>>>,
 }
 
 impl SchemaWatch {
@@ -34,8 +41,8 @@ impl SchemaWatch {
     /// transaction's tables) at ``at``, when it is the table's first in ``noted`` or differs
     /// from its previous one there (driver, once per change in an envelope).
     pub fn note(&mut self, noted: &mut Noted, at: i64, table_index: u32, table: &str, text: &str) {
-        let previous = noted.iter().rev().find(|(_, t, _)| *t == table_index);
-        if previous.is_some_and(|(_, _, known)| **known == *text) {
+        let previous = noted.iter().rev().find(|(_, t, _, _)| *t == table_index);
+        if previous.is_some_and(|(_, _, known, _)| **known == *text) {
             return;
         }
         let shared = match self.read.get(table) {
@@ -46,16 +53,33 @@ impl SchemaWatch {
                 fresh
             }
         };
-        noted.push((at, table_index, shared));
+        let ddls = if self.pending.is_empty() {
+            Vec::new()
+        } else {
+            self.pending.remove(table).unwrap_or_default()
+        };
+        noted.push((at, table_index, shared, ddls));
+    }
+
+    /// Keep ``ddl``, a schema change event's statement, for the next schema noted of each of
+    /// ``tables`` (driver, once per schema change event).
+    pub fn ddl(&mut self, tables: &[String], ddl: &str) {
+        let shared: Arc<str> = ddl.into();
+        for table in tables {
+            self.pending
+                .entry(table.clone())
+                .or_default()
+                .push(shared.clone());
+        }
     }
 
     /// The points of a transaction released now where a table's schema differs from its
     /// previous released change's, in transaction order (driver, once per released transaction
     /// that noted any).
     pub fn release(&mut self, mut noted: Noted, tables: &[(String, i64)]) -> Vec<Sighting> {
-        noted.sort_by_key(|(at, _, _)| *at);
+        noted.sort_by_key(|(at, _, _, _)| *at);
         let mut out = Vec::new();
-        for (at, table_index, text) in noted {
+        for (at, table_index, text, ddls) in noted {
             let table = &tables[table_index as usize].0;
             match self.released.get_mut(table) {
                 Some(last) if Arc::ptr_eq(last, &text) || **last == *text => continue,
@@ -64,7 +88,7 @@ impl SchemaWatch {
                     self.released.insert(table.clone(), text.clone());
                 }
             }
-            out.push((at, table.clone(), text));
+            out.push((at, table.clone(), text, ddls));
         }
         out
     }
@@ -80,7 +104,7 @@ mod tests {
 
     fn points(out: &[Sighting]) -> Vec<(i64, &str, &str)> {
         out.iter()
-            .map(|(at, table, text)| (*at, table.as_str(), &**text))
+            .map(|(at, table, text, _)| (*at, table.as_str(), &**text))
             .collect()
     }
 
@@ -117,6 +141,30 @@ mod tests {
         assert_eq!(
             points(&watch.release(third, &tables())),
             vec![(4, "public.a", "s2")]
+        );
+    }
+
+    #[test]
+    fn a_ddl_statement_goes_with_its_tables_next_schema() {
+        let mut watch = SchemaWatch::default();
+        let mut first = Noted::new();
+        watch.note(&mut first, 0, 0, "public.a", "s1");
+        watch.release(first, &tables());
+        watch.ddl(
+            &["public.a".to_owned()],
+            "alter table a rename column x to y",
+        );
+        let mut second = Noted::new();
+        watch.note(&mut second, 0, 1, "public.b", "t1");
+        watch.note(&mut second, 1, 0, "public.a", "s2");
+        let out = watch.release(second, &tables());
+        let ddls: Vec<Vec<&str>> = out
+            .iter()
+            .map(|(_, _, _, d)| d.iter().map(|s| &**s).collect())
+            .collect();
+        assert_eq!(
+            ddls,
+            vec![vec![], vec!["alter table a rename column x to y"]]
         );
     }
 
