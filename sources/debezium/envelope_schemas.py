@@ -19,7 +19,10 @@ What a Connect schema says and does not:
   schema change only when the source type is propagated; the column's values are strings either
   way.
 - There are no column ids: a column that disappeared while another appeared may be a rename or
-  a drop and an add, which the mirror refuses to guess (:meth:`SchemaEvent.ambiguous`).
+  a drop and an add, which the mirror refuses to guess (:meth:`SchemaEvent.ambiguous`). MySQL's
+  and MariaDB's connectors write the DDL statement before the changes it affects
+  (:mod:`.ddl_renames`): a column it renames gets the same ``id`` (numbered within the event)
+  in ``before`` and ``after``, and the rename is one.
 - An added column's ``default`` is Debezium's reading of the column's default expression
   (Debezium's docs, "Default values": PostgreSQL, MySQL/MariaDB). Existing rows read it when the
   source filled them with it, which is the case for a constant default. A default Debezium
@@ -38,6 +41,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -54,6 +58,7 @@ from spark_ckpt.model.schema_changes import (
 )
 
 from ..schema import COLUMNS
+from .ddl_renames import renamed_columns
 from .types import field_type
 
 __all__ = ["SchemaFollower", "SchemaRow", "table_schema", "with_schema_rows"]
@@ -161,8 +166,13 @@ class SchemaFollower:
         """Start following a unit (Debezium's initial snapshot when ``snapshot``)."""
         self._announce_new = bool(self.state) and not snapshot
 
-    def follow(self, order: int, at: int, table: str, envelope: str) -> SchemaRow | None:
-        """The schema change row for ``table`` taking ``envelope``'s schema at ``(order, at)``."""
+    def follow(
+        self, order: int, at: int, table: str, envelope: str, ddls: Sequence[str] = ()
+    ) -> SchemaRow | None:
+        """The schema change row for ``table`` taking ``envelope``'s schema at ``(order, at)``.
+
+        ``ddls`` are the DDL statements read for the table since its previous schema.
+        """
         schema = table_schema(envelope)
         if schema is None:
             return None
@@ -179,12 +189,43 @@ class SchemaFollower:
             changes = diff_schemas(old, kept)
             if not changes:
                 return None  # only a default changed: existing rows read what they did
+        if old is not None and ddls:
+            old, schema = _with_rename_ids(old, schema, ddls)
+            changes = diff_schemas(old, schema.plain())
         # Only the columns added to a table with rows keep what existing rows read for them.
         event = SchemaEvent(table, old, schema, changes)
         added = {c.name for c in event.added()} if old is not None else set()
         columns = tuple(c if c.name in added else c.plain() for c in schema.columns)
         event = SchemaEvent(table, old, TableSchema(columns), changes)
         return SchemaRow(order, at, table, event.before_json(), event.after_json(), event.summary())
+
+
+def _with_rename_ids(
+    old: TableSchema, new: TableSchema, ddls: Sequence[str]
+) -> tuple[TableSchema, TableSchema]:
+    """``old`` and ``new`` with one id per column the statements renamed, on both sides."""
+    mapping: dict[str, str] = {}  # old name -> its name after the statements so far
+    for ddl in ddls:
+        for before, after in renamed_columns(ddl):
+            # MySQL's column names are case-insensitive: the statement may spell them otherwise.
+            source = next((o for o, n in mapping.items() if n.lower() == before.lower()), None)
+            if source is None:
+                source = next(
+                    (c.name for c in old.columns if c.name.lower() == before.lower()), before
+                )
+            mapping[source] = after
+    pairs = []
+    for source, target in mapping.items():
+        was = next((c for c in old.columns if c.name == source), None)
+        now = next((c for c in new.columns if c.name.lower() == target.lower()), None)
+        if was is not None and now is not None and new.column(source) is None:
+            pairs.append((was.name, now.name))
+    ids_old = {was: number for number, (was, _) in enumerate(pairs, 1)}
+    ids_new = {now: number for number, (_, now) in enumerate(pairs, 1)}
+    return (
+        TableSchema(tuple(replace(c, id=ids_old.get(c.name)) for c in old.columns), old.key),
+        TableSchema(tuple(replace(c, id=ids_new.get(c.name)) for c in new.columns), new.key),
+    )
 
 
 def with_schema_rows(batch: pa.RecordBatch, rows: Sequence[SchemaRow]) -> pa.RecordBatch:

@@ -269,8 +269,8 @@ class LogPlanner:
                 break
             unit = self.assembler.unit(index)
             follower.begin_unit(snapshot=unit.txn_id == SNAPSHOT_ID)
-            for at, table, envelope in self.assembler.unit_schemas(index):
-                row = follower.follow(unit.order, at, table, envelope)
+            for at, table, envelope, ddls in self.assembler.unit_schemas(index):
+                row = follower.follow(unit.order, at, table, envelope, ddls)
                 if row is not None:
                     rows.append(row)
         return rows, follower.state

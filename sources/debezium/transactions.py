@@ -195,12 +195,14 @@ class TransactionAssembler:
             commit_ts_ms,
         )
 
-    def unit_schemas(self, index: int) -> list[tuple[int, str, str]]:
+    def unit_schemas(self, index: int) -> list[tuple[int, str, str, list[str]]]:
         """Where planned unit ``index``'s tables' schemas start or change, in transaction order.
 
-        ``(at, table, envelope schema text)``: from event ``at`` on, ``table``'s records have
-        that schema. Each table's first schema in this assembler is among them, as is every
-        point where it differs from the table's previous released change's.
+        ``(at, table, envelope schema text, DDL statements)``: from event ``at`` on, ``table``'s
+        records have that schema; the statements are the schema change events read for the
+        table since its previous schema (MySQL, MariaDB). Each table's first schema in this
+        assembler is among them, as is every point where it differs from the table's previous
+        released change's.
         """
         return self._native.unit_schemas(index)
 
