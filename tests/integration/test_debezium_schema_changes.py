@@ -12,8 +12,9 @@ gone and another come: the query stops with ``MirrorSchemaError`` saying so and 
 nothing of it, instead of guessing.
 
 MariaDB (Debezium 3.5.0's connector, binlog): the same sequence where MariaDB can run it (its DDL
-commits on its own, so there is no DDL + DML transaction), and a table created while the query
-streams, captured and mirrored.
+commits on its own, so there is no DDL + DML transaction), two renames (``RENAME COLUMN`` and
+``CHANGE``), which Debezium's DDL events tell from a drop and an add, and a table created while
+the query streams, captured and mirrored.
 """
 
 from __future__ import annotations
@@ -245,6 +246,16 @@ MARIADB_STEPS: list[tuple[str, list[str]]] = [
         ],
     ),
     (
+        # Debezium's MariaDB connector writes the DDL before the changes: renames are followed.
+        "rename a column, and another with CHANGE",
+        [
+            "ALTER TABLE products RENAME COLUMN name TO title",
+            "UPDATE products SET qty = qty + 1 WHERE id = 2",
+            "ALTER TABLE products CHANGE sku code varchar(40)",
+            "INSERT INTO products (id, title, qty, code, amount) VALUES (102, 'y', 4, 'c', 2)",
+        ],
+    ),
+    (
         "a new table, created and written",
         [
             "CREATE TABLE extra (id int PRIMARY KEY, label varchar(20))",
@@ -343,6 +354,7 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
             for change in json.loads(row["after"])["changes"]
         ]
         assert "table_created" in kinds, kinds
+        assert kinds.count("column_renamed") == 2, kinds
         assert kinds.count("column_type_changed") == 3, kinds
     finally:
         query.stop()

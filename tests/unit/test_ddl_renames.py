@@ -1,0 +1,32 @@
+"""The column renames read from MySQL's and MariaDB's DDL statements (Debezium's ``ddl``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_ckpt.sources.debezium.ddl_renames import renamed_columns
+
+
+@pytest.mark.parametrize(
+    ("ddl", "renames"),
+    [
+        ("ALTER TABLE products RENAME COLUMN name TO title", [("name", "title")]),
+        ("alter table `shop`.`p` rename column `a b` to `c``d`", [("a b", "c`d")]),
+        ("ALTER TABLE p CHANGE sku code varchar(40) NOT NULL", [("sku", "code")]),
+        ("ALTER TABLE p CHANGE COLUMN IF EXISTS a b int", [("a", "b")]),
+        (
+            "ALTER ONLINE TABLE IF EXISTS p CHANGE a b int, RENAME COLUMN c TO d, ADD e int",
+            [("a", "b"), ("c", "d")],
+        ),
+        ("ALTER TABLE p MODIFY qty bigint", []),
+        ("ALTER TABLE p CHANGE qty qty bigint", []),  # a type change, no rename
+        ("ALTER TABLE p ADD COLUMN x decimal(10,2) DEFAULT '1,2', DROP y", []),
+        ("ALTER TABLE p /* CHANGE a b int, */ RENAME TO q", []),  # a table rename
+        ("RENAME TABLE a TO b", []),
+        ("CREATE TABLE t (a int, CHANGE int)", []),
+    ],
+)
+def test_renames_are_read_from_rename_column_and_change_clauses(
+    ddl: str, renames: list[tuple[str, str]]
+) -> None:
+    assert renamed_columns(ddl) == renames
