@@ -35,6 +35,7 @@ use crate::dialect::SnapshotMark;
 use crate::envelope::KnownSchemas;
 use crate::event::{parse_record, Change, Marker, Record, Skipped};
 use crate::problem::{ErrorKind, Problem};
+use crate::schemas::{Noted, SchemaWatch, Sighting};
 use crate::text::py_repr_str;
 
 type UnitId = usize;
@@ -101,6 +102,8 @@ struct Unit {
     closed_ms: Option<i64>,
     order: Option<i64>,
     dropped: bool,
+    /// Its tables' schemas where they start or change (records in an envelope).
+    schemas: Noted,
 }
 
 impl Unit {
@@ -120,6 +123,7 @@ impl Unit {
             closed_ms: None,
             order: None,
             dropped: false,
+            schemas: Noted::new(),
         }
     }
 
@@ -135,6 +139,8 @@ struct Planned {
     size: i64,
     /// What was delivered once it is (the furthest source position).
     high: Option<String>,
+    /// Where a table's schema differs from its previous released change's.
+    schemas: Vec<Sighting>,
 }
 
 /// Assembles units from the records of Kafka partitions (driver, per query run).
@@ -179,6 +185,8 @@ pub struct KafkaAssembler {
     schema_changes: i64,
     /// The envelope schemas of the records fed so far (skipped without parsing).
     known: KnownSchemas,
+    /// Each table's schema as last read and as last released.
+    watch: SchemaWatch,
 }
 
 type Failure = (Problem, usize, i64);
@@ -252,6 +260,7 @@ impl KafkaAssembler {
             heartbeats: 0,
             schema_changes: 0,
             known: KnownSchemas::default(),
+            watch: SchemaWatch::default(),
         }
     }
 
@@ -389,6 +398,31 @@ impl KafkaAssembler {
         };
         let ts = unit.end.as_ref().and_then(|e| e.ts_ms).or(unit.max_ts);
         Ok((p.order, kind, unit.key.clone(), p.size, ts, p.high.clone()))
+    }
+
+    /// The schemas planned unit ``index`` starts or changes, as ``(at, table, schema text,
+    /// DDL statements)`` in unit order (``at``: a transaction's ``total_order - 1``): where a
+    /// table's schema differs from its previous released change's, and each table's first in
+    /// this assembler. No DDL statements: the schema change topic is not ordered with the
+    /// tables' topics.
+    #[allow(clippy::type_complexity)]
+    fn unit_schemas(&self, index: usize) -> PyResult<Vec<(i64, &str, &str, Vec<&str>)>> {
+        let p = self
+            .planned
+            .get(index)
+            .ok_or_else(|| PyValueError::new_err(format!("no planned unit {index}")))?;
+        Ok(p.schemas
+            .iter()
+            .map(|(at, table, text, _)| (*at, table.as_str(), &**text, Vec::new()))
+            .collect())
+    }
+
+    /// The indexes of the planned units with :meth:`unit_schemas`, in order.
+    fn schema_units(&self) -> Vec<usize> {
+        (self.planned.iter().enumerate())
+            .filter(|(_, p)| !p.schemas.is_empty())
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Where each partition ends for a batch ending with unit ``order``: per partition (in

@@ -76,13 +76,28 @@ impl KafkaAssembler {
     pub(super) fn count(&mut self, id: UnitId, change: &Change<'_>) {
         let unit = &mut self.units[id];
         unit.count += 1;
-        match unit
+        let table_index = match unit
             .tables
             .iter_mut()
-            .find(|(name, _)| change.table.is(name))
+            .position(|(name, _)| change.table.is(name))
         {
-            Some(entry) => entry.1 += 1,
-            None => unit.tables.push((change.table.qualified(), 1)),
+            Some(i) => {
+                unit.tables[i].1 += 1;
+                i
+            }
+            None => {
+                unit.tables.push((change.table.qualified(), 1));
+                unit.tables.len() - 1
+            }
+        };
+        if let Some(text) = change.envelope {
+            // A transaction's rows are numbered by total_order; other units' in read order
+            // (a schema change inside a snapshot or a chunk is not expected: see
+            // envelope_schemas.follow_units).
+            let at = change.total_order.map_or(unit.count - 1, |o| o - 1);
+            let table = &unit.tables[table_index].0;
+            self.watch
+                .note(&mut unit.schemas, at, table_index as u32, table, text);
         }
         if let Some(ts) = change.ts_ms {
             if unit.max_ts.is_none_or(|m| ts > m) {

@@ -114,11 +114,18 @@ impl KafkaAssembler {
         } else {
             further(&mut self.high, unit.position.clone());
         }
+        let schemas = if unit.schemas.is_empty() {
+            Vec::new()
+        } else {
+            let noted = std::mem::take(&mut unit.schemas);
+            self.watch.release(noted, &unit.tables)
+        };
         self.planned.push(Planned {
             id,
             order,
             size: unit.count,
             high: self.high.clone(),
+            schemas,
         });
     }
 
