@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -61,7 +61,14 @@ from ..schema import COLUMNS
 from .ddl_renames import renamed_columns
 from .types import field_type
 
-__all__ = ["SchemaFollower", "SchemaRow", "table_schema", "with_schema_rows"]
+__all__ = [
+    "PlannedSchemas",
+    "SchemaFollower",
+    "SchemaRow",
+    "follow_units",
+    "table_schema",
+    "with_schema_rows",
+]
 
 _SOURCE_TYPE = "__debezium.source.column.type"
 _SOURCE_LENGTH = "__debezium.source.column.length"
@@ -198,6 +205,40 @@ class SchemaFollower:
         columns = tuple(c if c.name in added else c.plain() for c in schema.columns)
         event = SchemaEvent(table, old, TableSchema(columns), changes)
         return SchemaRow(order, at, table, event.before_json(), event.after_json(), event.summary())
+
+
+class PlannedSchemas(NamedTuple):
+    """What a planned unit says of its tables' schemas, for :func:`follow_units`.
+
+    ``sightings`` are the assembler's ``unit_schemas``: ``(at, table, envelope schema text,
+    DDL statements)``. ``snapshot``: Debezium's initial snapshot (its tables are where a query
+    starts). ``block``: a unit whose rows are not numbered in transaction order (the ``kafka``
+    connector's snapshot and incremental-snapshot chunks): Debezium reads each table of such a
+    unit with one query, under one schema, so a change it shows is placed at its start.
+    """
+
+    order: int
+    sightings: Sequence[tuple[int, str, str, Sequence[str]]]
+    snapshot: bool = False
+    block: bool = False
+
+
+def follow_units(
+    schemas: Mapping[str, TableSchema] | None, units: Iterable[PlannedSchemas]
+) -> tuple[list[SchemaRow], dict[str, TableSchema]]:
+    """Follow the tables' schemas from ``schemas`` through ``units``, in order (driver).
+
+    Returns the schema change rows and each table's schema after the units.
+    """
+    follower = SchemaFollower(schemas)
+    rows: list[SchemaRow] = []
+    for unit in units:
+        follower.begin_unit(unit.snapshot)
+        for at, table, envelope, ddls in unit.sightings:
+            row = follower.follow(unit.order, 0 if unit.block else at, table, envelope, ddls)
+            if row is not None:
+                rows.append(row)
+    return rows, follower.state
 
 
 def _with_rename_ids(

@@ -18,7 +18,7 @@ from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.state.storage import Location
 
 from ..gate import Cut
-from .envelope_schemas import SchemaFollower, SchemaRow
+from .envelope_schemas import PlannedSchemas, SchemaRow, follow_units
 from .log_files import (
     FileOrder,
     LogFile,
@@ -262,18 +262,13 @@ class LogPlanner:
         """
         if not self.follow_schemas:
             return [], self.base.schemas
-        follower = SchemaFollower(self.base.schemas)
-        rows: list[SchemaRow] = []
-        for index in self.assembler.schema_units():
-            if units is not None and index >= units:
-                break
-            unit = self.assembler.unit(index)
-            follower.begin_unit(snapshot=unit.txn_id == SNAPSHOT_ID)
-            for at, table, envelope, ddls in self.assembler.unit_schemas(index):
-                row = follower.follow(unit.order, at, table, envelope, ddls)
-                if row is not None:
-                    rows.append(row)
-        return rows, follower.state
+        assembler = self.assembler
+        indexes = [i for i in assembler.schema_units() if units is None or i < units]
+        planned = (
+            PlannedSchemas(unit.order, assembler.unit_schemas(i), unit.txn_id == SNAPSHOT_ID)
+            for i, unit in ((i, assembler.unit(i)) for i in indexes)
+        )
+        return follow_units(self.base.schemas, planned)
 
     def _delivered_before(self, index: int) -> Delivered:
         """What was delivered before planned unit ``index``."""

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import ConfigError, LogRewrittenError
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
+from spark_ckpt.model.schema_changes import TableSchema
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
+from ..debezium.envelope_schemas import PlannedSchemas, SchemaRow, follow_units
 from .client import new_consumer
 from .offsets import KafkaOffset, TopicPartition
 from .planner import KafkaPlanner
@@ -70,6 +72,7 @@ class KafkaConnector(ChangeConnector):
         self._consumer: Consumer | None = None
         self._planner: KafkaPlanner | None = None
         self._available_now: dict[TopicPartition, int] | None = None
+        self._schema_changes: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
         """What executors get: no client and no planning state (they read by partition)."""
@@ -158,6 +161,7 @@ class KafkaConnector(ChangeConnector):
             if kind != "transaction"
         )
         base = planner.base
+        schema_rows, schemas = self._follow_schemas(planner, last)
         positions = dict(base.positions)
         ranges: list[tuple[int, int, int]] = []
         for index, tp in enumerate(planner.partitions):
@@ -175,6 +179,7 @@ class KafkaConnector(ChangeConnector):
                 blocks,
                 tuple(assembler.segments(index, lo, hi)),
                 self.options.poll_timeout,
+                tuple(schema_rows),
             )
             for index, start, stop in ranges
             for lo, hi in _pieces(start, stop, ranges, self.options.min_partitions)
@@ -185,8 +190,33 @@ class KafkaConnector(ChangeConnector):
             positions,
             units[-1][5],
             base.snapshot or any(kind == "snapshot" for _, kind, *_ in units),
+            schemas,
         )
+        self._schema_changes = [row.summary for row in schema_rows]
         return end, partitions
+
+    def _follow_schemas(
+        self, planner: KafkaPlanner, last: int
+    ) -> tuple[list[SchemaRow], Mapping[str, TableSchema] | None]:
+        """The schema change rows of planned units ``0..last`` and the schemas after them.
+
+        Followed where rows carry their types (``columnTypes=true``); a transaction's rows are
+        numbered by ``total_order``, the snapshot's and chunks' are not
+        (:class:`~..debezium.envelope_schemas.PlannedSchemas`).
+        """
+        if not self.column_types:
+            return [], planner.base.schemas
+        assembler = planner.assembler
+        planned = []
+        for index in assembler.schema_units():
+            if index > last:
+                break
+            order, kind, *_ = assembler.unit(index)
+            block = kind in ("snapshot", "chunk")
+            planned.append(
+                PlannedSchemas(order, assembler.unit_schemas(index), kind == "snapshot", block)
+            )
+        return follow_units(planner.base.schemas, planned)
 
     def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[object]:
         """Re-plan a logged batch after a restart: the same units, the same ranges."""
@@ -227,7 +257,10 @@ class KafkaConnector(ChangeConnector):
         return read_partition(partition, self.column_types, self.key_columns)
 
     def status(self) -> dict[str, Any] | None:
-        """What this run's planner skipped and where it reads (driver, per trigger)."""
+        """What this run's planner skipped and where it reads (driver, per trigger).
+
+        ``schemaChanges``: the schema changes of the last batch planned, one line each, or None.
+        """
         planner = self._planner
         if planner is None:
             return None
@@ -237,6 +270,7 @@ class KafkaConnector(ChangeConnector):
             "partitions": len(planner.partitions),
             "skipped": dict(planner.assembler.skipped()) | {"lost": planner.lost},
             "deletedTopics": sorted({planner.partitions[i][0] for i in planner.gone}),
+            "schemaChanges": self._schema_changes or None,
         }
 
     def stop(self) -> None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from spark_ckpt.errors import DataLossError, SourceConnectionError
 
+from ..debezium.envelope_schemas import SchemaRow, with_schema_rows
 from ..debezium.types import typed_batch
 from .client import is_out_of_range, new_consumer
 from .client_config import masked
@@ -32,7 +33,7 @@ class KafkaPartition:
     ``txns`` are the batch's transactions as ``(id, order, size, commit_ts_ms)``, ``blocks`` its
     other units as ``(order, key, size, commit_ts_ms)``, ``segments`` what the range's records
     are (``KafkaAssembler.segments``); ``poll_timeout`` how long reading may make no progress
-    (``kafkaConsumer.pollTimeoutMs``).
+    (``kafkaConsumer.pollTimeoutMs``); ``schema_rows`` the batch's schema change rows.
     """
 
     settings: Mapping[str, str] = field(repr=False)
@@ -45,6 +46,7 @@ class KafkaPartition:
     blocks: tuple[tuple[int, str, int, int | None], ...] = field(repr=False)
     segments: tuple[tuple[int, int, str, int, int, int], ...] = field(repr=False)
     poll_timeout: float = 120.0
+    schema_rows: tuple[SchemaRow, ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
         """For messages: the range and the brokers, secrets masked."""
@@ -117,7 +119,7 @@ def read_partition(
                 progressed = time.monotonic()
                 built = rows.take_rows()
                 if built is not None:
-                    yield _batch(built, column_types)
+                    yield with_schema_rows(_batch(built, column_types), part.schema_rows)
                 continue
             # Offsets without a record for the application (transaction markers, aborted
             # records): the consumer's position moves past them.
