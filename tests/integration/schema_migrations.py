@@ -1,14 +1,28 @@
 """The migration sequences the schema change tests run, per database, and their tables.
 
-PostgreSQL's is run by the ``postgres`` connector's test and, through Debezium, by the
-``debezium-json`` one; each step is a list of statements followed by ordinary writes.
+PostgreSQL's is run by the ``postgres`` connector's test and, as far as Debezium's records can
+show it, through Debezium by the ``debezium-json`` and ``kafka`` ones
+(:func:`follow_debezium_postgres`); each step is a list of statements followed by ordinary writes.
 """
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import pg_schema_crash
 import psycopg
+import pyarrow as pa
+from conftest import wait_until
+from deltalake import DeltaTable, QueryBuilder
+
+import spark_ckpt
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 PRODUCTS, TAGS = "public.products", "public.tags"
 
@@ -90,3 +104,125 @@ def run_postgres(dsn: str, statements: list[str]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)
+
+
+DEBEZIUM_POSTGRES_STEPS: list[tuple[str, list[str]]] = [
+    (
+        "add a nullable column",
+        ["ALTER TABLE products ADD COLUMN note text", "UPDATE products SET note = 'n' || id"],
+    ),
+    (
+        "add a column with a default existing rows read",
+        [
+            "ALTER TABLE products ADD COLUMN flag boolean NOT NULL DEFAULT true",
+            "INSERT INTO products (id, name, price, qty, sku, amount, flag) "
+            "VALUES (100, 'late', 1.00, 1, 's100', 2.50, false)",
+        ],
+    ),
+    (
+        "drop a column",
+        [
+            "ALTER TABLE products DROP COLUMN price",
+            "INSERT INTO products (id, name, qty, sku, amount) VALUES (101, 'x', 3, 's', 1.25)",
+        ],
+    ),
+    (
+        # Without a write between them the stream would show no change at all (same name, same
+        # type): Debezium's PostgreSQL records carry no DDL and no column identity.
+        "drop a column, write, add one of the same name",
+        [
+            "ALTER TABLE products DROP COLUMN note",
+            "UPDATE products SET qty = qty + 1 WHERE id = 1",
+            "ALTER TABLE products ADD COLUMN note integer",
+            "UPDATE products SET note = id * 10 WHERE id < 4",
+        ],
+    ),
+    (
+        "widen integer to bigint and numeric precision, lengthen a varchar",
+        [
+            "ALTER TABLE products ALTER COLUMN qty TYPE bigint",
+            "ALTER TABLE products ALTER COLUMN amount TYPE numeric(14,2)",
+            "ALTER TABLE products ALTER COLUMN sku TYPE varchar(40)",
+            "UPDATE products SET qty = 5000000000, sku = repeat('k', 30) WHERE id = 1",
+        ],
+    ),
+    (
+        "DDL and DML in one transaction",
+        [
+            "BEGIN",
+            "ALTER TABLE products ADD COLUMN code text DEFAULT 'c0'",
+            "UPDATE products SET code = 'c' || id WHERE id = 2",
+            "DELETE FROM products WHERE id = 3",
+            "COMMIT",
+        ],
+    ),
+]
+"""PostgreSQL's sequence as Debezium's records can show it: no rename (no column identity in
+them), and a write between a drop and an add of the same name."""
+
+
+def _mirror(spark: SparkSession, root: Path) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+    tables = spark_ckpt.read_consistent(spark, str(root))
+    return pg_schema_crash.mirror_table(tables[PRODUCTS]) if PRODUCTS in tables else ({}, set())
+
+
+def _wait_equal(
+    spark: SparkSession, query: StreamingQuery, dsn: str, root: Path, step: str
+) -> None:
+    seen: list[Any] = []
+
+    def equal() -> bool:
+        if query.exception() is not None:
+            raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
+        if not (root / "_checkpoints").exists():
+            return False
+        source = pg_schema_crash.source_table(dsn, PRODUCTS)
+        mirror = _mirror(spark, root)
+        seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
+        return source == mirror
+
+    wait_until(equal, 120, f"after '{step}' the mirror never equalled the table: {seen}")
+
+
+def follow_debezium_postgres(
+    spark: SparkSession, query: StreamingQuery, dsn: str, root: Path
+) -> None:
+    """Run :data:`DEBEZIUM_POSTGRES_STEPS` and a rename on ``products`` while ``query`` mirrors.
+
+    After each step the mirror (``read_consistent``) equals the table, and delta-rs reads the
+    same; the change log holds the schema changes. The rename stops the query with
+    ``MirrorSchemaError`` and publishes nothing of it.
+    """
+    _wait_equal(spark, query, dsn, root, "the snapshot")
+    for step, statements in DEBEZIUM_POSTGRES_STEPS:
+        run_postgres(dsn, statements)
+        _wait_equal(spark, query, dsn, root, step)
+    table = DeltaTable(str(root / PRODUCTS))
+    read = QueryBuilder().register("p", table).execute("SELECT * FROM p")
+    rows = {tuple(sorted(r.items())) for r in pa.table(read.read_all()).to_pylist()}
+    assert rows == pg_schema_crash.source_table(dsn, PRODUCTS)[1], "delta-rs differs"
+    changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
+    kinds = [
+        change["change"]
+        for row in changes.orderBy("txn_order", "event_index").collect()
+        for change in json.loads(row["after"])["changes"]
+    ]
+    assert kinds.count("column_added") == 4, kinds  # note, flag, note again, code
+    assert kinds.count("column_dropped") == 2, kinds
+    assert kinds.count("column_type_changed") == 3, kinds  # qty, amount, sku
+
+    # A rename: the stream shows name gone and title come, nothing tells it from a drop and
+    # an add, so the query stops and publishes nothing of it.
+    published = _mirror(spark, root)
+    run_postgres(
+        dsn,
+        [
+            "ALTER TABLE products RENAME COLUMN name TO title",
+            "UPDATE products SET qty = 1 WHERE id = 2",
+        ],
+    )
+    wait_until(lambda: query.exception() is not None, 120, "the query did not stop")
+    message = str(query.exception())
+    assert "MirrorSchemaError" in message, message
+    assert "rename from a drop and an add" in message, message
+    assert _mirror(spark, root) == published

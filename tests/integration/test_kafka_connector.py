@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pg_workload
 import pytest
+import schema_migrations
 from changelog_checks import whole_once
 from conftest import wait_until
 from debezium_harness import delta_changes, delta_txn_ids
@@ -137,3 +138,57 @@ def test_a_streaming_query_lands_each_transaction_in_one_delta_version(
     assert set(by_txn) == committed
     assert len({r["version"] for r in rows}) > 2, "everything landed in one version"
     assert_folds_to_tables(rows, pg_dsn, KEYS)
+
+
+def test_a_mirror_follows_migrations_in_debeziums_topics(
+    spark: SparkSession,
+    control: spark_ckpt.Control,
+    kafka_broker: KafkaBroker,
+    kafka_connect: KafkaConnect,
+    pg_server: PgCluster,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """Schema changes from the records' Connect schemas, through Kafka Connect and a broker.
+
+    The migration sequence of ``schema_migrations.follow_debezium_postgres`` on a table whose
+    topic has two partitions: after each step the mirror equals the table; the rename, which no
+    record can tell from a drop and an add, stops the query with nothing of it published.
+    """
+    prefix = f"s{uuid.uuid4().hex[:6]}"
+    schema_migrations.create_postgres_tables(pg_dsn)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    kafka_broker.create_topic(f"{prefix}.public.products", partitions=2)
+    name = f"{prefix}-connector"
+    tables = f"{schema_migrations.PRODUCTS},{schema_migrations.TAGS}"
+    kafka_connect.add_connector(
+        name,
+        debezium_postgres(
+            pg_dsn,
+            prefix=prefix,
+            slot=f"slot_{prefix}",
+            tables=tables,
+            extra={"decimal.handling.mode": "precise", "column.propagate.source.type": ".*"},
+        ),
+    )
+    kafka_connect.wait_running(name)
+    root = tmp_path / "mirror"
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "kafka")
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+        .option("subscribePattern", f"{prefix}[.].*")
+        .option("columnTypes", "true")
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(root))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    try:
+        schema_migrations.follow_debezium_postgres(spark, query, pg_dsn, root)
+    finally:
+        query.stop()
+        kafka_connect.delete_connector(name)

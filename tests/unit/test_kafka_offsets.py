@@ -47,3 +47,16 @@ def test_offsets_render_as_sparks_kafka_source_does_in_a_fixed_order() -> None:
 def test_an_offset_of_another_source_is_refused(value: dict[str, object]) -> None:
     with pytest.raises(LogRewrittenError, match="kafka connector cannot read"):
         KafkaOffset.from_json(value)
+
+
+def test_schemas_round_trip_and_an_older_offset_has_none() -> None:
+    """``schemas``: each table's schema as delivered (columnTypes=true), absent before it."""
+    from spark_ckpt.model.schema_changes import ColumnSchema, TableSchema
+
+    schema = TableSchema((ColumnSchema("id", "int", "int32", False),))
+    offset = KafkaOffset(3, 9, {("t.public.a", 0): 5}, schemas={"public.a": schema})
+    value = offset.to_json()
+    assert value["schemas"] == {"public.a": schema.to_json()}
+    assert KafkaOffset.from_json(json.loads(json.dumps(value))) == offset
+    older = {k: v for k, v in value.items() if k != "schemas"}
+    assert KafkaOffset.from_json(older).schemas is None

@@ -172,11 +172,13 @@ CONNECTORS = (
 )
 
 # The kafka connector reads Debezium's records, so it decodes them with the Debezium
-# connector's native decoder (issue 31 asks for that reuse) and types them as it does. The only
-# imports across connectors; moving the decoder into a crate of its own would remove them.
+# connector's native decoder (issue 31 asks for that reuse), types them and follows their schemas
+# as it does. The only imports across connectors; a Debezium package both build on (issue 40)
+# would remove them.
 SHARED = {
     "spark_ckpt.sources.kafka": (
         "spark_ckpt.sources.debezium._native",
+        "spark_ckpt.sources.debezium.envelope_schemas",
         "spark_ckpt.sources.debezium.types",
     ),
 }
