@@ -227,6 +227,7 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
         "lastFailure": _failure_json(failures[-1]) if failures else None,
         "sources": _source_statuses(events),
         "heldBack": _held_back(events),
+        "schemaChanges": _schema_changes(events),
         "sinks": {},
     }
     for entry in sorted(entry_points(group=STATUS_GROUP), key=lambda e: e.name):
@@ -251,6 +252,26 @@ def _source_statuses(events: Sequence[HistoryEvent]) -> list[dict[str, Any]]:
                 if isinstance(s.get("status"), dict)
             ]
     return []
+
+
+def _schema_changes(events: Sequence[HistoryEvent]) -> dict[str, Any] | None:
+    """The newest schema changes a source reported with a completed checkpoint, or None.
+
+    ``{"checkpoint", "at", "changes"}``: ``changes`` one line each
+    (``public.orders: column_renamed name -> title``), as the source's status said.
+    """
+    for event in reversed(events):
+        if not isinstance(event, CompletedEvent):
+            continue
+        changes = [
+            str(line)
+            for s in event.sources
+            if isinstance(s.get("status"), dict)
+            for line in s["status"].get("schemaChanges") or ()
+        ]
+        if changes:
+            return {"checkpoint": event.checkpoint, "at": event.at, "changes": changes}
+    return None
 
 
 def _held_back(events: Sequence[HistoryEvent]) -> list[dict[str, Any]]:
@@ -322,6 +343,10 @@ def _status_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("source", _source_line(source)))
     for held in state["heldBack"]:
         lines.append(("held back", _held_line(held)))
+    changed = state["schemaChanges"]
+    if changed is not None:
+        where = f" (batch {changed['checkpoint']}{_at(changed['at'])})"
+        lines.append(("schema", "; ".join(changed["changes"]) + where))
     for name, report in state["sinks"].items():
         published = report.get("published")
         text = f"{report.get('table')}: " + (
@@ -336,7 +361,9 @@ def _status_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _source_line(status: dict[str, Any]) -> str:
     """One source's health as recorded with a completed checkpoint, in words."""
-    parts = [f"{status.get('connector', 'source')} slot {status.get('slot')}"]
+    parts = [str(status.get("connector", "source"))]
+    if status.get("slot") is not None:
+        parts[0] += f" slot {status['slot']}"
     if status.get("lagBytes") is not None:
         behind = f"{_bytes(status['lagBytes'])} behind"
         if status.get("lagSeconds") is not None:

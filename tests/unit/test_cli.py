@@ -230,3 +230,24 @@ def test_version_is_the_installed_distributions() -> None:
     result = run("--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"spark-ckpt {version('spark-ckpt')}"
+
+
+def test_status_names_the_newest_schema_changes_a_source_reported(tmp_path: Path) -> None:
+    location = tmp_path / "ckpt"
+    history = HistoryLog(SparkCheckpoint(Location(str(location))))
+    changed = {
+        **offsets(0, 5),
+        "status": {
+            "connector": "debezium-json",
+            "schemaChanges": ["public.products: column_added note (- -> string)"],
+        },
+    }
+    quiet = {**offsets(5, 9), "status": {"connector": "debezium-json", "schemaChanges": None}}
+    history.append(CompletedEvent(0, "2026-11-23T10:00:00.000Z", 1500, 4, (changed,), at=T0 + 1))
+    history.append(CompletedEvent(1, "2026-11-23T10:00:02.000Z", 900, 4, (quiet,), at=T0 + 3))
+    done = run("status", str(location), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["schemaChanges"]["checkpoint"] == 0
+    text = run("status", str(location)).stdout
+    assert "schema        public.products: column_added note (- -> string) (batch 0" in text
+    assert "source        debezium-json (at batch 1" in text  # no slot: not a postgres source
