@@ -21,7 +21,7 @@ What a Connect schema says and does not:
 - There are no column ids: a column that disappeared while another appeared may be a rename or
   a drop and an add, which the mirror refuses to guess (:meth:`SchemaEvent.ambiguous`). MySQL's
   and MariaDB's connectors write the DDL statement before the changes it affects
-  (:mod:`.ddl_renames`): a column it renames gets the same ``id`` (numbered within the event)
+  (:mod:`.mysql_ddl`): a column it renames gets the same ``id`` (numbered within the event)
   in ``before`` and ``after``, and the rename is one.
 - An added column's ``default`` is Debezium's reading of the column's default expression
   (Debezium's docs, "Default values": PostgreSQL, MySQL/MariaDB). Existing rows read it when the
@@ -58,7 +58,7 @@ from spark_ckpt.model.schema_changes import (
 )
 
 from ..schema import COLUMNS
-from .ddl_renames import renamed_columns
+from .mysql_ddl import creates_table, renamed_columns
 from .types import field_type
 
 __all__ = [
@@ -159,10 +159,12 @@ class SchemaFollower:
     schemas
         The schemas an offset recorded (None: an offset written before they were recorded).
 
-    A table's first schema is a ``table_created`` row when it comes in a unit after others
-    were known, and not in Debezium's initial snapshot: the tables of the first unit that has
-    any, or of the snapshot, are what the query starts with. The rule depends only on the log,
-    never on where batches were cut (an offset records the schemas before a unit it splits).
+    A table's first schema is a ``table_created`` row when a ``CREATE TABLE`` statement of it
+    was read before (MySQL, MariaDB), in a unit after others were known, and not in Debezium's
+    initial snapshot: Debezium describes every table it starts with by such a statement, and a
+    table first seen otherwise may have been there, empty, all along. The rule depends only on
+    the log, never on where batches were cut (an offset records the schemas before a unit it
+    splits).
     """
 
     def __init__(self, schemas: Mapping[str, TableSchema] | None) -> None:
@@ -187,7 +189,7 @@ class SchemaFollower:
         old = self.state.get(table)
         self.state[table] = kept
         if old is None:
-            if not self._announce_new:
+            if not (self._announce_new and any(creates_table(ddl) for ddl in ddls)):
                 return None
             changes: tuple[SchemaChange, ...] = (SchemaChange("table_created"),)
         else:

@@ -20,7 +20,7 @@ from test_debezium_connectors import FIXTURES, read_all
 
 from spark_ckpt.model.schema_changes import SchemaEvent
 from spark_ckpt.sources.debezium.connector import DebeziumJsonConnector
-from spark_ckpt.sources.debezium.envelope_schemas import SchemaRow, with_schema_rows
+from spark_ckpt.sources.debezium.envelope_schemas import SchemaFollower, SchemaRow, with_schema_rows
 from spark_ckpt.sources.gate import Cut
 from spark_ckpt.sources.schema import ARROW_SCHEMA
 from spark_ckpt.state.storage import Location
@@ -207,3 +207,29 @@ def test_schema_rows_are_placed_and_events_renumbered_around_them() -> None:
     assert {r["txn_size"] for r in out} == {7}
     other = with_schema_rows(batch, [SchemaRow(8, 0, "t", None, "{}", "")])
     assert other is batch
+
+
+def test_a_table_first_seen_is_new_only_when_a_create_table_statement_says_so() -> None:
+    """A table first seen may have been there, empty: only MySQL's CREATE TABLE tells."""
+    envelope = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {
+                    "type": "struct",
+                    "field": "after",
+                    "fields": [{"type": "int32", "optional": False, "field": "id"}],
+                }
+            ],
+        }
+    )
+    follower = SchemaFollower(None)
+    follower.begin_unit(snapshot=True)
+    assert follower.follow(0, 0, "db.a", envelope, ["CREATE TABLE a (id int)"]) is None
+    follower.begin_unit(snapshot=False)
+    assert follower.follow(1, 0, "db.b", envelope) is None  # an empty table, seen late
+    row = follower.follow(2, 0, "db.c", envelope, ["CREATE TABLE c (id int PRIMARY KEY)"])
+    assert row is not None
+    assert kinds(SchemaEvent.from_row(row.table, row.before, row.after)) == [
+        ("table_created", None)
+    ]

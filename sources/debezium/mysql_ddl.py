@@ -1,4 +1,4 @@
-"""The column renames of a MySQL or MariaDB ``ALTER TABLE`` statement, as Debezium records it.
+"""What a MySQL or MariaDB DDL statement Debezium recorded says: column renames, a new table.
 
 Debezium's MySQL and MariaDB connectors write each DDL statement they apply as a schema change
 event (``ddl``: the statement as the server logged it, ``tableChanges``: the tables after it).
@@ -9,10 +9,11 @@ one added; the statement says which. Two clauses rename a column (MySQL 8.0 refe
 - ``RENAME COLUMN old TO new`` (MySQL 8.0, MariaDB 10.5.2 and later);
 - ``CHANGE [COLUMN] [IF EXISTS] old new column_definition``.
 
-Only those are read: the statement is split into tokens (identifiers, quoted names, strings,
-comments, punctuation) and into its top-level clauses, and a clause that starts otherwise is
-left alone. A general SQL parser is not used: sqlglot, the well-kept one, parses ``CHANGE
-COLUMN`` as an unparsed command (sqlglot issue 5333), and nothing else of a statement is needed.
+A ``CREATE TABLE`` statement says a table is new. Only those are read: the statement is split
+into tokens (identifiers, quoted names, strings, comments, punctuation) and into its top-level
+clauses, and a clause that starts otherwise is left alone. A general SQL parser is not used:
+sqlglot, the well-kept one, parses ``CHANGE COLUMN`` as an unparsed command (sqlglot issue
+5333), and nothing else of a statement is needed.
 Pure; runs on the driver, once per schema change.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["renamed_columns"]
+__all__ = ["creates_table", "renamed_columns"]
 
 _TOKEN = re.compile(
     r"""
@@ -99,6 +100,19 @@ def _rename(clause: list[str]) -> tuple[str, str] | None:
         if len(rest) >= 2:
             return _name(rest[0]), _name(rest[1])
     return None
+
+
+def creates_table(ddl: str) -> bool:
+    """Whether ``ddl`` is a ``CREATE [OR REPLACE] [TEMPORARY] TABLE`` statement."""
+    words = [t.upper() for t in _tokens(ddl)[:5]]
+    if words[:1] != ["CREATE"]:
+        return False
+    rest = words[1:]
+    if rest[:2] == ["OR", "REPLACE"]:
+        rest = rest[2:]
+    if rest[:1] == ["TEMPORARY"]:
+        rest = rest[1:]
+    return rest[:1] == ["TABLE"]
 
 
 def renamed_columns(ddl: str) -> list[tuple[str, str]]:

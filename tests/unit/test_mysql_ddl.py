@@ -1,10 +1,10 @@
-"""The column renames read from MySQL's and MariaDB's DDL statements (Debezium's ``ddl``)."""
+"""What MySQL's and MariaDB's DDL statements (Debezium's ``ddl``) say: renames, new tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from spark_ckpt.sources.debezium.ddl_renames import renamed_columns
+from spark_ckpt.sources.debezium.mysql_ddl import creates_table, renamed_columns
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,18 @@ def test_renames_are_read_from_rename_column_and_change_clauses(
     ddl: str, renames: list[tuple[str, str]]
 ) -> None:
     assert renamed_columns(ddl) == renames
+
+
+@pytest.mark.parametrize(
+    ("ddl", "creates"),
+    [
+        ("CREATE TABLE extra (id int PRIMARY KEY)", True),
+        ("create or replace temporary table `x` (a int)", True),
+        ("/* by the app */ CREATE TABLE IF NOT EXISTS x (a int)", True),
+        ("CREATE INDEX i ON x (a)", False),
+        ("ALTER TABLE x ADD b int", False),
+        ("CREATE DATABASE d", False),
+    ],
+)
+def test_a_new_table_is_told_by_its_create_table_statement(ddl: str, creates: bool) -> None:
+    assert creates_table(ddl) is creates
