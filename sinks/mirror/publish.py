@@ -257,6 +257,12 @@ def _plan_table(
         schema_json = Schema.from_arrow(schema).to_json() if len(schema) else "{}"
         return TablePlan(name, directory, None, 0, table.key_columns, True, schema_json)
     projection = identity(stored)
+    if delta is None and table.schema_events:
+        # A mirror created by this batch starts as the source's table was before its first
+        # change here: its columns keep the source's order through the changes.
+        first = table.schema_events[0][0].before
+        if first is not None:
+            projection = identity((c.name, c.type) for c in first.columns)
     for event, position in table.schema_events:
         projection = follow(projection, event, behavior, position)
     keep = behavior == "ignore" and delta is not None

@@ -244,6 +244,31 @@ def test_a_mirror_follows_a_rename_drop_widening_and_default_in_one_commit(
     assert table.protocol().min_reader_version == 1  # a plain table every engine reads
 
 
+def test_a_mirror_created_by_a_batch_with_schema_changes_keeps_the_sources_column_order(
+    tmp_path: Path,
+) -> None:
+    """The first batch holds the table's first rows and a column added after them."""
+    mirror = Mirror(tmp_path)
+    types = {"id": "int", "name": "string", "price": "decimal(10,2)"}
+    event = _event(ID, _col("name", "string", 2), PRICE, _col("note", "string", 4))
+    mirror.apply_rows(
+        [
+            ("public.p", "c", {"id": 1}, None, {"id": 1, "name": "n1", "price": "1.50"}),
+            _schema_row(event),
+            (
+                "public.p",
+                "c",
+                {"id": 2},
+                None,
+                {"id": 2, "name": "n2", "price": "2.50", "note": "x"},
+            ),
+        ],
+        types,
+    )
+    table = mirror.table("public.p")
+    assert [f.name for f in table.schema().fields] == ["id", "name", "price", "note"]
+
+
 def test_an_scd2_mirror_renames_every_version(tmp_path: Path) -> None:
     mirror = Mirror(tmp_path, history=True)
     types = {"id": "int", "name": "string", "price": "decimal(10,2)"}
