@@ -10,6 +10,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP
+
 Row = dict[str, Any]
 Folded = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
 
@@ -41,6 +43,8 @@ def fold(
     """
     state: Folded = defaultdict(dict)
     for row in sorted(rows, key=lambda r: (r["txn_order"], r["event_index"])):
+        if row["op"] == SCHEMA_CHANGE_OP:
+            continue  # a schema change: the images after it say their columns
         name = table_of(row["table"])
         image = json.loads(row["before"] if row["op"] == "d" else row["after"])
         key = tuple(image[k] for k in keys[name])
