@@ -14,19 +14,26 @@ nothing of it, instead of guessing.
 MariaDB (Debezium 3.5.0's connector, binlog): the same sequence where MariaDB can run it (its DDL
 commits on its own, so there is no DDL + DML transaction), two renames (``RENAME COLUMN`` and
 ``CHANGE``), which Debezium's DDL events tell from a drop and an add, and a table created while
-the query streams, captured and mirrored.
+the query streams, captured and mirrored. Last, real SIGKILLs of the driver around schema
+changes of MariaDB's log lose and repeat nothing.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 import schema_migrations
+from changelog_checks import whole_once
 from conftest import wait_until
+from debezium_harness import DebeziumDriver, delta_changes, delta_txn_ids, mirror_log
 from debezium_writer import DebeziumWriter
+from deltalake import DeltaTable, QueryBuilder
 from mariadb_server import MariaDbServer
 from pg_cluster import PASSWORD, USER, PgCluster
 
@@ -230,6 +237,11 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
                 for statement in statements:
                     cursor.execute(statement)
             wait_equal(step, "extra" if step.startswith("a new table") else "products")
+        # delta-rs reads the evolved mirror (renamed, dropped, widened columns) as delta-spark.
+        evolved = DeltaTable(str(root / f"{database}.products"))
+        read = QueryBuilder().register("p", evolved).execute("SELECT * FROM p")
+        rows = {tuple(sorted(r.items())) for r in pa.table(read.read_all()).to_pylist()}
+        assert rows == _mariadb_table(server, database, "products"), "delta-rs differs"
         tables = spark_ckpt.read_consistent(spark, str(root))
         types = {f.name: f.dataType.simpleString() for f in tables[f"{database}.products"].schema}
         assert (types["qty"], types["amount"], types["flag"]) == (
@@ -249,3 +261,63 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     finally:
         query.stop()
         writer.close()
+
+
+MARIADB_LOG = Path(__file__).resolve().parents[1] / "fixtures/debezium/schema-changes-mariadb-3.5.0"
+
+
+def _mirrors(spark: SparkSession, root: Path) -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
+    """Each mirror as ``read_consistent`` reads it: its columns and its rows, sorted."""
+    return {
+        name: (frame.columns, sorted((tuple(r) for r in frame.collect()), key=repr))
+        for name, frame in spark_ckpt.read_consistent(spark, str(root)).items()
+    }
+
+
+def test_driver_killed_around_schema_changes_loses_and_repeats_nothing(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """Real SIGKILLs of the driver after a schema change's manifest and inside its mirror apply.
+
+    The log Debezium wrote from MariaDB (``schema-changes-mariadb-3.5.0``), three changes per
+    batch, so nearly every batch holds a schema change. Killed after batch 2's manifest and
+    while batch 4's mirrors are committed, then run to the end: the mirrors equal those of one
+    clean run of the same log, and the change log holds every transaction whole, once.
+    """
+    log = tmp_path / "log"
+    shutil.copytree(MARIADB_LOG, log, ignore=shutil.ignore_patterns("*.txt"))
+    found = re.search(r'"db":"([^"]+)"', (log / "0000000001.jsonl").read_text())
+    assert found is not None
+    keys = {f"{found.group(1)}.{name}": ["id"] for name in ("products", "tags", "extra")}
+    mirror_log(spark, control, log, tmp_path / "clean", tmp_path / "clean-ckpt", keys)
+    expected = delta_txn_ids(tmp_path / "clean" / "_changes")
+
+    killed = tmp_path / "killed"
+    source = {
+        "connector": "debezium-json",
+        "path": str(log),
+        "columnTypes": "true",
+        "keyColumns": ";".join(f"{t}:id" for t in keys),
+    }
+    driver = DebeziumDriver(
+        log, killed, tmp_path / "ckpt", tmp_path / "driver", source=source, sink={"mode": "mirror"}
+    )
+    try:
+        for fault in ("after_manifest:2", "during_mirror:4"):
+            driver.start(fault=fault, max_changes=3).wait_killed(180)
+        driver.start(max_changes=3)
+        wait_until(
+            lambda: delta_txn_ids(killed / "_changes") >= expected,
+            180,
+            f"the restarted driver did not finish the log; stderr {driver.stderr_file}",
+        )
+        driver.stop(180)
+    finally:
+        driver.kill()
+    rows = delta_changes(killed / "_changes")
+    whole_once(rows)
+    clean_rows = delta_changes(tmp_path / "clean" / "_changes")
+    assert sorted((r["txn_id"], r["event_index"], r["op"]) for r in rows) == sorted(
+        (r["txn_id"], r["event_index"], r["op"]) for r in clean_rows
+    )
+    assert _mirrors(spark, killed) == _mirrors(spark, tmp_path / "clean")
