@@ -97,7 +97,8 @@ def _source_type(field: Mapping[str, Any]) -> str:
         # A length means something below PostgreSQL's "unlimited" (TEXT says 2147483647); a
         # scale of 0 is no scale.
         length, scale = parameters.get(_SOURCE_LENGTH), parameters.get(_SOURCE_SCALE)
-        size = [str(length)] if length is not None and int(length) < 2**31 - 1 else []
+        limited = str(length).isdigit() and int(str(length)) < 2**31 - 1
+        size = [str(length)] if limited else []
         if size and scale not in (None, "0", 0):
             size.append(str(scale))
         return propagated + (f"({','.join(size)})" if size else "")
@@ -113,8 +114,12 @@ def _column(field: Mapping[str, Any]) -> ColumnSchema:
     spark_type, rewrite = field_type(field)
     nullable = bool(field.get("optional", True))
     default = field.get("default")
+    unreadable = False
     if default is not None and rewrite is not None:
-        default = rewrite(default)
+        try:
+            default = rewrite(default)
+        except (ValueError, TypeError, ArithmeticError):
+            default, unreadable = None, True  # not in its type's form: not known
     return ColumnSchema(
         str(field["field"]),
         spark_type,
@@ -124,7 +129,7 @@ def _column(field: Mapping[str, Any]) -> ColumnSchema:
         default,
         # Debezium leaves out a default it cannot evaluate: a NOT NULL column without one
         # was filled with values the stream does not carry (or the table was empty).
-        default is None and not nullable,
+        unreadable or (default is None and not nullable),
     )
 
 

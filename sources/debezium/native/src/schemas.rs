@@ -25,6 +25,9 @@ pub type Sighting = (i64, String, Arc<str>, Vec<Arc<str>>);
 /// log order.
 pub type Noted = Vec<(i64, u32, Arc<str>, Vec<Arc<str>>)>;
 
+/// At most this many DDL statements wait per table for its next schema.
+const PENDING_LIMIT: usize = 64;
+
 #[derive(Default)]
 pub struct SchemaWatch {
     /// The schema of each table's most recently read change (shares one text among the
@@ -66,10 +69,12 @@ impl SchemaWatch {
     pub fn ddl(&mut self, tables: &[String], ddl: &str) {
         let shared: Arc<str> = ddl.into();
         for table in tables {
-            self.pending
-                .entry(table.clone())
-                .or_default()
-                .push(shared.clone());
+            let kept = self.pending.entry(table.clone()).or_default();
+            if kept.len() == PENDING_LIMIT {
+                // A table whose changes are never read (not captured) keeps only its latest.
+                kept.remove(0);
+            }
+            kept.push(shared.clone());
         }
     }
 
