@@ -20,7 +20,13 @@ from test_debezium_connectors import FIXTURES, read_all
 
 from spark_ckpt.model.schema_changes import SchemaEvent
 from spark_ckpt.sources.debezium.connector import DebeziumJsonConnector
-from spark_ckpt.sources.debezium.envelope_schemas import SchemaFollower, SchemaRow, with_schema_rows
+from spark_ckpt.sources.debezium.envelope_schemas import (
+    PlannedSchemas,
+    SchemaFollower,
+    SchemaRow,
+    follow_units,
+    with_schema_rows,
+)
 from spark_ckpt.sources.gate import Cut
 from spark_ckpt.sources.schema import ARROW_SCHEMA
 from spark_ckpt.state.storage import Location
@@ -233,3 +239,30 @@ def test_a_table_first_seen_is_new_only_when_a_create_table_statement_says_so() 
     assert kinds(SchemaEvent.from_row(row.table, row.before, row.after)) == [
         ("table_created", None)
     ]
+
+
+def test_a_change_a_kafka_snapshot_or_chunk_shows_is_placed_at_its_start() -> None:
+    """Blocks' rows are not numbered in transaction order; each table is read with one query."""
+    first, second = (
+        json.dumps(
+            {
+                "type": "struct",
+                "fields": [{"type": "struct", "field": "after", "fields": fields}],
+            }
+        )
+        for fields in (
+            [{"type": "int32", "optional": False, "field": "id"}],
+            [
+                {"type": "int32", "optional": False, "field": "id"},
+                {"type": "string", "optional": True, "field": "note"},
+            ],
+        )
+    )
+    units = [
+        PlannedSchemas(0, [(0, "db.t", first, [])], snapshot=True, block=True),
+        PlannedSchemas(1, [(7, "db.t", second, [])], block=True),
+        PlannedSchemas(2, [(3, "db.t", first, [])]),
+    ]
+    rows, state = follow_units(None, units)
+    assert [(r.order, r.at) for r in rows] == [(1, 0), (2, 3)]
+    assert [c.name for c in state["db.t"].columns] == ["id"]
