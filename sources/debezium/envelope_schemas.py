@@ -59,7 +59,7 @@ from spark_ckpt.model.schema_changes import (
 
 from ..schema import COLUMNS
 from .mysql_ddl import creates_table, renamed_columns
-from .types import field_type
+from .types import field_type, image_fields
 
 __all__ = [
     "PlannedSchemas",
@@ -141,19 +141,12 @@ def table_schema(envelope: str) -> TableSchema | None:
     rows matters only when it is added, where :class:`SchemaFollower` keeps them.
     """
     try:
-        schema = json.loads(envelope)
+        fields = image_fields(json.loads(envelope))
     except ValueError:
         return None
-    if not isinstance(schema, dict):
+    if fields is None:
         return None
-    for wanted in ("after", "before"):
-        for part in schema.get("fields") or []:
-            if isinstance(part, dict) and part.get("field") == wanted:
-                fields = part.get("fields")
-                if isinstance(fields, list):
-                    columns = [_column(f) for f in fields if isinstance(f, dict) and "field" in f]
-                    return TableSchema(tuple(columns))
-    return None
+    return TableSchema(tuple(_column(f) for f in fields if isinstance(f, dict) and "field" in f))
 
 
 class SchemaFollower:

@@ -96,7 +96,7 @@ from spark_ckpt.errors import ChangeDecodeError
 
 from ..schema import with_types
 
-__all__ = ["PLACEHOLDER", "ImageTypes", "field_type", "image_types", "typed_batch"]
+__all__ = ["PLACEHOLDER", "ImageTypes", "field_type", "image_fields", "image_types", "typed_batch"]
 
 PLACEHOLDER = "__debezium_unavailable_value"
 """Debezium's default ``unavailable.value.placeholder``."""
@@ -447,8 +447,11 @@ def _cached(fields_text: str) -> ImageTypes:
     return ImageTypes(json.loads(fields_text))
 
 
-def image_types(schema: Any) -> ImageTypes | None:
-    """The types of the ``after`` (else ``before``) image of an envelope's ``schema``, or None."""
+def image_fields(schema: Any) -> list[Any] | None:
+    """The fields of the ``after`` (else ``before``) struct of an envelope's ``schema``, or None.
+
+    One per column, in the table's order (Kafka Connect field schemas).
+    """
     if not isinstance(schema, dict):
         return None
     for wanted in ("after", "before"):
@@ -456,8 +459,14 @@ def image_types(schema: Any) -> ImageTypes | None:
             if isinstance(part, dict) and part.get("field") == wanted:
                 fields = part.get("fields")
                 if isinstance(fields, list):
-                    return _cached(json.dumps(fields, sort_keys=True))
+                    return fields
     return None
+
+
+def image_types(schema: Any) -> ImageTypes | None:
+    """The types of the ``after`` (else ``before``) image of an envelope's ``schema``, or None."""
+    fields = image_fields(schema)
+    return None if fields is None else _cached(json.dumps(fields, sort_keys=True))
 
 
 @lru_cache(maxsize=256)
