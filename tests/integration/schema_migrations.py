@@ -107,18 +107,7 @@ def run_postgres(dsn: str, statements: list[str]) -> None:
 
 
 DEBEZIUM_POSTGRES_STEPS: list[tuple[str, list[str]]] = [
-    (
-        "add a nullable column",
-        ["ALTER TABLE products ADD COLUMN note text", "UPDATE products SET note = 'n' || id"],
-    ),
-    (
-        "add a column with a default existing rows read",
-        [
-            "ALTER TABLE products ADD COLUMN flag boolean NOT NULL DEFAULT true",
-            "INSERT INTO products (id, name, price, qty, sku, amount, flag) "
-            "VALUES (100, 'late', 1.00, 1, 's100', 2.50, false)",
-        ],
-    ),
+    *POSTGRES_STEPS[:2],  # the additions
     (
         "drop a column",
         [
@@ -137,38 +126,29 @@ DEBEZIUM_POSTGRES_STEPS: list[tuple[str, list[str]]] = [
             "UPDATE products SET note = id * 10 WHERE id < 4",
         ],
     ),
-    (
-        "widen integer to bigint and numeric precision, lengthen a varchar",
-        [
-            "ALTER TABLE products ALTER COLUMN qty TYPE bigint",
-            "ALTER TABLE products ALTER COLUMN amount TYPE numeric(14,2)",
-            "ALTER TABLE products ALTER COLUMN sku TYPE varchar(40)",
-            "UPDATE products SET qty = 5000000000, sku = repeat('k', 30) WHERE id = 1",
-        ],
-    ),
-    (
-        "DDL and DML in one transaction",
-        [
-            "BEGIN",
-            "ALTER TABLE products ADD COLUMN code text DEFAULT 'c0'",
-            "UPDATE products SET code = 'c' || id WHERE id = 2",
-            "DELETE FROM products WHERE id = 3",
-            "COMMIT",
-        ],
-    ),
+    *POSTGRES_STEPS[-2:],  # the widenings, and DDL and DML in one transaction
 ]
 """PostgreSQL's sequence as Debezium's records can show it: no rename (no column identity in
 them), and a write between a drop and an add of the same name."""
 
 
-def _mirror(spark: SparkSession, root: Path) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+def mirror_of(
+    spark: SparkSession, root: Path, name: str = PRODUCTS
+) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
+    """A mirror's columns (name -> Spark type) and rows, as ``read_consistent`` reads it."""
     tables = spark_ckpt.read_consistent(spark, str(root))
-    return pg_schema_crash.mirror_table(tables[PRODUCTS]) if PRODUCTS in tables else ({}, set())
+    return pg_schema_crash.mirror_table(tables[name]) if name in tables else ({}, set())
 
 
-def _wait_equal(
-    spark: SparkSession, query: StreamingQuery, dsn: str, root: Path, step: str
+def wait_equal(
+    spark: SparkSession,
+    query: StreamingQuery,
+    dsn: str,
+    root: Path,
+    step: str,
+    name: str = PRODUCTS,
 ) -> None:
+    """Wait (bounded) until the mirror of PostgreSQL table ``name`` equals it, while streaming."""
     seen: list[Any] = []
 
     def equal() -> bool:
@@ -176,8 +156,8 @@ def _wait_equal(
             raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
         if not (root / "_checkpoints").exists():
             return False
-        source = pg_schema_crash.source_table(dsn, PRODUCTS)
-        mirror = _mirror(spark, root)
+        source = pg_schema_crash.source_table(dsn, name)
+        mirror = mirror_of(spark, root, name)
         seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
         return source == mirror
 
@@ -193,10 +173,10 @@ def follow_debezium_postgres(
     same; the change log holds the schema changes. The rename stops the query with
     ``MirrorSchemaError`` and publishes nothing of it.
     """
-    _wait_equal(spark, query, dsn, root, "the snapshot")
+    wait_equal(spark, query, dsn, root, "the snapshot")
     for step, statements in DEBEZIUM_POSTGRES_STEPS:
         run_postgres(dsn, statements)
-        _wait_equal(spark, query, dsn, root, step)
+        wait_equal(spark, query, dsn, root, step)
     table = DeltaTable(str(root / PRODUCTS))
     read = QueryBuilder().register("p", table).execute("SELECT * FROM p")
     rows = {tuple(sorted(r.items())) for r in pa.table(read.read_all()).to_pylist()}
@@ -213,7 +193,7 @@ def follow_debezium_postgres(
 
     # A rename: the stream shows name gone and title come, nothing tells it from a drop and
     # an add, so the query stops and publishes nothing of it.
-    published = _mirror(spark, root)
+    published = mirror_of(spark, root)
     run_postgres(
         dsn,
         [
@@ -225,4 +205,4 @@ def follow_debezium_postgres(
     message = str(query.exception())
     assert "MirrorSchemaError" in message, message
     assert "rename from a drop and an add" in message, message
-    assert _mirror(spark, root) == published
+    assert mirror_of(spark, root) == published

@@ -45,11 +45,7 @@ def _source(dsn: str, name: str = PRODUCTS) -> tuple[dict[str, str], set[tuple[A
     return pg_schema_crash.source_table(dsn, name)
 
 
-def _mirror(
-    spark: SparkSession, root: Path, name: str = PRODUCTS
-) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
-    tables = spark_ckpt.read_consistent(spark, str(root))
-    return pg_schema_crash.mirror_table(tables[name]) if name in tables else ({}, set())
+_mirror, _wait_equal = schema_migrations.mirror_of, schema_migrations.wait_equal
 
 
 def _start(
@@ -74,28 +70,6 @@ def _start(
     for key, value in sink.items():
         writer = writer.option(key, value)
     return writer.trigger(processingTime="300 milliseconds").start()
-
-
-def _wait_equal(
-    spark: SparkSession,
-    query: StreamingQuery,
-    dsn: str,
-    root: Path,
-    step: str,
-    name: str = PRODUCTS,
-) -> None:
-    seen: list[Any] = []
-
-    def equal() -> bool:
-        if query.exception() is not None:
-            raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
-        if not (root / "_checkpoints").exists():
-            return False
-        source, mirror = _source(dsn, name), _mirror(spark, root, name)
-        seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
-        return source == mirror
-
-    wait_until(equal, 120, f"after '{step}' the mirror never equalled the table: {seen}")
 
 
 def _reported_schema_changes(query: StreamingQuery) -> list[str]:
