@@ -40,7 +40,8 @@ from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
-from .mirror.publish import apply_plan, discard_staging
+from .mirror.precommit import discard_staging
+from .mirror.publish import apply_plan
 from .snapshots import check_out, give_back
 from .staging import staged_location
 from .table import CONFLICT_ATTEMPTS, commit_manifest, conflict_backoff, load_table

@@ -27,7 +27,7 @@ from spark_ckpt.state.registry import ControlState, Registration
 from spark_ckpt.testing.faults import crash_point, stall_point
 
 from .manifest import Manifest, ManifestStore
-from .mirror.publish import CHANGE_COLUMNS, discard_staging, plan_batch
+from .mirror.precommit import CHANGE_COLUMNS, discard_staging, plan_batch
 from .options import SinkOptions
 from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
 from .snapshots import check_out, give_back

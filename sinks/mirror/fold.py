@@ -46,6 +46,7 @@ __all__ = [
     "RowState",
     "empty_folded",
     "fold_changes",
+    "row_position",
 ]
 
 ACTION = "_spark_ckpt_action"
@@ -345,7 +346,7 @@ def _schema_event(table: str, before: str | None, after: str | None) -> SchemaEv
         raise MirrorChangeError(str(e)) from e
 
 
-def _position(ordered: pa.Table, index: int) -> str:
+def row_position(ordered: pa.Table, index: int) -> str:
     """Where row ``index`` is in the source, for errors: its transaction and commit time."""
     txn = ordered.column("txn_id")[index].as_py()
     return f"transaction {txn} (committed {ordered.column('commit_ts')[index].as_py()})"
@@ -394,7 +395,7 @@ def fold_changes(
                 current = folded[table] = FoldedTable(table, event.after.key)
             if not keeps_schema(table):
                 current.follow_schema(event)
-            current.schema_events.append((event, _position(ordered, index)))
+            current.schema_events.append((event, row_position(ordered, index)))
             current.changes += 1
             continue
         if op == "t":

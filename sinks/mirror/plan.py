@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .evolution import ProjectedColumn
+from .rebuild import RebuildState
 
 __all__ = ["MirrorPlan", "TablePlan"]
 
@@ -38,6 +39,11 @@ class TablePlan:
     rewrite_all
         The projection changes stored rows (a rename, a drop, a widening, an added column's
         value for existing rows): every file of the table is rewritten.
+    shadow
+        ``directory`` is a rebuild's shadow table (:mod:`.rebuild`): not in the checkpoint
+        index.
+    copy_from
+        A finished rebuild: the table becomes a copy of this shadow table (one overwrite).
     """
 
     table: str
@@ -50,6 +56,8 @@ class TablePlan:
     history: bool = False
     projection: tuple[ProjectedColumn, ...] | None = None
     rewrite_all: bool = False
+    shadow: bool = False
+    copy_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
@@ -65,6 +73,8 @@ class TablePlan:
             "history": self.history,
             "projection": projection,
             "rewriteAll": self.rewrite_all,
+            "shadow": self.shadow,
+            "copyFrom": self.copy_from,
         }
 
     @classmethod
@@ -82,6 +92,8 @@ class TablePlan:
             bool(value.get("history", False)),
             None if projection is None else tuple(ProjectedColumn.from_json(c) for c in projection),
             bool(value.get("rewriteAll", False)),
+            bool(value.get("shadow", False)),
+            value.get("copyFrom"),
         )
 
 
@@ -94,17 +106,33 @@ class MirrorPlan:
     root
         The mirror root's URL.
     tables
-        The tables the batch changed, sorted by name.
+        The tables the batch changed, sorted by name (a rebuild's shadow before its table).
+    rebuilding
+        The tables being rebuilt after the batch (:mod:`.rebuild`).
+    discard
+        Shadow tables to delete once the batch is published (finished or superseded rebuilds).
     """
 
     root: str
     tables: tuple[TablePlan, ...]
+    rebuilding: tuple[RebuildState, ...] = ()
+    discard: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
-        return {"root": self.root, "tables": [t.to_json() for t in self.tables]}
+        return {
+            "root": self.root,
+            "tables": [t.to_json() for t in self.tables],
+            "rebuilding": [r.to_json() for r in self.rebuilding],
+            "discard": list(self.discard),
+        }
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> MirrorPlan:
         """Parse :meth:`to_json` output."""
-        return cls(str(value["root"]), tuple(TablePlan.from_json(t) for t in value["tables"]))
+        return cls(
+            str(value["root"]),
+            tuple(TablePlan.from_json(t) for t in value["tables"]),
+            tuple(RebuildState.from_json(r) for r in value.get("rebuilding", ())),
+            tuple(str(d) for d in value.get("discard", ())),
+        )

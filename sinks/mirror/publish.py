@@ -1,11 +1,12 @@
 """Mirror mode's two phases: plan batch N in its pre-commit, apply the plan when N is published.
 
-**Pre-commit** (:func:`plan_batch`, driver, in ``commit(messages, N)`` before Spark writes
-``commits/N``): the batch's staged change rows are folded per table (:mod:`.fold`), typed, and
-checked against each mirror's schema. A change the mirror cannot take (a changed column type, a
-value that does not fit, a change without a key) raises here, so the batch fails and nothing of
-it is ever published. The folded rows are written under ``<root>/_spark_ckpt/staging/N/`` and
-named in N's manifest.
+**Pre-commit** (:func:`.precommit.plan_batch`, driver, in ``commit(messages, N)`` before Spark
+writes ``commits/N``): the batch's staged change rows are folded per table (:mod:`.fold`),
+typed, and checked against each mirror's schema. A change the mirror cannot take (a changed
+column type, a value that does not fit, a change without a key) raises here, so the batch fails
+and nothing of it is ever published. The folded rows are written under
+``<root>/_spark_ckpt/staging/N/`` and named in N's manifest. A table whose schema change the
+mirror cannot follow in place is rebuilt beside it (:mod:`.rebuild`).
 
 **Publish** (:func:`apply_plan`, driver, whichever process publishes N, before the change log's
 commit of N, which is the publish order's sequencer): each touched mirror is rewritten and
@@ -20,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -28,17 +28,13 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
 
 from spark_ckpt.errors import MirrorSchemaError, PublishError
-from spark_ckpt.model.schema_changes import Behavior
 from spark_ckpt.state.mirrors import (
     CHECKPOINTS_TABLE,
-    STAGING_DIR,
-    TYPES_COLUMN,
-    table_directory,
 )
 from spark_ckpt.state.storage import Location, StorageNotFoundError, StorageOptions
 from spark_ckpt.testing.faults import crash_point
 
-from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from ..staging import staged_name, write_staged_file
 from ..table import (
     CONFLICT_ATTEMPTS,
     BatchCommit,
@@ -46,34 +42,22 @@ from ..table import (
     conflict_backoff,
     load_table,
 )
-from .evolution import ProjectedColumn, follow, identity, needs_rewrite
-from .fold import END_AT, META_COLUMNS, START_AT, FoldedTable, empty_folded, fold_changes
+from .fold import (
+    META_COLUMNS,
+    empty_folded,
+)
 from .plan import MirrorPlan, TablePlan
+from .rebuild import (
+    REBUILDING_KEY,
+    copy_shadow,
+)
 from .rewrite import rewrite_table
 from .types import arrow_type, canonical_type
 
-__all__ = [
-    "CHANGE_COLUMNS",
-    "INDEX_SCHEMA",
-    "apply_plan",
-    "discard_staging",
-    "plan_batch",
-]
+__all__ = ["INDEX_SCHEMA", "apply_plan", "mirror_columns", "table_schema"]
 
 _log = logging.getLogger(__name__)
 
-CHANGE_COLUMNS = (
-    "txn_id",
-    "txn_order",
-    "event_index",
-    "commit_ts",
-    "table",
-    "op",
-    "key",
-    "before",
-    "after",
-)
-"""The stream columns mirror mode reads (``column_types`` too, when the stream has it)."""
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -83,19 +67,10 @@ INDEX_SCHEMA = pa.schema(
         pa.field("version", pa.int64()),
         pa.field("query_id", pa.string()),
         pa.field("published_at", pa.timestamp("us", tz="UTC")),
+        pa.field("rebuilding", pa.string()),
     ]
 )
 """The checkpoint index's schema (:data:`spark_ckpt.state.mirrors.INDEX_COLUMNS`)."""
-
-
-def _staging(root: Location, batch_id: int, attempt: str | None = None) -> Location:
-    base = root.child(STAGING_DIR, "staging", str(batch_id))
-    return base if attempt is None else base.child(attempt)
-
-
-def discard_staging(root: Location, batch_id: int, attempt: str | None = None) -> None:
-    """Delete the folded changes of ``batch_id`` (one attempt's, or all); driver."""
-    _staging(root, batch_id, attempt).delete_tree()
 
 
 def _delta_type_name(kind: Any) -> str:
@@ -118,184 +93,6 @@ def table_schema(delta: DeltaTable) -> pa.Schema:
     return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in mirror_columns(delta)])
 
 
-def _with_batch_columns(
-    projection: tuple[ProjectedColumn, ...],
-    folded: FoldedTable,
-    location: Location,
-    history: bool,
-    keep_columns: bool,
-) -> tuple[ProjectedColumn, ...]:
-    """The mirror's columns for this batch: ``projection``, plus the batch's new columns.
-
-    ``keep_columns`` (``ignore`` on an existing mirror) adds none. A column a schema change of
-    the batch named has the type the change gave it; any other column must keep its type.
-
-    Raises
-    ------
-    MirrorSchemaError
-        A column whose type differs from the mirror's without a schema change saying so.
-    """
-    result = list(projection)
-    known = {c.name: c for c in result}
-    changed = {c.name for event, _ in folded.schema_events for c in event.after.columns}
-    types = folded.column_types()
-    if history:
-        types = {**types, START_AT: "timestamp", END_AT: "timestamp"}
-    for column, type_name in types.items():
-        kind = canonical_type(type_name)
-        have = known.get(column)
-        if have is None:
-            if not keep_columns or column in (START_AT, END_AT):
-                result.append(ProjectedColumn(column, kind, None))
-        elif have.type != kind and column not in changed and not keep_columns:
-            raise MirrorSchemaError(
-                f"table {folded.name}: column {column!r} is {have.type} in the mirror at "
-                f"{location.url} but {type_name} in the stream, and no schema change event "
-                f"said so. Nothing of this batch is published. A mirror follows type changes "
-                f"its connector reports (see Schema changes); otherwise rebuild the mirror (a "
-                f"new mirror root and checkpoint location, with snapshot=initial)"
-            )
-    return tuple(result)
-
-
-def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table | None:
-    parts = [
-        # column_types only when the stream has it
-        staged_location(changelog, staged.path).read_parquet(
-            (*CHANGE_COLUMNS, TYPES_COLUMN), missing_columns="skip"
-        )
-        for staged in files
-    ]
-    return pa.concat_tables(parts, promote_options="default") if parts else None
-
-
-def _refuse_vanished_columns(
-    folded: FoldedTable, projection: tuple[ProjectedColumn, ...], location: Location
-) -> None:
-    """Refuse whole rows that lack a mirror column no schema change of the batch dropped.
-
-    An insert (or a snapshot read) carries every column its table has. One without a column
-    the mirror has means the source dropped or renamed it without the connector saying so
-    (connectors that do not report schema changes): following would leave the column's stale
-    values in every other row, so the batch stops here (``evolve`` only: ``lenient`` and
-    ``ignore`` keep columns the source no longer has, by design).
-
-    Raises
-    ------
-    MirrorSchemaError
-        Naming the table and the columns.
-    """
-    # Stored columns only: rows before a column the batch adds (unreported) lack it rightly.
-    expected = {c.name for c in projection if c.source is not None} - {START_AT, END_AT}
-    for key, state in folded.rows.items():
-        if state.values is None or state.given is not None:
-            continue  # deleted, or an update that may leave unchanged values out
-        vanished = expected - set(state.values)
-        if vanished:
-            raise MirrorSchemaError(
-                f"table {folded.name}: a whole row (key {list(key)}) has no column "
-                f"{', '.join(sorted(vanished))}, which the mirror at {location.url} has, and no "
-                f"schema change of the stream dropped or renamed it. Nothing of this batch is "
-                f"published: the source table changed in a way its connector does not report. "
-                f"Rebuild the mirror (a new mirror root and checkpoint location, with "
-                f"snapshot=initial), or set schemaChangeBehavior.{folded.name}=lenient to keep "
-                f"the column (NULL in new rows)"
-            )
-
-
-def plan_batch(
-    root: Location,
-    changelog: Location,
-    files: Sequence[StagedFile],
-    query_id: str,
-    batch_id: int,
-    attempt: str,
-    history: bool = False,
-    behavior_of: Callable[[str], Behavior] = lambda table: "evolve",
-) -> MirrorPlan:
-    """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
-
-    ``files`` are the change rows the executors staged into ``changelog``; ``history`` keeps
-    every row version (SCD type 2); ``behavior_of`` gives each table's schema change behavior.
-
-    Raises
-    ------
-    MirrorSchemaError
-        A column type that differs from the mirror's, or a schema change the mirror cannot
-        follow (:class:`~spark_ckpt.errors.SchemaChangeError` under ``fail``).
-    MirrorChangeError
-        A change without a key, or a value that does not fit its column.
-    """
-    changes = _read_changes(changelog, files)
-    folded: dict[str, FoldedTable] = {}
-    if changes is not None and changes.num_rows:
-        folded = fold_changes(changes, history, lambda table: behavior_of(table) == "ignore")
-    plans = [
-        _plan_table(root, folded[name], batch_id, attempt, history, behavior_of(name))
-        for name in sorted(folded)
-    ]
-    crash_point("after_mirror_plan", batch_id)
-    return MirrorPlan(root.url, tuple(plans))
-
-
-def _plan_table(
-    root: Location,
-    table: FoldedTable,
-    batch_id: int,
-    attempt: str,
-    history: bool,
-    behavior: Behavior,
-) -> TablePlan:
-    """One table's part of batch N's plan, its folded rows staged (driver, per table)."""
-    name = table.name
-    directory = table_directory(name)
-    location = root.child(directory)
-    delta = load_table(location)
-    stored = mirror_columns(delta) if delta is not None else []
-    if not table.rows and not table.schema_events:  # a truncate, and nothing after it
-        schema = table_schema(delta) if delta is not None else pa.schema([])
-        schema_json = Schema.from_arrow(schema).to_json() if len(schema) else "{}"
-        return TablePlan(name, directory, None, 0, table.key_columns, True, schema_json)
-    projection = identity(stored)
-    if delta is None and table.schema_events:
-        # A mirror created by this batch starts as the source's table was before its first
-        # change here: its columns keep the source's order through the changes.
-        first = table.schema_events[0][0].before
-        if first is not None:
-            projection = identity((c.name, c.type) for c in first.columns)
-    for event, position in table.schema_events:
-        projection = follow(projection, event, behavior, position)
-    keep = behavior == "ignore" and delta is not None
-    projection = _with_batch_columns(projection, table, location, history, keep)
-    if behavior == "evolve" and delta is not None:
-        _refuse_vanished_columns(table, projection, location)
-    schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in projection])
-    rewrite_all = delta is not None and needs_rewrite(projection, stored)
-    rows = table.history_arrow(schema) if history else table.to_arrow(schema)
-    relative = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{directory}.parquet"
-    _staging(root, batch_id, attempt).make_dirs()
-    write_staged_file(root, relative, rows)
-    if rewrite_all:
-        _log.info(
-            "mirror %s: batch %d follows a schema change that rewrites the table (%s)",
-            name,
-            batch_id,
-            "; ".join(event.describe() for event, _ in table.schema_events),
-        )
-    return TablePlan(
-        name,
-        directory,
-        relative,
-        rows.num_rows,
-        table.key_columns,
-        table.truncated,
-        Schema.from_arrow(schema).to_json(),
-        history,
-        projection if rewrite_all else None,
-        rewrite_all,
-    )
-
-
 def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) -> int | None:
     """Apply one table's part of batch N unless the table holds N already; return its version.
 
@@ -303,7 +100,7 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
     publisher's commit without N in it (that publisher's schema change for N, a commit of its
     own before N's data) is tried again on the newer snapshot, a bounded number of times.
     """
-    location = root.child(plan.directory)
+    location = root.child(*plan.directory.split("/"))
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
         try:
             return _apply_table_once(root, location, plan, query_id, batch_id)
@@ -333,6 +130,8 @@ def _apply_table_once(
         done = delta.transaction_version(query_id)
         if done is not None and done >= batch_id:
             return delta.version()
+    if plan.copy_from is not None:
+        return _publish_rebuilt(root, location, delta, plan, query_id, batch_id)
     if plan.folded is None:
         if delta is None:
             return None  # truncating a mirror that does not exist yet
@@ -394,6 +193,35 @@ def _apply_table_once(
     return version
 
 
+def _publish_rebuilt(
+    root: Location,
+    location: Location,
+    delta: DeltaTable | None,
+    plan: TablePlan,
+    query_id: str,
+    batch_id: int,
+) -> int | None:
+    """Replace the mirror's rows and schema with its finished shadow's, in one commit (driver).
+
+    Raises
+    ------
+    CommitFailedError
+        Another publisher's commit landed first and the table does not hold N yet.
+    """
+    assert plan.copy_from is not None
+    source = root.child(*plan.copy_from.split("/"))
+    shadow = load_table(source)
+    adds = copy_shadow(location, source, shadow, query_id, batch_id)
+    schema = Schema.from_json(plan.schema_json) if shadow is None else shadow.schema()
+    commit = BatchCommit(query_id, batch_id, schema, adds, overwrite=delta is not None)
+    try:
+        return commit_files(location, delta, commit)
+    except CommitFailedError:
+        for file in adds:
+            location.child(file.path).delete()
+        raise
+
+
 _VERSIONS_KEY = "spark-ckpt.mirrorVersions"
 """The index commit's ``commitInfo`` entry repeating its rows (table -> [path, version])."""
 
@@ -434,13 +262,15 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
     index = load_table(index_location)
     done = None if index is None else index.transaction_version(query_id)
     if done is not None and done >= batch_id:
+        _discard_shadows(root, plan)  # again: a publisher may have stopped before
         return
     versions = {} if index is None or done is None else _previous_versions(index, query_id, done)
     for table in plan.tables:
         version = _apply_table(root, table, query_id, batch_id)
-        if version is not None:
+        if version is not None and not table.shadow:
             versions[table.table] = (table.directory, version)
         crash_point("during_mirror", batch_id)
+    rebuilding = {state.table: state.describe() for state in plan.rebuilding}
     now = dt.datetime.now(dt.timezone.utc)
     rows = pa.Table.from_pylist(
         [
@@ -451,6 +281,7 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
                 "version": version,
                 "query_id": query_id,
                 "published_at": now,
+                "rebuilding": rebuilding.get(name),
             }
             for name, (path, version) in sorted(versions.items())
         ],
@@ -462,12 +293,13 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
         else []
     )
     listed = json.dumps({name: list(entry) for name, entry in sorted(versions.items())})
+    states = json.dumps([state.to_json() for state in plan.rebuilding])
     commit = BatchCommit(
         query_id,
         batch_id,
         Schema.from_arrow(INDEX_SCHEMA),
         staged,
-        metadata={_VERSIONS_KEY: listed},
+        metadata={_VERSIONS_KEY: listed, REBUILDING_KEY: states},
     )
     try:
         commit_files(index_location, index, commit)
@@ -481,3 +313,10 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
             ) from e
         for file in staged:
             index_location.child(file.path).delete()
+    _discard_shadows(root, plan)
+
+
+def _discard_shadows(root: Location, plan: MirrorPlan) -> None:
+    """Delete the shadow tables of rebuilds that batch N finished or superseded (driver)."""
+    for directory in plan.discard:
+        root.child(*directory.split("/")).delete_tree()

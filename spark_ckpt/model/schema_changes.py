@@ -38,11 +38,13 @@ __all__ = [
     "Behavior",
     "ChangeKind",
     "ColumnSchema",
+    "Rebuild",
     "SchemaChange",
     "SchemaEvent",
     "TableSchema",
     "diff_schemas",
     "is_widening",
+    "rebuild_reason",
 ]
 
 SCHEMA_CHANGE_OP = "s"
@@ -52,6 +54,9 @@ Behavior = Literal["evolve", "fail", "ignore", "lenient"]
 BEHAVIORS: tuple[Behavior, ...] = get_args(Behavior)
 """What a mirror does on a schema change: follow it, stop, keep its schema, or follow it without
 dropping anything (renamed and dropped columns stay, reading NULL in new rows)."""
+
+Rebuild = Literal["begin", "end"]
+"""A schema change event's part in rebuilding a table from a new read of it."""
 
 ChangeKind = Literal[
     "table_created",
@@ -255,6 +260,10 @@ class SchemaEvent:
     before: TableSchema | None
     after: TableSchema
     changes: tuple[SchemaChange, ...] = field(default=())
+    rebuild: Rebuild | None = None
+    """``begin``: the mirror cannot follow this change in place, and the connector reads the
+    table again from here (its rows up to ``end`` are the table anew); ``end``: that read is
+    complete (an event without changes)."""
 
     def before_json(self) -> str | None:
         """The change row's ``before`` text."""
@@ -264,6 +273,8 @@ class SchemaEvent:
         """The change row's ``after`` text: the new schema and its ``changes``."""
         value = self.after.to_json()
         value["changes"] = [c.to_json() for c in self.changes]
+        if self.rebuild is not None:
+            value["rebuild"] = self.rebuild
         return _compact(value)
 
     @classmethod
@@ -281,11 +292,14 @@ class SchemaEvent:
             parsed = json.loads(after)
             changes = tuple(SchemaChange.from_json(c) for c in parsed.get("changes", ()))
             old = None if before is None else TableSchema.from_json(json.loads(before))
+            rebuild = parsed.get("rebuild")
+            if rebuild not in (None, *get_args(Rebuild)):
+                raise ValueError(f"rebuild {rebuild!r}")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise StateFormatError(
                 f"table {table}: a schema change row that is not one: {after[:200]!r}"
             ) from e
-        return cls(table, old, TableSchema.from_json(parsed), changes)
+        return cls(table, old, TableSchema.from_json(parsed), changes, rebuild)
 
     def column_mapping(self) -> dict[str, str | None]:
         """Each column of ``before`` -> its name in ``after`` (None: dropped).
@@ -413,6 +427,44 @@ def is_widening(old: str, new: str) -> bool:
         return to[0] - to[1] >= _INTEGER_DIGITS[old]
     source = _decimal(old)
     return source is not None and to[1] >= source[1] and to[0] - to[1] >= source[0] - source[1]
+
+
+def rebuild_reason(event: SchemaEvent) -> str | None:
+    """Why a mirror cannot follow ``event`` in place, or None when it can (pure, per event).
+
+    A type change that is not a widening either way (``text`` to ``int``: the source converted
+    every stored value, and the stream carries none of them), an added column whose values in
+    existing rows the stream does not carry (a volatile default rewrote the table), and a
+    column that disappeared while another appeared with no ids to tell a rename. A connector
+    that can read a table again starts that read here (``rebuild='begin'``).
+    """
+    if event.before is None:
+        return None
+    ambiguous = event.ambiguous()
+    if ambiguous:
+        return (
+            f"column(s) {', '.join(ambiguous)} disappeared while others appeared, and the "
+            f"source gives no column ids to tell a rename from a drop and an add"
+        )
+    old_types = {c.name: c.type for c in event.before.columns}
+    for old, new in event.column_mapping().items():
+        column = None if new is None else event.after.column(new)
+        if column is None:
+            continue
+        if not is_widening(old_types[old], column.type) and not is_widening(
+            column.type, old_types[old]
+        ):
+            return (
+                f"column {old} changed type from {old_types[old]} to {column.type}, which is "
+                f"not a widening"
+            )
+    for added in event.added():
+        if added.default_unknown:
+            return (
+                f"column {added.name} was added with values for existing rows that the change "
+                f"stream does not carry (a volatile default made the source rewrite the table)"
+            )
+    return None
 
 
 def _compact(value: Any) -> str:

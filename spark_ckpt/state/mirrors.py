@@ -43,7 +43,15 @@ TYPES_COLUMN = "column_types"
 """The change stream's optional last column (``txn-cdc`` ``columnTypes=true``): each image's
 column types as JSON text, Spark SQL type names (``{"id": "bigint"}``), which mirrors are typed
 from. Shared by the source, which writes it, and the sink, which reads it."""
-INDEX_COLUMNS = ("checkpoint_id", "table", "path", "version", "query_id", "published_at")
+INDEX_COLUMNS = (
+    "checkpoint_id",
+    "table",
+    "path",
+    "version",
+    "query_id",
+    "published_at",
+    "rebuilding",
+)
 """The checkpoint index's columns, in order."""
 
 

@@ -40,7 +40,7 @@ from deltalake import DeltaTable, Schema
 from s3_server import S3Server
 
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore
-from spark_ckpt.sinks.mirror.publish import plan_batch
+from spark_ckpt.sinks.mirror.precommit import plan_batch
 from spark_ckpt.sinks.publisher import precommit, publish_completed
 from spark_ckpt.sinks.staging import staged_name, write_staged_file
 from spark_ckpt.sources.schema import ARROW_SCHEMA

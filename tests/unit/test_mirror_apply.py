@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from spark_ckpt.errors import MirrorChangeError, MirrorSchemaError
 from spark_ckpt.sinks.mirror.fold import fold_changes
-from spark_ckpt.sinks.mirror.publish import apply_plan, plan_batch
+from spark_ckpt.sinks.mirror.precommit import plan_batch
+from spark_ckpt.sinks.mirror.publish import apply_plan
 from spark_ckpt.sinks.mirror.types import arrow_type, parse_pg_array, to_arrow
 from spark_ckpt.sinks.staging import staged_name, write_staged_file
 from spark_ckpt.sources.postgres.types import spark_type
@@ -409,7 +410,7 @@ def test_a_publisher_that_finds_the_folded_changes_gone_accepts_a_table_holding_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It saw batch 1 unpublished; a racing publisher then finished 1 and deleted its staging."""
-    from spark_ckpt.sinks.mirror import publish
+    from spark_ckpt.sinks.mirror import precommit, publish
 
     mirror = Mirror(tmp_path / "root")
     mirror.apply([("s.t", "c", {"id": 1}, None, {"id": 1, "v": "a"})])
@@ -417,7 +418,7 @@ def test_a_publisher_that_finds_the_folded_changes_gone_accepts_a_table_holding_
     staged = write_staged_file(mirror.changelog, staged_name(mirror.query_id, 1, 0), rows)
     plan = plan_batch(mirror.root, mirror.changelog, [staged], mirror.query_id, 1, "a")
     apply_plan(plan, mirror.root.options, mirror.query_id, 1)
-    publish.discard_staging(mirror.root, 1)
+    precommit.discard_staging(mirror.root, 1)
     stale = [DeltaTable(f"{mirror.root.path}/s.t", version=0)]  # what it read before the race
     real = publish.load_table
     monkeypatch.setattr(
