@@ -13,6 +13,7 @@ units: a cut is always available between them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -319,6 +320,28 @@ class PostgresConnector(ChangeConnector):
 
     # -- driver: the incremental snapshot ---------------------------------------------------
 
+    def _read_again(self, start: PgOffset, tables: list[str]) -> PgOffset:
+        """``start`` with ``tables`` queued for reading again, in chunks (driver, per rebuild).
+
+        A schema change the batch holds that a mirror cannot follow in place begins a new
+        read of its table (:mod:`spark_ckpt.sinks.mirror.rebuild`), by the incremental
+        snapshot's chunks, after whatever that snapshot still has to read.
+        """
+        state = start.incremental or IncrementalState(table=len(self._described()))
+        _log.info(
+            "postgres slot %s reads table(s) %s again: a schema change their mirrors cannot "
+            "follow in place",
+            self.slot_name,
+            ", ".join(tables),
+        )
+        return dataclasses.replace(
+            start, incremental=dataclasses.replace(state, rebuild=state.rebuild + tuple(tables))
+        )
+
+    def _describe_now(self, table: str) -> TableInfo:
+        """``table`` as the catalog describes it now (driver, once per rebuild)."""
+        return describe_tables(self.slot.connection(), [table])[0]
+
     def _snapshotting(self, offset: PgOffset) -> bool:
         """True while ``offset`` has an incremental snapshot with chunks to read or emit."""
         state = offset.incremental
@@ -353,6 +376,7 @@ class PostgresConnector(ChangeConnector):
             self.slot.connection,
             self._window,
             self.column_types,
+            self._describe_now,
         )
 
     def _window(self, since: int, upto: int) -> list[WindowChange]:
@@ -390,8 +414,9 @@ class PostgresConnector(ChangeConnector):
         rows_wanted = None if max_changes is None else max(4 * max_changes, _READ_AHEAD_MIN)
         # Read before the peek: a peek that returns everything covers the WAL up to here. Only
         # the incremental snapshot places chunks by it; other queries skip the round trip.
-        flushed = self._flush_lsn() if self.snapshot == "incremental" else None
         assert self._planning is not None
+        chunking = self.snapshot == "incremental" or self._planning.incremental is not None
+        flushed = self._flush_lsn() if chunking else None
         rows, txns, store = self._read(self._target, rows_wanted, lsn, self._planning.schemas)
         if self._store is not None:
             self._retired.append(self._store)  # a planned batch may still read it
@@ -478,7 +503,9 @@ class PostgresConnector(ChangeConnector):
         tables = frozenset(self.table_names)
         tracker = watcher = None
         if schemas is not None:
-            tracker = self._tracker = SchemaTracker(schemas, self._schema_catalog.describe)
+            tracker = self._tracker = SchemaTracker(
+                schemas, self._schema_catalog.describe, rebuilds=True
+            )
             watcher = Wal2JsonWatcher(tracker, watch)
         try:
             txns = decode_peek(
@@ -542,6 +569,9 @@ class PostgresConnector(ChangeConnector):
         units = available[: cut.unit + 1]
         self._moved_at = time.monotonic()
         self._schema_changes = [change for t in units for change in t.schema_changes]
+        rebuilds = [table for t in units for table in t.rebuilds]
+        if rebuilds:
+            start = self._read_again(start, rebuilds)
         if self._snapshotting(start):
             # Taking every transaction read, chunks may go up to where the peek found no more.
             reach = self._complete_lsn if len(units) == len(available) else None
@@ -635,7 +665,7 @@ class PostgresConnector(ChangeConnector):
         first, last = PgOffset.from_json(start), PgOffset.from_json(end)
         if first.phase == "snapshot" and last.lsn is None:
             return self._snapshot_partitions(first)
-        if first.incremental is not None:
+        if first.incremental is not None or last.incremental is not None:
             return self._incremental.replan(
                 first, last, end, lambda n: self._replay(first, last, n), self._stream_partitions
             )

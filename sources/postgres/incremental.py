@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc
 
 from spark_ckpt.errors import ChangeDecodeError, SourcePathError, StorageError
+from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP
 from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
@@ -65,35 +66,59 @@ class PendingChunk:
         The LSN its batch started at: its window of stream changes to reconcile starts here.
     read_in
         The checkpoint (batch) whose partitions read it.
+    rebuild
+        For a table read again after a schema change (:attr:`IncrementalState.rebuild`): its
+        place in the snapshot's sequence of tables; None for the snapshot's own tables.
     """
 
     bounds: ChunkBounds
     since: int
     read_in: int
+    rebuild: int | None = None
 
     @property
     def name(self) -> str:
-        """A file-name-safe identity: ``<table>-<index>``."""
-        return f"{self.bounds.table}-{self.bounds.index:06d}"
+        """A file-name-safe identity: ``<table>-<index>`` (``<table>-r<place>-<index>``)."""
+        if self.rebuild is None:
+            return f"{self.bounds.table}-{self.bounds.index:06d}"
+        return f"{self.bounds.table}-r{self.rebuild}-{self.bounds.index:06d}"
+
+    @property
+    def read(self) -> tuple[str, int | None]:
+        """Which read of its table it belongs to: ``(table, rebuild)``."""
+        return (self.bounds.table, self.rebuild)
 
     def to_json(self) -> dict[str, Any]:
         """For offsets."""
-        return {**self.bounds.to_json(), "since": self.since, "readIn": self.read_in}
+        value = {**self.bounds.to_json(), "since": self.since, "readIn": self.read_in}
+        if self.rebuild is not None:
+            value["rebuild"] = self.rebuild
+        return value
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> PendingChunk:
         """Parse :meth:`to_json`."""
-        return cls(ChunkBounds.from_json(value), int(value["since"]), int(value["readIn"]))
+        rebuild = value.get("rebuild")
+        return cls(
+            ChunkBounds.from_json(value),
+            int(value["since"]),
+            int(value["readIn"]),
+            None if rebuild is None else int(rebuild),
+        )
 
 
 @dataclass(frozen=True)
 class IncrementalState:
     """Where an incremental snapshot is, in an offset.
 
+    The tables are read in sequence: the captured tables (``snapshot=incremental``), then
+    those read again because of a schema change a mirror cannot follow in place (``rebuild``).
+
     Attributes
     ----------
     table
-        Index of the table whose chunks are being planned (``len(tables)``: all planned).
+        Index in that sequence of the table whose chunks are being planned (its length: all
+        planned).
     after
         The last planned chunk's upper key in that table (None: none planned yet).
     index
@@ -102,6 +127,8 @@ class IncrementalState:
         Chunks read (or being read in the batch ending here) but not emitted.
     chunks_done, rows_done
         Emitted so far.
+    rebuild
+        Tables read again after the captured ones, in the order their schema changes came.
     """
 
     table: int = 0
@@ -110,10 +137,20 @@ class IncrementalState:
     pending: tuple[PendingChunk, ...] = ()
     chunks_done: int = 0
     rows_done: int = 0
+    rebuild: tuple[str, ...] = ()
 
     def planning_done(self, tables: int) -> bool:
-        """True once every table's last chunk is planned."""
-        return self.table >= tables
+        """True once every table's last chunk is planned (``tables``: the captured ones)."""
+        return self.table >= tables + len(self.rebuild)
+
+    def closes(self, read: tuple[str, int | None]) -> bool:
+        """Whether a rebuild's ``read`` has every chunk planned and none pending (its end)."""
+        place = read[1]
+        return (
+            place is not None
+            and self.table > place
+            and not any(c.read == read for c in self.pending)
+        )
 
     def finished(self, tables: int) -> bool:
         """True once every chunk is emitted: the stream goes on alone."""
@@ -132,6 +169,7 @@ class IncrementalState:
             "pending": [c.to_json() for c in self.pending],
             "chunksDone": self.chunks_done,
             "rowsDone": self.rows_done,
+            **({"rebuild": list(self.rebuild)} if self.rebuild else {}),
         }
 
     @classmethod
@@ -145,6 +183,7 @@ class IncrementalState:
             tuple(PendingChunk.from_json(c) for c in value["pending"]),
             int(value["chunksDone"]),
             int(value["rowsDone"]),
+            tuple(str(t) for t in value.get("rebuild", ())),
         )
 
     def with_pending(self, pending: tuple[PendingChunk, ...]) -> IncrementalState:
@@ -225,7 +264,10 @@ class ChunkEmitPartition:
     dropped
         Key texts to leave out.
     size
-        Rows that remain (the unit's ``txn_size``; checked on the executor).
+        Rows that remain (checked on the executor).
+    closing
+        The last chunk of a table read again: the ``rebuild='end'`` schema change row's
+        ``before`` and ``after`` texts, which end the unit.
     """
 
     source: str
@@ -237,6 +279,7 @@ class ChunkEmitPartition:
     read_at_us: int
     table: str
     column_types: str | None
+    closing: tuple[str | None, str] | None = None
 
 
 def run_chunk_read(partition: ChunkReadPartition) -> None:
@@ -308,21 +351,29 @@ def emit_rows(partition: ChunkEmitPartition) -> Iterator[pa.RecordBatch]:
             f"snapshot chunk {partition.rows_file.url} holds {n} rows to emit, "
             f"planned {partition.size}"
         )
-    if n == 0:
+    ops, keys = ["r"] * n, table.column("key").combine_chunks()
+    befores, afters = pa.nulls(n, pa.string()), table.column("after").combine_chunks()
+    if partition.closing is not None:
+        ops.append(SCHEMA_CHANGE_OP)
+        keys = pa.concat_arrays([keys, pa.nulls(1, pa.string())])
+        befores = pa.concat_arrays([befores, pa.array([partition.closing[0]], pa.string())])
+        afters = pa.concat_arrays([afters, pa.array([partition.closing[1]], pa.string())])
+    size = len(ops)
+    if size == 0:
         return
     batch = change_batch(
-        source=pa.array([partition.source] * n, pa.string()),
-        txn_id=pa.array([partition.txn_id] * n, pa.string()),
-        txn_order=pa.array([partition.txn_order] * n, pa.int64()),
-        txn_size=pa.array([n] * n, pa.int32()),
-        event_index=pa.array(range(n), pa.int32()),
-        commit_ts=pa.array([partition.read_at_us] * n, pa.timestamp("us", tz="UTC")),
-        table=pa.array([partition.table] * n, pa.string()),
-        op=pa.array(["r"] * n, pa.string()),
-        key=table.column("key").combine_chunks(),
-        before=pa.nulls(n, pa.string()),
-        after=table.column("after").combine_chunks(),
+        source=pa.array([partition.source] * size, pa.string()),
+        txn_id=pa.array([partition.txn_id] * size, pa.string()),
+        txn_order=pa.array([partition.txn_order] * size, pa.int64()),
+        txn_size=pa.array([size] * size, pa.int32()),
+        event_index=pa.array(range(size), pa.int32()),
+        commit_ts=pa.array([partition.read_at_us] * size, pa.timestamp("us", tz="UTC")),
+        table=pa.array([partition.table] * size, pa.string()),
+        op=pa.array(ops, pa.string()),
+        key=keys,
+        before=befores,
+        after=afters,
     )
     if partition.column_types is not None:
-        batch = with_types(batch, pa.array([partition.column_types] * n, pa.string()))
+        batch = with_types(batch, pa.array([partition.column_types] * size, pa.string()))
     yield batch

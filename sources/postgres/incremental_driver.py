@@ -164,10 +164,14 @@ class IncrementalSnapshot:
 
         ``replay(n)`` peeks the batch's ``n`` transactions again.
         """
-        assert first.incremental is not None
         assert last.lsn is not None
-        final = last.incremental or IncrementalState(table=len(self._tables()))
-        work = self.planner.replan(first.incremental, final, last.lsn, last.checkpoint, 0)
+        tables = len(self._tables())
+        # No start state: the batch began a rebuild. No end state: the batch finished all.
+        initial = first.incremental or IncrementalState(table=tables)
+        final = last.incremental or IncrementalState(
+            table=tables + len(initial.rebuild), rebuild=initial.rebuild
+        )
+        work = self.planner.replan(initial, final, last.lsn, last.checkpoint, 0)
         streamed = last.emitted - first.emitted - len(work.emits)
         txns = replay(streamed) if streamed else []
         emits = [
@@ -195,7 +199,8 @@ class IncrementalSnapshot:
         if self._rows_estimated is None and tables:
             self._rows_estimated = estimated_rows(self.planner.connection(), tables) or 0
         busy = {c.bounds.table for c in state.pending}
-        current = tables[state.table].name if state.table < len(tables) else None
+        sequence = [t.name for t in tables] + list(state.rebuild)
+        current = sequence[state.table] if state.table < len(sequence) else None
         tables_done = sum(1 for i, t in enumerate(tables) if i < state.table and t.name not in busy)
         return SnapshotProgress(
             len(tables),

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from spark_ckpt.errors import RestoreError
+from spark_ckpt.model.schema_changes import SchemaEvent
 from spark_ckpt.state.storage import Location
 
 from .chunks import next_chunk
@@ -29,6 +30,7 @@ from .incremental import (
     load_read,
     spilled_keys,
 )
+from .schema_tracking import relation_schema
 from .tables import TableInfo
 from .types import types_json
 from .visibility import dropped_keys
@@ -95,6 +97,8 @@ class ChunkPlanner:
         ``[since, upto)``, read again from the slot.
     column_types
         Add ``column_types`` to emitted rows.
+    describe
+        A table read again after a schema change, described as it is now (its new columns).
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class ChunkPlanner:
         connection: Callable[[], psycopg.Connection[Any]],
         window: Callable[[int, int], list[WindowChange]],
         column_types: bool = False,
+        describe: Callable[[str], TableInfo] | None = None,
     ) -> None:
         self.dsn = dsn
         self.source = source
@@ -120,9 +125,25 @@ class ChunkPlanner:
         self.connection = connection
         self.window = window
         self.column_types = column_types
+        self._describe = describe
+        self._rebuilt: dict[tuple[str, int], TableInfo] = {}  # as each rebuild first read it
 
-    def _table(self, name: str) -> TableInfo:
-        return next(t for t in self.tables if t.name == name)
+    def _table(self, read: tuple[str, int | None]) -> TableInfo:
+        """A chunk's table: captured, or as its rebuild found it (described once per read)."""
+        name, place = read
+        if place is None:
+            return next(t for t in self.tables if t.name == name)
+        found = self._rebuilt.get((name, place))
+        if found is None:
+            assert self._describe is not None, "rebuilds need a describe callback"
+            found = self._rebuilt[(name, place)] = self._describe(name)
+        return found
+
+    def _sequence(self, state: IncrementalState, place: int) -> tuple[str, int | None]:
+        """The table at ``place`` of the snapshot's sequence, as a chunk's ``read``."""
+        if place < len(self.tables):
+            return (self.tables[place].name, None)
+        return (state.rebuild[place - len(self.tables)], place)
 
     def plan(
         self,
@@ -154,7 +175,16 @@ class ChunkPlanner:
         # record (the flushed position), the slot is confirmed up to the position, and a
         # transaction whose commit record starts before that is skipped by the server.
         position = max([stream_end, *(read.snapshot.high_watermark for _, read in ready)])
-        emits, rereads, emitted, rows = self._emits(ready, position, first_order)
+        ready_chunks = {c for c, _ in ready}
+        # A rebuild ends with this batch when its last chunk is planned and all are ready.
+        closable = {
+            c.read
+            for c in ready_chunks
+            if c.rebuild is not None
+            and state.table > c.rebuild
+            and all(p in ready_chunks for p in state.pending if p.read == c.read)
+        }
+        emits, rereads, emitted, rows = self._emits(ready, position, first_order, closable)
         # A chunk whose read left nothing (its spill was lost) is read again.
         rereads += [c for c, read in reads.items() if read is None]
         remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
@@ -199,7 +229,11 @@ class ChunkPlanner:
                     f"driver, or start over with a new checkpointLocation and slot"
                 )
             ready.append((chunk, read))
-        emits, _, emitted, _ = self._emits(ready, position, first_order, check_racing=False)
+        gone_reads = {c.read for c in gone if c.rebuild is not None}
+        closable = {r for r in gone_reads if end.closes(r)}
+        emits, _, emitted, _ = self._emits(
+            ready, position, first_order, closable, check_racing=False
+        )
         reads = [self._read(c) for c in end.pending if c.read_in == checkpoint]
         return ChunkWork(end, emits, reads, emitted, position)
 
@@ -208,16 +242,20 @@ class ChunkPlanner:
         ready: list[tuple[PendingChunk, ChunkRead]],
         position: int,
         first_order: int,
+        closable: set[tuple[str, int | None]],
         check_racing: bool = True,
     ) -> tuple[list[ChunkEmitPartition], list[PendingChunk], list[PendingChunk], int]:
+        """The partitions emitting ``ready`` chunks (or reading them again), in unit order.
+
+        A rebuild in ``closable`` whose chunks all emit here ends with its last chunk's unit,
+        which carries the ``rebuild='end'`` row (a unit of that row alone when it is empty).
+        """
         if not ready:
             return [], [], [], 0
         since = min(chunk.since for chunk, _ in ready)
         changes = self.window(since, position)
-        emits: list[ChunkEmitPartition] = []
         rereads: list[PendingChunk] = []
-        emitted: list[PendingChunk] = []
-        total = 0
+        emitting: list[tuple[PendingChunk, ChunkRead, frozenset[str], int]] = []
         for chunk, read in ready:
             # Each chunk's own window, from its own start: a batch re-run after a restart
             # reads the window from another start (the chunks it emits may differ from those
@@ -233,15 +271,24 @@ class ChunkPlanner:
             dropped = dropped_keys(read.snapshot, mine)
             rows_file = chunk_files(self.directory, chunk)[0]
             size = int(kept(spilled_keys(rows_file), dropped).true_count)
-            emitted.append(chunk)
-            total += size
-            if size == 0:
+            emitting.append((chunk, read, dropped, size))
+        closed = closable - {c.read for c in rereads}
+        last: dict[tuple[str, int | None], int] = {}
+        for chunk, _, _, _ in emitting:
+            if chunk.read in closed and chunk.bounds.index >= last.get(chunk.read, -1):
+                last[chunk.read] = chunk.bounds.index
+        emits: list[ChunkEmitPartition] = []
+        for chunk, read, dropped, size in emitting:
+            table = self._table(chunk.read)
+            closing = None
+            if last.get(chunk.read) == chunk.bounds.index:
+                closing = _rebuild_end(table)
+            elif size == 0:
                 continue
-            table = self._table(chunk.bounds.table)
             emits.append(
                 ChunkEmitPartition(
                     self.source,
-                    rows_file,
+                    chunk_files(self.directory, chunk)[0],
                     dropped,
                     size,
                     f"snapshot:{self.slot}:{chunk.name}",
@@ -249,9 +296,11 @@ class ChunkPlanner:
                     read.read_at_us,
                     table.name,
                     types_json(table.columns) if self.column_types else None,
+                    closing,
                 )
             )
-        return emits, rereads, emitted, total
+        emitted = [chunk for chunk, _, _, _ in emitting]
+        return emits, rereads, emitted, sum(size for _, _, _, size in emitting)
 
     def _plan_reads(
         self, state: IncrementalState, start_lsn: int, checkpoint: int
@@ -259,9 +308,10 @@ class ChunkPlanner:
         """Plan new chunks until ``parallelism`` are pending or every table is planned."""
         pending = list(state.pending)
         while len(pending) < self.parallelism and not state.planning_done(len(self.tables)):
-            table = self.tables[state.table]
+            read = self._sequence(state, state.table)
+            table = self._table(read)
             bounds = next_chunk(self.connection(), table, state.index, state.after, self.chunk_rows)
-            pending.append(PendingChunk(bounds, start_lsn, checkpoint))
+            pending.append(PendingChunk(bounds, start_lsn, checkpoint, read[1]))
             if bounds.upto is None:  # the table's last chunk
                 state = replace(state, table=state.table + 1, after=None, index=0)
             else:
@@ -269,10 +319,17 @@ class ChunkPlanner:
         return replace(state, pending=tuple(pending))
 
     def _read(self, chunk: PendingChunk) -> ChunkReadPartition:
-        return ChunkReadPartition(self.dsn, self._table(chunk.bounds.table), chunk, self.directory)
+        return ChunkReadPartition(self.dsn, self._table(chunk.read), chunk, self.directory)
 
     def discard(self, chunks: Sequence[PendingChunk]) -> None:
         """Delete emitted chunks' files (driver, once their batch committed)."""
         for chunk in chunks:
             for location in chunk_files(self.directory, chunk):
                 location.delete()
+
+
+def _rebuild_end(table: TableInfo) -> tuple[str | None, str]:
+    """The ``before`` and ``after`` texts of the row ending the rebuild of ``table``."""
+    schema = relation_schema(table.columns, table.key_in_column_order)
+    event = SchemaEvent(table.name, schema, schema, (), "end")
+    return event.before_json(), event.after_json()

@@ -258,7 +258,7 @@ def decode_transactions(
                     if event.after.key != relation.key:
                         catalog.learn(data)  # described again: the key comes from the tracker
                     current.add(schema_change(event), catalog.current[_U32.unpack_from(data, 1)[0]])
-                    current.schema_changes.append(event.summary())
+                    current.schema_changed(event)
         elif kind == 0x54 and current is not None:  # T: relations, options, relation ids
             cursor = _Cursor(data, 1)
             count = cursor.int32()

@@ -26,7 +26,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -36,6 +36,7 @@ from spark_ckpt.model.schema_changes import (
     SchemaEvent,
     TableSchema,
     diff_schemas,
+    rebuild_reason,
 )
 
 from .connect import connect
@@ -50,7 +51,6 @@ __all__ = [
     "catalog_schema",
     "drifted",
     "relation_schema",
-    "schema_change_row",
 ]
 
 _log = logging.getLogger(__name__)
@@ -306,16 +306,22 @@ class SchemaTracker:
         tracking).
     describe
         The catalog (:meth:`SchemaCatalog.describe`).
+    rebuilds
+        Mark a change a mirror cannot follow in place (:func:`~spark_ckpt.model.schema_changes.
+        rebuild_reason`) of a table with a primary key as the beginning of a new read of the
+        table (``rebuild='begin'``): the connector then reads it again in chunks.
     """
 
     def __init__(
         self,
         known: Mapping[str, TableSchema],
         describe: Callable[[str], CatalogColumns | None],
+        rebuilds: bool = False,
     ) -> None:
         self.state: Mapping[str, TableSchema] = known
         """Each table's schema as of the last relation observed (replaced, never mutated)."""
         self._describe = describe
+        self._rebuilds = rebuilds
 
     def observe(
         self, table: str, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]
@@ -339,7 +345,17 @@ class SchemaTracker:
         if not changes:
             return None
         event = SchemaEvent(table, known, current, changes)
-        _log.info("postgres table %s changed its schema: %s", table, event.describe())
+        reason = rebuild_reason(event)
+        if reason is not None and self._rebuilds and current.key:
+            event = replace(event, rebuild="begin")
+            _log.info(
+                "postgres table %s changed its schema: %s; %s, so the table is read again",
+                table,
+                event.describe(),
+                reason,
+            )
+        else:
+            _log.info("postgres table %s changed its schema: %s", table, event.describe())
         return event
 
     def observe_partial(
@@ -371,21 +387,6 @@ class SchemaTracker:
         return self.observe(table, tuple(merged), key)
 
 
-def schema_change_row(event: SchemaEvent) -> str:
-    """A schema change as a row of the change store: ``{"action":"S", ...}`` (not wal2json's)."""
-    schema, _, table = event.table.partition(".")
-    return json.dumps(
-        {
-            "action": "S",
-            "schema": schema,
-            "table": table,
-            "before": event.before_json(),
-            "after": event.after_json(),
-        },
-        separators=(",", ":"),
-    )
-
-
 class Wal2JsonWatcher:
     """Finds schema changes in the wal2json changes of the ``watch`` tables (driver, per peek).
 
@@ -402,12 +403,11 @@ class Wal2JsonWatcher:
         """Each table's schema as of the last change watched."""
         return self.tracker.state
 
-    def schema_change(self, data: str, action: str) -> tuple[str, str] | None:
-        """The schema change row an insert or update shows before it, and its description."""
+    def schema_change(self, data: str, action: str) -> SchemaEvent | None:
+        """The schema change an insert or update shows before it, if any."""
         if not self.watch:
             return None
-        event = _watched_change(data, action, self.tracker, self.watch)
-        return None if event is None else (schema_change_row(event), event.summary())
+        return _watched_change(data, action, self.tracker, self.watch)
 
 
 def _watched_change(

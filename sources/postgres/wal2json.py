@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_ckpt.errors import ChangeDecodeError
-from spark_ckpt.model.schema_changes import TableSchema
+from spark_ckpt.model.schema_changes import SchemaEvent, TableSchema
 
 from .lsn import parse_lsn
 
@@ -41,6 +41,7 @@ __all__ = [
     "decode_change",
     "decode_transactions",
     "normalize_value",
+    "schema_change_row",
     "timestamp_micros",
 ]
 
@@ -125,6 +126,14 @@ class PgTransaction:
     """The captured tables' schemas as of the transaction's end, where tracked."""
     schema_changes: list[str] = field(default_factory=list, compare=False, repr=False)
     """Its schema changes, described (``public.orders: column_renamed name -> title``)."""
+    rebuilds: list[str] = field(default_factory=list, compare=False, repr=False)
+    """Tables whose schema change begins a new read of them (``rebuild='begin'``)."""
+
+    def schema_changed(self, event: SchemaEvent) -> None:
+        """Note a schema change the transaction holds (driver, per schema change)."""
+        self.schema_changes.append(event.summary())
+        if event.rebuild == "begin":
+            self.rebuilds.append(event.table)
 
     def add(self, data: Any, relation: int | None = None) -> None:
         """Count a change and keep it (driver, per change): in the store, or :attr:`changes`."""
@@ -233,6 +242,21 @@ def decode_change(data: str) -> PgChange:
     return _change(action, body)
 
 
+def schema_change_row(event: SchemaEvent) -> str:
+    """A schema change as a row of the change store: ``{"action":"S", ...}`` (not wal2json's)."""
+    schema, _, table = event.table.partition(".")
+    return json.dumps(
+        {
+            "action": "S",
+            "schema": schema,
+            "table": table,
+            "before": event.before_json(),
+            "after": event.after_json(),
+        },
+        separators=(",", ":"),
+    )
+
+
 class SchemaWatcher(Protocol):
     """Finds schema changes in wal2json's row changes (:mod:`.schema_tracking` has the one)."""
 
@@ -240,8 +264,8 @@ class SchemaWatcher(Protocol):
     def state(self) -> Mapping[str, TableSchema]:
         """Each table's schema as of the last change watched."""
 
-    def schema_change(self, data: str, action: str) -> tuple[str, str] | None:
-        """The schema change row an insert or update shows before it, and its description."""
+    def schema_change(self, data: str, action: str) -> SchemaEvent | None:
+        """The schema change an insert or update shows before it, if any."""
 
 
 def decode_transactions(
@@ -284,10 +308,10 @@ def decode_transactions(
         if action in _OPS:
             if current is not None:  # else the peek began inside it: re-read whole later
                 if watcher is not None and action != "D" and not current.delivered:
-                    found = watcher.schema_change(data, action)
-                    if found is not None:
-                        current.add(found[0])
-                        current.schema_changes.append(found[1])
+                    event = watcher.schema_change(data, action)
+                    if event is not None:
+                        current.add(schema_change_row(event))
+                        current.schema_changed(event)
                 current.add(data)
         elif action == "B":
             current = PgTransaction(int(_field(data, "xid")), 0, 0, None, store=store)

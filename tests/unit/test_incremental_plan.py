@@ -44,7 +44,18 @@ def planner(directory: Location, window: list[WindowChange]) -> ChunkPlanner:
     def no_connection() -> psycopg.Connection[Any]:
         raise AssertionError("no chunk is planned in these tests")
 
-    return ChunkPlanner("dsn", "postgres:s", "s", [TABLE], directory, 2, 2, no_connection, changes)
+    return ChunkPlanner(
+        "dsn",
+        "postgres:s",
+        "s",
+        [TABLE],
+        directory,
+        2,
+        2,
+        no_connection,
+        changes,
+        describe=lambda name: TABLE,  # a table read again after a schema change
+    )
 
 
 def test_each_chunk_is_reconciled_with_its_own_window(tmp_path: Path) -> None:
@@ -85,3 +96,38 @@ def test_each_chunk_is_reconciled_with_its_own_window(tmp_path: Path) -> None:
     assert first.emits[0].dropped == again.emits[0].dropped == frozenset({'{"id":12}'})
     assert first.emits[0].size == again.emits[0].size == 2
     assert first.position == again.position == 300
+
+
+def test_a_tables_new_read_ends_with_its_last_chunk_and_the_end_row(tmp_path: Path) -> None:
+    """A table read again after a schema change (place 1 in the sequence after ``public.t``).
+
+    Its two chunks are ready together; the last one is empty after its dropped key, yet its
+    unit carries the ``rebuild='end'`` row, on the first run and on a re-run alike. A chunk of
+    the read that waits for its watermark keeps the end back.
+    """
+    directory = Location(str(tmp_path))
+    a = PendingChunk(ChunkBounds("public.t", 0, None, ("10",)), 100, 1, rebuild=1)
+    b = PendingChunk(ChunkBounds("public.t", 1, ("10",), None), 100, 1, rebuild=1)
+    assert a.name == "public.t-r1-000000"
+    assert PendingChunk.from_json(a.to_json()) == a
+    snapshot = ChunkSnapshot.parse("5:20:9", 300)
+    spill(directory, a, [1, 2], ChunkRead(2, snapshot, 0))
+    spill(directory, b, [12], ChunkRead(1, snapshot, 0))
+    window: list[WindowChange] = [(250, 9, "public.t", '{"id":12}', None)]
+    state = IncrementalState(table=2, pending=(a, b), rebuild=("public.t",))
+    assert IncrementalState.from_json(state.to_json()) == state
+    plan = planner(directory, window)
+    work = plan.plan(state, 300, 300, 400, 3, 0)
+    assert work.state.finished(1)
+    assert [(e.size, e.closing is not None) for e in work.emits] == [(2, False), (0, True)]
+    closing = work.emits[1].closing
+    assert closing is not None
+    assert '"rebuild":"end"' in closing[1]
+    again = plan.replan(state, work.state, work.position, 3, 0)
+    assert [(e.size, e.closing) for e in again.emits] == [(e.size, e.closing) for e in work.emits]
+
+    waiting = ChunkSnapshot.parse("5:20:", 900)  # b's watermark is beyond the stream's reach
+    spill(directory, b, [12], ChunkRead(1, waiting, 0))
+    work = planner(directory, window).plan(state, 300, 300, 400, 3, 0)
+    assert [c.name for c in work.emitted] == [a.name]
+    assert all(e.closing is None for e in work.emits)
