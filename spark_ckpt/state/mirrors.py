@@ -12,12 +12,17 @@
     The checkpoint index, a Delta table with one row per mirror table per published checkpoint:
     ``checkpoint_id``, ``table`` (``schema.table``), ``path`` (relative to the root),
     ``version`` (the table's Delta version holding every batch up to ``checkpoint_id``),
-    ``query_id``, ``published_at``. Its rows for N are committed only after every mirror table
-    holds N, so the newest ``checkpoint_id`` names versions that agree with one another: a source
-    transaction that touched several tables is in all of them or in none. Any engine that reads
+    ``query_id``, ``published_at``, ``rebuilding`` (why the table is shown as of an earlier
+    checkpoint while it is rebuilt, else null). Its rows for N are committed only after every
+    mirror table holds N, so the newest ``checkpoint_id`` names versions that agree with one
+    another: a source transaction that touched several tables is in all of them or in none
+    (a table being rebuilt excepted, as ``rebuilding`` says). Any engine that reads
     Delta can use it (see docs/mirror.md for the SQL).
 ``_spark_ckpt/staging/<N>/<attempt>/``
     The folded changes of batch N waiting for its publish (deleted once N is published).
+``_spark_ckpt/rebuild/<table>-<N>/``
+    A table being rebuilt from a new read of its source since batch N (a Delta table no
+    reader sees; the index's ``rebuilding`` column names the table meanwhile).
 
 Pure layout (no Spark, no Delta); shared by the sink, which writes it, and
 :func:`spark_ckpt.read_consistent`, which reads it.
