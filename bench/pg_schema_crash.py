@@ -28,7 +28,10 @@ DDL_BATCH = 1
 
 
 def mirror_once(spark: Any, dsn: str, root: str, checkpoint: str, spill: str, plugin: str) -> None:
-    """One availableNow mirror query to the end, in ``spark`` (installed)."""
+    """One availableNow mirror query to the end, in ``spark`` (installed).
+
+    A table read again after a schema change is read in chunks of 4 rows (several batches).
+    """
     import spark_ckpt
 
     control = spark_ckpt.install(spark)
@@ -42,6 +45,7 @@ def mirror_once(spark: Any, dsn: str, root: str, checkpoint: str, spill: str, pl
         .option("snapshot", "initial")
         .option("columnTypes", "true")
         .option("snapshotDir", spill)
+        .option("snapshotChunkRows", "4")
         .load()
         .writeStream.format("delta-2pc")
         .option("mode", "mirror")
@@ -176,6 +180,76 @@ def run_scenario(spark: Any, dsn: str, workdir: Path, plugin: str = "pgoutput") 
     driver(f"during_mirror:{DDL_BATCH}")  # the first mirror published, the other not
     mirror_once(spark, dsn, *paths, plugin)  # recovers and runs to the end
     return verify(spark, dsn, root)
+
+
+@dataclass(frozen=True)
+class RebuildVerdict:
+    """What the mirrors hold after the kills in a rebuild.
+
+    Attributes
+    ----------
+    differences
+        As :attr:`Verdict.differences`.
+    repeated
+        Per table: batches committed to it more than once (none may be).
+    """
+
+    differences: dict[str, Any]
+    repeated: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        """Every mirror equals its table and no batch was committed twice."""
+        return not self.differences and not any(self.repeated.values())
+
+
+def run_rebuild_scenario(
+    spark: Any, dsn: str, workdir: Path, plugin: str = "wal2json"
+) -> RebuildVerdict:
+    """A change no mirror follows in place, kills in the rebuild it starts, the clean end.
+
+    ``products.name`` becomes an integer (PostgreSQL converts every stored value; the stream
+    carries none), so the connector reads the table again in chunks over several batches while
+    ``tags`` streams. A driver is SIGKILLed once the batch with the change is pre-committed;
+    the next is SIGKILLed in the publish of the batch that ends the rebuild, its copy of the new
+    table staged and not committed; a clean query runs to the end.
+    """
+    root, checkpoint, spill = workdir / "mirror", workdir / "ckpt", workdir / "spill"
+    _run(
+        dsn,
+        "CREATE TABLE products (id integer PRIMARY KEY, name text, qty integer)",
+        "CREATE TABLE tags (id integer PRIMARY KEY, label text)",
+        "INSERT INTO products SELECT i, repeat('p', i), i FROM generate_series(1, 20) i",
+        "INSERT INTO tags SELECT i, 't' || i FROM generate_series(1, 5) i",
+    )
+    paths = (str(root), str(checkpoint), str(spill))
+    mirror_once(spark, dsn, *paths, plugin)  # the snapshot, batch 0
+    _run(
+        dsn,
+        "BEGIN",
+        "ALTER TABLE products ALTER COLUMN name TYPE integer USING length(name)",
+        "UPDATE products SET qty = 0 WHERE id = 20",
+        "UPDATE tags SET label = 'changed' WHERE id = 3",
+        "COMMIT",
+        "DELETE FROM products WHERE id = 7",
+        "INSERT INTO products VALUES (21, 21, 21)",
+        "UPDATE tags SET label = 'later' WHERE id = 4",
+    )
+    args = [__file__, "drive", dsn, *paths, plugin]
+    if crash_harness.run_killable(args, f"after_manifest:{DDL_BATCH}") != -signal.SIGKILL:
+        raise RuntimeError(f"the fault after_manifest:{DDL_BATCH} never fired")
+    anywhere = ",".join(f"during_rebuild:{n}" for n in range(DDL_BATCH, DDL_BATCH + 40))
+    if crash_harness.run_killable(args, anywhere) != -signal.SIGKILL:
+        raise RuntimeError("no batch published the rebuild")
+    mirror_once(spark, dsn, *paths, plugin)  # recovers and runs to the end
+    from deltalake import DeltaTable
+
+    repeated = {}
+    for name in TABLES:
+        batches = [c.get("spark-ckpt.batchId") for c in DeltaTable(str(root / name)).history()]
+        ours = [b for b in batches if b is not None]
+        repeated[name] = len(ours) - len(set(ours))
+    return RebuildVerdict(verify(spark, dsn, root).differences, repeated)
 
 
 if __name__ == "__main__":

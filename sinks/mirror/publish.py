@@ -212,6 +212,7 @@ def _publish_rebuilt(
     source = root.child(*plan.copy_from.split("/"))
     shadow = load_table(source)
     adds = copy_shadow(location, source, shadow, query_id, batch_id)
+    crash_point("during_rebuild", batch_id)
     schema = Schema.from_json(plan.schema_json) if shadow is None else shadow.schema()
     commit = BatchCommit(query_id, batch_id, schema, adds, overwrite=delta is not None)
     try:

@@ -33,6 +33,8 @@ POINTS = (
     "during_chunk_read",  # postgres incremental: chunk N of a table is read, not yet spilled
     "after_mirror_plan",  # mirror mode: N's folded changes are staged; no manifest yet
     "during_mirror",  # mirror mode: a mirror table holds N, the index and the change log not yet
+    # mirror mode: N finishes a rebuild, whose copy is staged in the table, not yet committed
+    "during_rebuild",
 )
 
 

@@ -202,3 +202,14 @@ def test_driver_killed_between_a_schema_change_and_its_publish_loses_and_repeats
     """
     verdict = pg_schema_crash.run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
     assert verdict.ok, verdict
+
+
+def test_driver_killed_in_a_rebuild_loses_and_repeats_nothing(
+    spark: SparkSession, pg_dsn: str, tmp_path: Path
+) -> None:
+    """Real SIGKILLs once the change beginning a rebuild is pre-committed, and as it ends.
+
+    wal2json: the kills above run pgoutput.
+    """
+    verdict = pg_schema_crash.run_rebuild_scenario(spark, pg_dsn, tmp_path, "wal2json")
+    assert verdict.ok, verdict
