@@ -181,6 +181,15 @@ def plan_batch(
 
     if changes is not None and changes.num_rows:
         split = split_rebuilds(changes, rebuilding, rebuilds, row_position)
+        if history and split.begun:
+            name, (event, where) = next(iter(sorted(split.begun.items())))
+            raise MirrorSchemaError(
+                f"table {name}: the mirror cannot follow the source's schema change "
+                f"({event.describe()}) at {where} in place, and an SCD type 2 mirror is not "
+                f"rebuilt from a new read of the table (that would replace the history it "
+                f"keeps). Nothing of this batch is published. Replay the table into a new "
+                f"mirror, or set schemaChangeBehavior.{name}=ignore to keep its schema"
+            )
         if split.published.num_rows:
             folded = fold_changes(split.published, history, keeps_schema)
         if split.shadow.num_rows:

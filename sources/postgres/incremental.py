@@ -143,6 +143,15 @@ class IncrementalState:
         """True once every table's last chunk is planned (``tables``: the captured ones)."""
         return self.table >= tables + len(self.rebuild)
 
+    def superseded(self, read: tuple[str, int | None], tables: int) -> bool:
+        """Whether a later read of the same table is queued: this one's rows are not needed.
+
+        A second schema change that needs a new read, during one, begins a new rebuild; the
+        earlier read is neither planned further, nor emitted, nor ended.
+        """
+        table, place = read
+        return place is not None and table in self.rebuild[place - tables + 1 :]
+
     def closes(self, read: tuple[str, int | None]) -> bool:
         """Whether a rebuild's ``read`` has every chunk planned and none pending (its end)."""
         place = read[1]

@@ -184,7 +184,7 @@ class ChunkPlanner:
             and state.table > c.rebuild
             and all(p in ready_chunks for p in state.pending if p.read == c.read)
         }
-        emits, rereads, emitted, rows = self._emits(ready, position, first_order, closable)
+        emits, rereads, emitted, rows = self._emits(ready, position, first_order, closable, state)
         # A chunk whose read left nothing (its spill was lost) is read again.
         rereads += [c for c, read in reads.items() if read is None]
         remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
@@ -232,7 +232,7 @@ class ChunkPlanner:
         gone_reads = {c.read for c in gone if c.rebuild is not None}
         closable = {r for r in gone_reads if end.closes(r)}
         emits, _, emitted, _ = self._emits(
-            ready, position, first_order, closable, check_racing=False
+            ready, position, first_order, closable, end, check_racing=False
         )
         reads = [self._read(c) for c in end.pending if c.read_in == checkpoint]
         return ChunkWork(end, emits, reads, emitted, position)
@@ -243,12 +243,15 @@ class ChunkPlanner:
         position: int,
         first_order: int,
         closable: set[tuple[str, int | None]],
+        queue: IncrementalState,
         check_racing: bool = True,
     ) -> tuple[list[ChunkEmitPartition], list[PendingChunk], list[PendingChunk], int]:
         """The partitions emitting ``ready`` chunks (or reading them again), in unit order.
 
         A rebuild in ``closable`` whose chunks all emit here ends with its last chunk's unit,
         which carries the ``rebuild='end'`` row (a unit of that row alone when it is empty).
+        Chunks of a read that ``queue`` (the batch's state, with the rebuilds it queued)
+        supersedes are dropped.
         """
         if not ready:
             return [], [], [], 0
@@ -271,7 +274,10 @@ class ChunkPlanner:
             dropped = dropped_keys(read.snapshot, mine)
             rows_file = chunk_files(self.directory, chunk)[0]
             size = int(kept(spilled_keys(rows_file), dropped).true_count)
+            if queue.superseded(chunk.read, len(self.tables)):
+                size = 0  # done with, emitting nothing
             emitting.append((chunk, read, dropped, size))
+        closable = {r for r in closable if not queue.superseded(r, len(self.tables))}
         closed = closable - {c.read for c in rereads}
         last: dict[tuple[str, int | None], int] = {}
         for chunk, _, _, _ in emitting:
@@ -309,6 +315,9 @@ class ChunkPlanner:
         pending = list(state.pending)
         while len(pending) < self.parallelism and not state.planning_done(len(self.tables)):
             read = self._sequence(state, state.table)
+            if state.superseded(read, len(self.tables)):
+                state = replace(state, table=state.table + 1, after=None, index=0)
+                continue
             table = self._table(read)
             bounds = next_chunk(self.connection(), table, state.index, state.after, self.chunk_rows)
             pending.append(PendingChunk(bounds, start_lsn, checkpoint, read[1]))

@@ -131,3 +131,18 @@ def test_a_tables_new_read_ends_with_its_last_chunk_and_the_end_row(tmp_path: Pa
     work = planner(directory, window).plan(state, 300, 300, 400, 3, 0)
     assert [c.name for c in work.emitted] == [a.name]
     assert all(e.closing is None for e in work.emits)
+
+
+def test_a_read_superseded_by_a_newer_one_of_its_table_emits_nothing_and_no_end(
+    tmp_path: Path,
+) -> None:
+    """A second schema change during a table's new read queued another read of it (place 2)."""
+    directory = Location(str(tmp_path))
+    a = PendingChunk(ChunkBounds("public.t", 0, None, None), 100, 1, rebuild=1)
+    spill(directory, a, [1, 2], ChunkRead(2, ChunkSnapshot.parse("5:20:", 300), 0))
+    state = IncrementalState(table=3, pending=(a,), rebuild=("public.t", "public.t"))
+    assert state.superseded(a.read, 1)
+    assert not state.superseded(("public.t", 2), 1)
+    work = planner(directory, []).plan(state, 300, 300, 400, 3, 0)
+    assert work.emitted == [a]
+    assert work.emits == []  # neither its rows nor an end that would close the newer read

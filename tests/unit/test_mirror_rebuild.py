@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from test_mirror_apply import Mirror, change_rows
 
-from spark_ckpt.errors import SchemaChangeError
+from spark_ckpt.errors import MirrorSchemaError, SchemaChangeError
 from spark_ckpt.model.schema_changes import (
     ColumnSchema,
     SchemaEvent,
@@ -187,3 +187,12 @@ def test_the_split_puts_a_tables_rows_from_its_begin_into_the_shadow() -> None:
     assert split.shadow.num_rows == 0
     assert isinstance(split.published, pa.Table)
     assert split.published.num_rows == rows.num_rows
+
+
+def test_an_scd2_mirror_refuses_a_rebuild_that_would_replace_its_history(tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path, history=True)
+    mirror.apply([(TABLE, "c", {"id": 1}, None, {"id": 1, "sku": "a"})])
+    rows = change_rows([_row(BEGIN), (TABLE, "r", {"id": 1}, None, {"id": 1, "sku": 1})])
+    staged = write_staged_file(mirror.changelog, staged_name(mirror.query_id, 1, 0), rows)
+    with pytest.raises(MirrorSchemaError, match="SCD type 2"):
+        plan_batch(mirror.root, mirror.changelog, [staged], mirror.query_id, 1, "a", True)
