@@ -195,19 +195,24 @@ class IncrementalSnapshot:
             self._cleared = True
 
     def progress(self, state: IncrementalState, tables: list[TableInfo]) -> SnapshotProgress:
-        """The snapshot's progress over ``tables`` (per trigger; one row estimate per run)."""
+        """The snapshot's progress over ``tables`` (per trigger; one row estimate per run).
+
+        Tables read again after a schema change count as tables of their own, after the
+        captured ones; the row estimate is the captured tables'.
+        """
         if self._rows_estimated is None and tables:
             self._rows_estimated = estimated_rows(self.planner.connection(), tables) or 0
-        busy = {c.bounds.table for c in state.pending}
-        sequence = [t.name for t in tables] + list(state.rebuild)
-        current = sequence[state.table] if state.table < len(sequence) else None
-        tables_done = sum(1 for i, t in enumerate(tables) if i < state.table and t.name not in busy)
+        busy = {c.read for c in state.pending}
+        sequence: list[tuple[str, int | None]] = [(t.name, None) for t in tables]
+        sequence += [(name, len(tables) + i) for i, name in enumerate(state.rebuild)]
+        current = sequence[state.table][0] if state.table < len(sequence) else None
+        done = [read for i, read in enumerate(sequence) if i < state.table and read not in busy]
         return SnapshotProgress(
-            len(tables),
-            tables_done,
+            len(sequence),
+            len(done),
             state.rows_done,
             self._rows_estimated or None,
-            current or (min(busy) if busy else None),
+            current or (min(name for name, _ in busy) if busy else None),
             state.chunks_done,
             len(state.pending),
         )
