@@ -13,8 +13,9 @@ stops with ``SchemaChangeError`` and publishes nothing of it; restarted with ``e
 Last, a type change no widening expresses (``text`` to ``integer``) is followed by reading the
 table again in chunks while the other table streams: the checkpoint index says the table is
 being rebuilt and shows it as before the change until the rebuilt table is published. Apart,
-real SIGKILLs of the driver after a schema change's batch is pre-committed and in its publish
-(``bench/pg_schema_crash.py``) lose and repeat nothing.
+real SIGKILLs of the driver after a schema change's batch is pre-committed and in its publish,
+then in a rebuild's first batch and in the publish that ends it (``bench/pg_schema_crash.py``),
+lose and repeat nothing.
 """
 
 from __future__ import annotations
@@ -195,21 +196,13 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
 def test_driver_killed_between_a_schema_change_and_its_publish_loses_and_repeats_nothing(
     spark: SparkSession, pg_dsn: str, tmp_path: Path
 ) -> None:
-    """Real SIGKILLs after the schema change's batch is pre-committed, and in its publish.
+    """Real SIGKILLs around a schema change's batch, then around a rebuild.
+
+    After the schema change's batch is pre-committed and in its publish; once a rebuild's first
+    batch is pre-committed, and in the publish that ends it.
 
     pgoutput only: the kill test of the other postgres path runs wal2json, and what recovery
     does after the pre-commit does not depend on the plugin.
     """
     verdict = pg_schema_crash.run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
-    assert verdict.ok, verdict
-
-
-def test_driver_killed_in_a_rebuild_loses_and_repeats_nothing(
-    spark: SparkSession, pg_dsn: str, tmp_path: Path
-) -> None:
-    """Real SIGKILLs once the change beginning a rebuild is pre-committed, and as it ends.
-
-    wal2json: the kills above run pgoutput.
-    """
-    verdict = pg_schema_crash.run_rebuild_scenario(spark, pg_dsn, tmp_path, "wal2json")
     assert verdict.ok, verdict
