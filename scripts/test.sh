@@ -41,8 +41,10 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 # Maven) compiles with C1 only and collects garbage serially: test JVMs live seconds to minutes on
 # two cores, where C2's compiler threads and the parallel collector's threads cost more CPU than
 # they give back. Measured side by side on four integration modules (26 tests, -n 2, two runs
-# each): 307 s -> 258 s wall (median), 598 -> 483 s of CPU. Tests only: bench/ and the demo run
-# with the JVM's defaults. The java launcher notes the variable on stderr.
+# each): 307 s -> 258 s wall (median), 598 -> 483 s of CPU; the whole main run barely moved
+# (2,657 s -> 2,616 s, one run each): its time is mostly the kill tests' driver restarts. Tests
+# only: bench/ and the demo run with the JVM's defaults. The java launcher notes the variable on
+# stderr.
 export JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 # Two pytest processes (pytest-xdist) share the tests: integration tests mostly wait on JVMs,
 # triggers and servers, so one process leaves a core idle much of the time. A test module is the
