@@ -34,7 +34,7 @@ from spark_ckpt.state.mirrors import (
 from spark_ckpt.state.storage import Location, StorageNotFoundError, StorageOptions
 from spark_ckpt.testing.faults import crash_point
 
-from ..staging import staged_name, write_staged_file
+from ..staging import staged_location, staged_name, write_staged_file
 from ..table import (
     CONFLICT_ATTEMPTS,
     BatchCommit,
@@ -219,7 +219,7 @@ def _publish_rebuilt(
         return commit_files(location, delta, commit)
     except CommitFailedError:
         for file in adds:
-            location.child(file.path).delete()
+            staged_location(location, file.path).delete()  # add paths are URL-encoded
         raise
 
 
