@@ -9,8 +9,6 @@ on first use (PEP 562), so ``import spark_ckpt`` stays usable and testable witho
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import (
@@ -73,6 +71,8 @@ if TYPE_CHECKING:
     from spark_ckpt.spark.session import local_session
     from spark_ckpt.spark.supervisor import SupervisedQuery
 
+__version__: str  # bound on first access by __getattr__ (see _installed_version)
+
 __all__ = [
     "AVAILABLE",
     "AvailabilityStatus",
@@ -131,14 +131,6 @@ __all__ = [
     "read_consistent",
 ]
 
-try:
-    # One source of truth: the version pyproject.toml gave the installed distribution. (Not
-    # looked up lazily: importing spark_ckpt imports importlib.metadata anyway, for the
-    # entry points of spark_ckpt.state.restore.)
-    __version__ = _distribution_version("spark-ckpt")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
-
 # Names that need pyspark, and the module that defines each: imported on first access.
 _SPARK_NAMES = {
     "Control": "spark_ckpt.spark.control",
@@ -149,7 +141,26 @@ _SPARK_NAMES = {
 }
 
 
+def _installed_version() -> str:
+    """The version pyproject.toml gave the installed distribution (one source of truth).
+
+    Looked up on first access, not at import: the lookup scans every distribution on the path
+    (a few tenths of a second of CPU), and every Python process Spark starts imports this
+    package (the daemons, the task workers, the source and sink runners) without needing it.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spark-ckpt")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _installed_version()
+        globals()[name] = value
+        return value
     module = _SPARK_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'spark_ckpt' has no attribute {name!r}")
@@ -159,4 +170,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | {"__version__"})
