@@ -1,9 +1,15 @@
-"""One reader for data source options, shared by ``txn-cdc`` and ``delta-2pc``.
+"""Options declared once, and one reader for them, shared by ``txn-cdc`` and ``delta-2pc``.
+
+Each option is one :class:`OptionSpec`: its name, its documentation, its type
+(:mod:`.option_types`), its default as a typed value. A frozen options dataclass declares each of
+its fields with :func:`declared`, and :func:`read_declared` reads them all: the parsing, the
+error messages, the field's default and the reference's row all come from that one declaration
+(Debezium's ``Field``, Flink's ``ConfigOption``).
 
 Spark hands a Python data source its options with lower-cased keys. :class:`OptionReader` looks
 each one up by its documented spelling, refuses unknown keys (naming the closest valid one), and
 turns values into typed Python values with errors that name the option, the value and what is
-accepted. Each source, connector and sink then builds its own frozen options dataclass from it.
+accepted.
 
 Pure Python, no Spark; runs wherever options are parsed (the driver, and executors that rebuild
 a writer).
@@ -11,31 +17,45 @@ a writer).
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError, UnknownOptionError
-from spark_ckpt.model.durations import parse_duration
+from spark_ckpt.model.option_types import (
+    Boolean,
+    Choice,
+    Duration,
+    Names,
+    OptionType,
+    PositiveInt,
+    Size,
+)
 
-__all__ = ["OptionReader", "OptionSpec", "option_names", "option_prefixes"]
-
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|m|mb|g|gb)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20}
-_SIZE_UNITS |= {"g": 1 << 30, "gb": 1 << 30}
+__all__ = [
+    "OptionReader",
+    "OptionSpec",
+    "declared",
+    "option_names",
+    "option_prefixes",
+    "read_declared",
+]
 
 C = TypeVar("C", bound=str)
+T = TypeVar("T")
+_SPEC = "spark_ckpt.option"  # a dataclass field's metadata key: the OptionSpec declaring it
 
 
 @dataclass(frozen=True)
-class OptionSpec:
-    """One option (or ``spark.ckpt.*`` key) as the reference documents it.
+class OptionSpec(Generic[T]):
+    """One option (or ``spark.ckpt.*`` key): its only declaration.
 
     Each data source, connector and the configuration declares its options once as a tuple of
-    these: the names it accepts are derived from the tuple and the documentation site's
-    reference tables are rendered from it, so an option cannot be accepted without being
-    documented. Pure data, built at import time.
+    these: the names it accepts are derived from the tuple, the documentation site's reference
+    tables are rendered from it, and an options dataclass's fields are :func:`declared` from it
+    (their type, default and parsing), so an option cannot be accepted without being documented
+    nor documented with a default it does not have. Pure data, built at import time.
 
     Attributes
     ----------
@@ -44,23 +64,31 @@ class OptionSpec:
         prefix (``kafka.``).
     meaning
         What it does, in Markdown: one paragraph, as a reference table's cell shows it.
+    type
+        What its value may be, and how text becomes that value (:mod:`.option_types`). None
+        for a family of free keys, and for the ``spark.ckpt.*`` keys, which
+        :class:`~spark_ckpt.model.config.CkptConfig` reads.
     default
-        The value it takes when unset, spelled as a user would write it (``5min``); a test
-        parses it and checks it gives what leaving the option out gives. None when there is no
-        such value: see ``default_note``.
+        The value it takes when unset, typed (``300.0`` seconds, rendered ``5min``); None when
+        there is no such value: see ``default_note``.
     default_note
         What the table shows when ``default`` is None (``required``, ``none``, ``per
         connector``).
     placeholder
         For a family of free keys, what follows the prefix (``setting`` in ``kafka.<setting>``);
         empty for a single option.
+    required
+        For an option that must be given: what it is and how to set it, for the error that
+        says it is missing. Empty for an optional one.
     """
 
     name: str
     meaning: str
-    default: str | None = None
+    type: OptionType[T] | None = None
+    default: T | None = None
     default_note: str = "none"
     placeholder: str = ""
+    required: str = ""
 
     @property
     def display_name(self) -> str:
@@ -70,7 +98,60 @@ class OptionSpec:
     @property
     def display_default(self) -> str:
         """The default column's Markdown."""
-        return f"`{self.default}`" if self.default is not None else self.default_note
+        if self.default is None:
+            return "required" if self.required else self.default_note
+        text = str(self.default) if self.type is None else self.type.render(self.default)
+        return f"`{text}`"
+
+    def read(self, reader: OptionReader) -> T | None:
+        """The option's value from ``reader``: its default when unset.
+
+        Runs where the options are parsed (the driver; executors rebuilding a writer).
+
+        Raises
+        ------
+        ConfigError
+            When a required option is missing.
+        InvalidOptionError
+            When the value is not one the option's type accepts.
+        """
+        if self.type is None:
+            raise TypeError(f"option {self.name!r} has no type to read it with")
+        raw = reader.raw(self.name)
+        if raw is None or (self.type.blank_is_unset and not raw.strip()):
+            if self.required:
+                raise ConfigError(f"{reader.owner} needs the option {self.name!r}: {self.required}")
+            return self.default
+        try:
+            return self.type.parse(raw)
+        except ValueError as e:
+            raise InvalidOptionError(self.name, raw, self.type.accepted) from e
+
+
+def declared(spec: OptionSpec[T]) -> T:
+    """A dataclass field read from ``spec``: its default is the declaration's.
+
+    Used in the body of an options dataclass (``snapshot_chunk_rows: int =
+    declared(SNAPSHOT_CHUNK_ROWS)``); :func:`read_declared` then reads every such field. A
+    required option's field has no default. Import time.
+    """
+    metadata = {_SPEC: spec}
+    if spec.required:
+        return cast(T, dataclasses.field(metadata=metadata))
+    return cast(T, dataclasses.field(default=spec.default, metadata=metadata))
+
+
+def declared_fields(cls: type[Any]) -> dict[str, OptionSpec[Any]]:
+    """The fields of options dataclass ``cls`` made by :func:`declared`, and their options."""
+    return {f.name: f.metadata[_SPEC] for f in dataclasses.fields(cls) if _SPEC in f.metadata}
+
+
+def read_declared(cls: type[Any], reader: OptionReader) -> dict[str, Any]:
+    """Every :func:`declared` field of ``cls``, read from ``reader`` (field name -> value).
+
+    Runs where the options are parsed, once per parse.
+    """
+    return {name: spec.read(reader) for name, spec in declared_fields(cls).items()}
 
 
 def option_names(specs: Iterable[OptionSpec]) -> tuple[str, ...]:
@@ -170,18 +251,13 @@ class OptionReader:
         if value is not None and value.strip():
             raise InvalidOptionError(name, value, expected)
 
+    def value(self, name: str, kind: OptionType[T], default: T | None) -> T | None:
+        """Option ``name`` read as ``kind``; ``default`` when unset (blank, for some kinds)."""
+        return OptionSpec(name, "", kind, default).read(self)
+
     def positive_int(self, name: str, default: int | None = None) -> int | None:
         """An integer >= 1."""
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise InvalidOptionError(name, raw, "a positive integer")
-        return value
+        return self.value(name, PositiveInt(), default)
 
     def duration(
         self, name: str, default: float, *, allow_unlimited: bool = False, default_unit: str = "ms"
@@ -190,62 +266,31 @@ class OptionReader:
 
         A bare number is in ``default_unit`` (milliseconds, as in Spark, unless documented).
         """
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        accepted = "a duration such as 500ms, 30s, 10min, 1h" + (
-            ", or unlimited" if allow_unlimited else ""
-        )
-        try:
-            value = parse_duration(
-                raw,
-                key=f"option {name!r}",
-                allow_unlimited=allow_unlimited,
-                default_unit=default_unit,
-            )
-        except ConfigError as e:
-            raise InvalidOptionError(name, raw, accepted) from e
-        if value <= 0:
-            raise InvalidOptionError(name, raw, "a positive duration")
+        kind = Duration(unlimited=allow_unlimited, unit=default_unit)
+        value = self.value(name, kind, default)
+        assert value is not None
         return value
 
     def size(self, name: str, default: int) -> int:
         """A positive size in bytes, optionally with ``k``, ``m`` or ``g``."""
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        match = _SIZE.match(raw)
-        if match is None or int(match.group(1)) < 1:
-            raise InvalidOptionError(
-                name, raw, "a positive size in bytes, optionally with k, m or g (128m)"
-            )
-        return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+        value = self.value(name, Size(), default)
+        assert value is not None
+        return value
 
     def boolean(self, name: str, default: bool) -> bool:
         """``true`` or ``false``, in any case."""
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        value = raw.strip().lower()
-        if value not in ("true", "false"):
-            raise InvalidOptionError(name, raw, "true or false")
-        return value == "true"
+        value = self.value(name, Boolean(), default)
+        assert value is not None
+        return value
 
     def choice(self, name: str, choices: tuple[C, ...], default: C) -> C:
         """One of ``choices`` (compared case-insensitively)."""
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        by_value = {choice.lower(): choice for choice in choices}
-        value = by_value.get(raw.strip().lower())
-        if value is None:
-            raise InvalidOptionError(name, raw, "one of: " + ", ".join(choices))
+        value = self.value(name, Choice(choices), default)
+        assert value is not None
         return value
 
     def names(self, name: str, what: str = "names") -> tuple[str, ...]:
         """A comma-separated list of distinct ``what`` (empty when unset)."""
-        raw = self.raw(name) or ""
-        items = tuple(item.strip() for item in raw.split(",") if item.strip())
-        if len(set(items)) != len(items):
-            raise InvalidOptionError(name, raw, f"distinct {what}, separated by commas")
-        return items
+        value = self.value(name, Names(what), ())
+        assert value is not None
+        return value
