@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from spark_ckpt.errors import ConfigError
-from spark_ckpt.model.options import OptionReader, OptionSpec, option_names
+from spark_ckpt.model.option_types import Boolean, Choice, Duration, Names, Parsed, Size, Text
+from spark_ckpt.model.options import OptionReader, OptionSpec, declared, option_names, read_declared
 from spark_ckpt.model.schema_changes import BEHAVIORS, Behavior
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.mirrors import CHANGES_TABLE
@@ -14,7 +16,8 @@ from spark_ckpt.state.storage import Location, StorageOptions
 
 __all__ = ["SINK_OPTIONS", "SinkOptions"]
 
-MODES = ("append", "mirror")
+Mode = Literal["append", "mirror"]
+MODES: tuple[Mode, ...] = ("append", "mirror")
 # Options Spark itself adds for every streaming sink (DataStreamWriter.queryName(...)).
 _SPARK_OPTIONS = ("queryname",)
 STORAGE_PREFIX = "storageOptions."
@@ -22,71 +25,103 @@ BEHAVIOR_PREFIX = "schemaChangeBehavior."
 """``schemaChangeBehavior.<schema.table>``: one table's schema change behavior."""
 """``storageOptions.<KEY>``: a storage option (endpoint, region, credentials) for the sink."""
 
-SINK_OPTIONS = (
-    OptionSpec(
-        "path",
-        "the Delta table (created by the first publish; an existing table is appended to); in "
-        "`mode=mirror`, the root holding one table per source table",
-        default_note="required",
-    ),
-    OptionSpec(
-        "checkpointLocation",
-        "the query's checkpoint location, as a writer option (Spark passes it to Python sinks "
-        "only that way)",
-        default_note="required",
-    ),
-    OptionSpec(
-        "partitionBy",
-        "comma-separated partition columns (Hive-style directories); "
-        "`DataStreamWriter.partitionBy` is not visible to Python sinks",
-    ),
-    OptionSpec(
-        "targetFileSize",
-        "roll to a new Parquet file at this size (`b`, `k`, `m`, `g`)",
-        default="128m",
-    ),
-    OptionSpec("mergeSchema", "allow new columns", default="false"),
-    OptionSpec(
-        "orphanGracePeriod",
-        "staged files of a batch Spark never completed are deleted once their intents are "
-        "older than this (seconds, or Spark durations)",
-        default="3600",
-    ),
-    OptionSpec(
-        STORAGE_PREFIX,
-        "an object-store setting for this sink (`storageOptions.AWS_REGION`, ...), overriding "
-        "the session's",
-        placeholder="KEY",
-    ),
-    OptionSpec(
-        "mode",
-        "`append`: the stream's rows into the table at `path`; `mirror`: one table per source "
-        "table under the root `path`",
-        default="append",
-    ),
-    OptionSpec(
-        "changeLog",
-        "`mode=mirror`: where the change log of the same batches goes",
-        default_note="`<path>/_changes`",
-    ),
-    OptionSpec(
-        "scd",
-        "`mode=mirror`: `1` keeps each key's current row; `2` keeps every version, with "
-        "`__start_at` / `__end_at`",
-        default="1",
-    ),
-    OptionSpec(
-        "schemaChangeBehavior",
-        "`mode=mirror`: what a mirror does when its source table's schema changes: `evolve` "
-        "follows it, `fail` stops the query, `ignore` keeps the mirror's columns, `lenient` "
-        "follows without dropping columns (see Schema changes)",
-        default="evolve",
-    ),
-    OptionSpec(
-        BEHAVIOR_PREFIX,
-        "`mode=mirror`: `schemaChangeBehavior` for one source table, overriding the query's",
-        placeholder="schema.table",
-    ),
+
+def _scd(text: str) -> int:
+    return int(Choice(("1", "2")).parse(text))
+
+
+PATH: OptionSpec[str] = OptionSpec(
+    "path",
+    "the Delta table (created by the first publish; an existing table is appended to); in "
+    "`mode=mirror`, the root holding one table per source table",
+    Text(),
+    required="the Delta table's location (.option('path', '/lake/table') or .start('/lake/table'))",
+)
+CHECKPOINT_LOCATION: OptionSpec[str] = OptionSpec(
+    "checkpointLocation",
+    "the query's checkpoint location, as a writer option (Spark passes it to Python sinks only "
+    "that way)",
+    Text(),
+    required=".option('checkpointLocation', '/ckpt/query'). It holds the pre-commit manifests "
+    "and proves when a batch is complete (spark.sql.streaming.checkpointLocation alone is not "
+    "passed to Python sinks)",
+)
+PARTITION_BY: OptionSpec[tuple[str, ...]] = OptionSpec(
+    "partitionBy",
+    "comma-separated partition columns (Hive-style directories); `DataStreamWriter.partitionBy` "
+    "is not visible to Python sinks",
+    Names("column names"),
+    default=(),
+)
+TARGET_FILE_SIZE: OptionSpec[int] = OptionSpec(
+    "targetFileSize",
+    "roll to a new Parquet file at this size (`b`, `k`, `m`, `g`)",
+    Size(),
+    default=128 << 20,
+)
+MERGE_SCHEMA: OptionSpec[bool] = OptionSpec(
+    "mergeSchema", "allow new columns", Boolean(), default=False
+)
+ORPHAN_GRACE_PERIOD: OptionSpec[float] = OptionSpec(
+    "orphanGracePeriod",
+    "staged files of a batch Spark never completed are deleted once their intents are older "
+    "than this (seconds, or Spark durations)",
+    Duration(unit="s"),
+    default=3600.0,
+)
+STORAGE: OptionSpec[str] = OptionSpec(
+    STORAGE_PREFIX,
+    "an object-store setting for this sink (`storageOptions.AWS_REGION`, ...), overriding the "
+    "session's",
+    placeholder="KEY",
+)
+MODE: OptionSpec[Mode] = OptionSpec(
+    "mode",
+    "`append`: the stream's rows into the table at `path`; `mirror`: one table per source "
+    "table under the root `path`",
+    Choice(MODES),
+    default="append",
+)
+CHANGE_LOG: OptionSpec[str] = OptionSpec(
+    "changeLog",
+    "`mode=mirror`: where the change log of the same batches goes",
+    Text(),
+    default_note="`<path>/_changes`",
+)
+SCD: OptionSpec[int] = OptionSpec(
+    "scd",
+    "`mode=mirror`: `1` keeps each key's current row; `2` keeps every version, with "
+    "`__start_at` / `__end_at`",
+    Parsed(_scd, "one of: 1, 2", blank_is_unset=False),
+    default=1,
+)
+SCHEMA_CHANGE_BEHAVIOR: OptionSpec[Behavior] = OptionSpec(
+    "schemaChangeBehavior",
+    "`mode=mirror`: what a mirror does when its source table's schema changes: `evolve` "
+    "follows it, `fail` stops the query, `ignore` keeps the mirror's columns, `lenient` follows "
+    "without dropping columns (see Schema changes)",
+    Choice(BEHAVIORS),
+    default="evolve",
+)
+TABLE_BEHAVIOR: OptionSpec[str] = OptionSpec(
+    BEHAVIOR_PREFIX,
+    "`mode=mirror`: `schemaChangeBehavior` for one source table, overriding the query's",
+    placeholder="schema.table",
+)
+
+SINK_OPTIONS: tuple[OptionSpec[Any], ...] = (
+    PATH,
+    CHECKPOINT_LOCATION,
+    PARTITION_BY,
+    TARGET_FILE_SIZE,
+    MERGE_SCHEMA,
+    ORPHAN_GRACE_PERIOD,
+    STORAGE,
+    MODE,
+    CHANGE_LOG,
+    SCD,
+    SCHEMA_CHANGE_BEHAVIOR,
+    TABLE_BEHAVIOR,
 )
 """Every ``delta-2pc`` option, documented: the reference's table and the accepted names."""
 _NAMES = option_names(SINK_OPTIONS)
@@ -129,14 +164,14 @@ class SinkOptions:
 
     path: str
     checkpoint_location: str
-    partition_by: tuple[str, ...] = ()
-    target_file_size: int = 128 << 20
-    merge_schema: bool = False
-    orphan_grace_period: float = 3600.0
+    partition_by: tuple[str, ...] = declared(PARTITION_BY)
+    target_file_size: int = declared(TARGET_FILE_SIZE)
+    merge_schema: bool = declared(MERGE_SCHEMA)
+    orphan_grace_period: float = declared(ORPHAN_GRACE_PERIOD)
     storage: StorageOptions = field(default_factory=StorageOptions)
     mirror_root: str | None = None
-    scd: int = 1
-    schema_change_behavior: Behavior = "evolve"
+    scd: int = declared(SCD)
+    schema_change_behavior: Behavior = declared(SCHEMA_CHANGE_BEHAVIOR)
     table_behaviors: tuple[tuple[str, Behavior], ...] = ()
     """``(schema.table lower-cased, behavior)`` for the tables with their own behavior."""
 
@@ -181,15 +216,13 @@ class SinkOptions:
             ignored=_SPARK_OPTIONS,
             prefixes=(STORAGE_PREFIX, BEHAVIOR_PREFIX),
         )
-        path = reader.required(
-            "path",
-            "the Delta table's location (.option('path', '/lake/table') or .start('/lake/table'))",
-        )
-        mode = reader.choice("mode", MODES, "append")
+        path = PATH.read(reader)
+        assert path is not None
+        mode = MODE.read(reader)
         mirror_root = None
         if mode == "mirror":
             mirror_root = Location(path).url
-            path = reader.text("changeLog") or Location(path).child(CHANGES_TABLE).url
+            path = CHANGE_LOG.read(reader) or Location(path).child(CHANGES_TABLE).url
         else:
             reader.forbid("scd", "no value outside mode=mirror")
             reader.forbid("schemaChangeBehavior", "no value outside mode=mirror")
@@ -197,31 +230,20 @@ class SinkOptions:
                 "changeLog",
                 "no value outside mode=mirror (in append mode, 'path' is the change log)",
             )
-        if reader.text("checkpointLocation") is None:
-            raise ConfigError(
-                "delta-2pc needs the query's checkpoint location as a writer option: "
-                ".option('checkpointLocation', '/ckpt/query'). It holds the pre-commit manifests "
-                "and proves when a batch is complete (spark.sql.streaming.checkpointLocation "
-                "alone is not passed to Python sinks)"
-            )
-        checkpoint = reader.text("checkpointLocation")
+        checkpoint = CHECKPOINT_LOCATION.read(reader)
         assert checkpoint is not None
         merged = StorageOptions.of(
             (storage or StorageOptions()).as_dict(), reader.prefixed(STORAGE_PREFIX)
         )
+        declared_values = read_declared(cls, reader)
         parsed = cls(
             # Canonical (absolute, s3:// for s3a://), fixed on the driver for every process.
             path=Location(path).url,
             checkpoint_location=checkpoint,
-            partition_by=reader.names("partitionBy", "column names"),
-            target_file_size=reader.size("targetFileSize", 128 << 20),
-            merge_schema=reader.boolean("mergeSchema", False),
-            orphan_grace_period=reader.duration("orphanGracePeriod", 3600.0, default_unit="s"),
             storage=merged,
             mirror_root=mirror_root,
-            scd=int(reader.choice("scd", ("1", "2"), "1")),
-            schema_change_behavior=reader.choice("schemaChangeBehavior", BEHAVIORS, "evolve"),
             table_behaviors=_table_behaviors(reader),
+            **declared_values,
         )
         parsed.table.delta_options()  # refuses unsafe settings (AWS_S3_ALLOW_UNSAFE_RENAME)
         parsed.checkpoint()  # refuses an unknown scheme

@@ -12,17 +12,22 @@ import abc
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
-from spark_ckpt.errors import ConfigError, InvalidOptionError
-from spark_ckpt.model.options import OptionReader, OptionSpec, option_names, option_prefixes
+from spark_ckpt.errors import InvalidOptionError
+from spark_ckpt.model.option_types import Boolean, Choice, Duration, PositiveInt
+from spark_ckpt.model.options import (
+    OptionReader,
+    OptionSpec,
+    declared,
+    option_names,
+    option_prefixes,
+    read_declared,
+)
 from spark_ckpt.state.registry import IDENTITY_OPTION
 from spark_ckpt.state.storage import StorageOptions
 
 from .registry import CONNECTORS
-
-if TYPE_CHECKING:
-    from .connector import ChangeConnector
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -45,53 +50,67 @@ commit, and a snapshot that is still being read keeps growing, so minutes withou
 a stuck producer or a broken log; the failure policy then restarts or fails the query instead
 of it reporting health forever. ``unlimited`` restores the old behaviour (never escalate)."""
 
-COMMON_OPTION_SPECS = (
-    OptionSpec(
-        "connector",
-        "`debezium-json`, `kafka` or `postgres`: which connector reads the external system",
-        default_note="required",
-    ),
-    OptionSpec(
-        "maxChangesPerTrigger",
-        "soft cap on the changes in a batch: a batch ends at the last transaction boundary "
-        "under it; a single larger transaction is delivered whole, in one batch",
-    ),
-    OptionSpec(
-        "softDeclineTimeout",
-        "held-back data (an incomplete transaction, a snapshot being read) that has made no "
-        "progress for this long is declined hard, naming the oldest unit it holds, and the "
-        "failure policy applies (FLIP-170's local tolerance; see *Held-back data* for why 5 "
-        "minutes); `unlimited` never escalates; Spark durations: `500ms`, `30s`, `10min`, `1h`",
-        default="5min",
-    ),
-    OptionSpec(
-        "changesPerPartition",
-        "a batch is split into Spark input partitions of about this many changes, at "
-        "transaction boundaries. Spark runs each partition of a Python source as a task with a "
-        "fixed cost of its own (about 35 ms of wall time on 2 cores), so fewer, larger "
-        "partitions are faster as long as every core has one",
-        default_note="per connector (below)",
-    ),
-    OptionSpec(
-        "gate",
-        "`off` cuts batches exactly at the cap, splitting transactions: only for measuring what "
-        "the gate costs",
-        default="on",
-    ),
-    OptionSpec(
-        "columnTypes",
-        "add a last column, `column_types string`: each image's column types as JSON "
-        '(`{"id": "bigint", "total": "decimal(12,2)"}`), where the connector knows them '
-        "(`postgres`: the catalog's and wal2json's types; `debezium-json` and `kafka`: the "
-        "record's Kafka Connect schema, null without one). Mirror mode types its tables from it",
-        default="false",
-    ),
-    OptionSpec(
-        STORAGE_PREFIX,
-        "an object-store setting for the connector's files (change log, snapshot spill), "
-        "overriding the session's (`storageOptions.AWS_REGION`, ...)",
-        placeholder="KEY",
-    ),
+CONNECTOR: OptionSpec[str] = OptionSpec(
+    "connector",
+    "`debezium-json`, `kafka` or `postgres`: which connector reads the external system",
+    Choice(tuple(CONNECTORS)),
+    required="one of " + ", ".join(CONNECTORS),
+)
+MAX_CHANGES_PER_TRIGGER: OptionSpec[int] = OptionSpec(
+    "maxChangesPerTrigger",
+    "soft cap on the changes in a batch: a batch ends at the last transaction boundary under "
+    "it; a single larger transaction is delivered whole, in one batch",
+    PositiveInt(),
+)
+SOFT_DECLINE: OptionSpec[float] = OptionSpec(
+    "softDeclineTimeout",
+    "held-back data (an incomplete transaction, a snapshot being read) that has made no "
+    "progress for this long is declined hard, naming the oldest unit it holds, and the failure "
+    "policy applies (FLIP-170's local tolerance; see *Held-back data* for why 5 minutes); "
+    "`unlimited` never escalates; Spark durations: `500ms`, `30s`, `10min`, `1h`",
+    Duration(unlimited=True),
+    default=SOFT_DECLINE_TIMEOUT,
+)
+CHANGES_PER_PARTITION: OptionSpec[int] = OptionSpec(
+    "changesPerPartition",
+    "a batch is split into Spark input partitions of about this many changes, at transaction "
+    "boundaries. Spark runs each partition of a Python source as a task with a fixed cost of "
+    "its own (about 35 ms of wall time on 2 cores), so fewer, larger partitions are faster as "
+    "long as every core has one",
+    PositiveInt(),
+    default_note="per connector (below)",
+)
+GATE: OptionSpec[str] = OptionSpec(
+    "gate",
+    "`off` cuts batches exactly at the cap, splitting transactions: only for measuring what "
+    "the gate costs",
+    Choice(("on", "off")),
+    default="on",
+)
+COLUMN_TYPES: OptionSpec[bool] = OptionSpec(
+    "columnTypes",
+    "add a last column, `column_types string`: each image's column types as JSON "
+    '(`{"id": "bigint", "total": "decimal(12,2)"}`), where the connector knows them '
+    "(`postgres`: the catalog's and wal2json's types; `debezium-json` and `kafka`: the "
+    "record's Kafka Connect schema, null without one). Mirror mode types its tables from it",
+    Boolean(),
+    default=False,
+)
+STORAGE: OptionSpec[str] = OptionSpec(
+    STORAGE_PREFIX,
+    "an object-store setting for the connector's files (change log, snapshot spill), "
+    "overriding the session's (`storageOptions.AWS_REGION`, ...)",
+    placeholder="KEY",
+)
+
+COMMON_OPTION_SPECS: tuple[OptionSpec[Any], ...] = (
+    CONNECTOR,
+    MAX_CHANGES_PER_TRIGGER,
+    SOFT_DECLINE,
+    CHANGES_PER_PARTITION,
+    GATE,
+    COLUMN_TYPES,
+    STORAGE,
 )
 """The options of every connector, in their documented spelling, as the reference lists them."""
 COMMON_OPTIONS = option_names(COMMON_OPTION_SPECS)
@@ -99,12 +118,13 @@ COMMON_OPTIONS = option_names(COMMON_OPTION_SPECS)
 
 
 class ConnectorOptions(abc.ABC):
-    """A connector's own options: parsed from the reader, and able to build the connector.
+    """A connector's own options, parsed from the reader: pure data.
 
-    Subclasses are frozen dataclasses in the connector's folder, registered in :mod:`.registry`.
+    Subclasses are frozen dataclasses in the connector's folder, registered in :mod:`.registry`
+    with the builder that turns them into the connector.
     """
 
-    OPTIONS: ClassVar[tuple[OptionSpec, ...]]
+    OPTIONS: ClassVar[tuple[OptionSpec[Any], ...]]
     """The connector's own options, documented: the reference's table and the names below."""
 
     NAMES: ClassVar[tuple[str, ...]]
@@ -128,17 +148,13 @@ class ConnectorOptions(abc.ABC):
     def parse(cls, options: OptionReader) -> ConnectorOptions:
         """Read and validate the connector's options (driver, once per query start)."""
 
-    @abc.abstractmethod
-    def connector(self, common: SourceOptions) -> ChangeConnector:
-        """Build the connector and check it can run (driver, once per query run)."""
-
 
 def connector_options_class(connector: str) -> type[ConnectorOptions]:
     """The options class of ``connector``, a key of :data:`.registry.CONNECTORS`.
 
     Driver, once per query start; imports that connector's options module and no other.
     """
-    module, _, name = CONNECTORS[connector].partition(":")
+    module, _, name = CONNECTORS[connector].options.partition(":")
     cls: type[ConnectorOptions] = getattr(importlib.import_module(module), name)
     return cls
 
@@ -175,11 +191,11 @@ class SourceOptions:
 
     connector: str
     connector_options: ConnectorOptions
-    max_changes_per_trigger: int | None = None
-    soft_decline_timeout: float = SOFT_DECLINE_TIMEOUT
-    changes_per_partition: int = 50_000
+    changes_per_partition: int
+    max_changes_per_trigger: int | None = declared(MAX_CHANGES_PER_TRIGGER)
+    soft_decline_timeout: float = declared(SOFT_DECLINE)
+    column_types: bool = declared(COLUMN_TYPES)
     gated: bool = True
-    column_types: bool = False
     identity: str | None = None
     storage: StorageOptions = field(default_factory=StorageOptions)
 
@@ -204,11 +220,8 @@ class SourceOptions:
         reader = OptionReader(
             options, "txn-cdc", names, ignored=[IDENTITY_OPTION], prefixes=prefixes
         )
-        if reader.text("connector") is None:
-            raise ConfigError(
-                "txn-cdc needs the option 'connector': one of " + ", ".join(CONNECTORS)
-            )
-        connector = reader.choice("connector", tuple(CONNECTORS), "debezium-json")
+        connector = CONNECTOR.read(reader)
+        assert connector is not None
         own = classes[connector]
         connector_options = own.parse(reader)
         for name in names:
@@ -221,18 +234,16 @@ class SourceOptions:
                     raise InvalidOptionError(
                         prefix + key, "***", f"no value: the {connector} connector does not read it"
                     )
-        per_partition = reader.positive_int("changesPerPartition", own.CHANGES_PER_PARTITION)
+        per_partition = reader.value(
+            CHANGES_PER_PARTITION.name, PositiveInt(), own.CHANGES_PER_PARTITION
+        )
         assert per_partition is not None
         return cls(
             connector=connector,
             connector_options=connector_options,
-            max_changes_per_trigger=reader.positive_int("maxChangesPerTrigger"),
-            soft_decline_timeout=reader.duration(
-                "softDeclineTimeout", SOFT_DECLINE_TIMEOUT, allow_unlimited=True
-            ),
             changes_per_partition=per_partition,
-            gated=reader.choice("gate", ("on", "off"), "on") == "on",
-            column_types=reader.boolean("columnTypes", False),
+            gated=GATE.read(reader) == "on",
+            **read_declared(cls, reader),
             identity=reader.raw(IDENTITY_OPTION),
             storage=StorageOptions.of(
                 (storage or StorageOptions()).as_dict(), reader.prefixed(STORAGE_PREFIX)

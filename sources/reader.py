@@ -15,6 +15,7 @@ is tracked on every trigger, cut or not (:mod:`spark_ckpt.model.held_back`): rep
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import threading
@@ -46,6 +47,7 @@ from spark_ckpt.state.registry import ControlState, DrainReport
 from .connector import ChangeConnector, Plan
 from .gate import Cut, GateDecision, choose_cut
 from .options import SourceOptions
+from .registry import CONNECTORS
 from .schema import COLUMNS, with_types
 
 __all__ = ["TxnCdcStreamReader", "make_connector"]
@@ -55,8 +57,15 @@ _DRAIN_POLL = 0.02  # seconds between looks for a drain request; bounds how late
 
 
 def make_connector(options: SourceOptions) -> ChangeConnector:
-    """Build the connector the options name (driver; executors get a pickled copy)."""
-    return options.connector_options.connector(options)
+    """Build the connector the options name (driver, once per query run).
+
+    Executors get a pickled copy. Imports that connector's module (its builder) and no other.
+    """
+    module, _, name = CONNECTORS[options.connector].builder.partition(":")
+    build: Callable[[Any, SourceOptions], ChangeConnector] = getattr(
+        importlib.import_module(module), name
+    )
+    return build(options.connector_options, options)
 
 
 def _key(offset: dict[str, Any]) -> str:

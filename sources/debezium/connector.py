@@ -26,6 +26,7 @@ from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
+from ..options import SourceOptions
 from ..partitions import split_after
 from .envelope_schemas import SchemaRow, with_schema_rows
 from .log_files import (
@@ -42,7 +43,7 @@ from .planner import LogPlanner
 from .transactions import NOTHING_DELIVERED, PlannedUnit, TransactionAssembler
 from .types import typed_batch
 
-__all__ = ["DebeziumJsonConnector", "LogOffset", "read_range"]
+__all__ = ["DebeziumJsonConnector", "LogOffset", "build", "read_range"]
 
 
 STREAM_AT = 10_000
@@ -426,3 +427,17 @@ def read_range(
             f"{end.emitted - (0 if end.partial else 1)}: the change log was modified in place "
             f"(files may only be appended or added); restore the original files"
         )
+
+
+def build(options: DebeziumOptions, common: SourceOptions) -> DebeziumJsonConnector:
+    """The connector, with its directory checked (driver, once per query run)."""
+    connector = DebeziumJsonConnector(
+        Location(options.path, common.storage),
+        common.changes_per_partition,
+        options.file_order,
+        common.column_types,
+        accept_resnapshot=options.resnapshot == "accept",
+        key_columns=dict(options.key_columns),
+    )
+    connector.check()
+    return connector

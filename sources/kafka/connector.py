@@ -18,8 +18,11 @@ from spark_ckpt.model.schema_changes import TableSchema
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..debezium.envelope_schemas import PlannedSchemas, SchemaRow, follow_units
+from ..gate import Cut
+from ..options import SourceOptions
 from .client import new_consumer
 from .offsets import KafkaOffset, TopicPartition
+from .options import KafkaOptions
 from .planner import KafkaPlanner
 from .reader import KafkaPartition, read_partition
 
@@ -27,10 +30,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from confluent_kafka import Consumer
 
-    from ..gate import Cut
-    from .options import KafkaOptions
 
-__all__ = ["KafkaConnector"]
+__all__ = ["KafkaConnector", "build"]
 
 SOURCE = "kafka"
 """The ``source`` column of rows whose record names no Debezium server."""
@@ -296,3 +297,8 @@ def _pieces(
     count = max(1, min(stop - start, round(least * (stop - start) / total)))
     bounds = [start + (stop - start) * i // count for i in range(count + 1)]
     return list(itertools.pairwise(bounds))
+
+
+def build(options: KafkaOptions, common: SourceOptions) -> KafkaConnector:
+    """The connector (driver, once per query run)."""
+    return KafkaConnector(options, gated=common.gated, column_types=common.column_types)

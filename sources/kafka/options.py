@@ -19,17 +19,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError
-from spark_ckpt.model.options import OptionReader, OptionSpec
+from spark_ckpt.model.option_types import Boolean, Duration, Names, Parsed, PositiveInt
+from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
 
 from ..options import ConnectorOptions
 from .client_config import PREFIX, client_settings
-
-if TYPE_CHECKING:
-    from ..connector import ChangeConnector
-    from ..options import SourceOptions
 
 __all__ = [
     "EARLIEST",
@@ -76,7 +73,16 @@ def parse_starting_offsets(value: str | None) -> StartingOffsets:
     InvalidOptionError
         For anything but ``earliest``, ``latest`` or that JSON form.
     """
-    if value is None or value.strip().lower() == "earliest":
+    if value is None:
+        return "earliest"
+    try:
+        return _starting_offsets(value)
+    except ValueError as e:
+        raise InvalidOptionError("startingOffsets", value, _OFFSETS_FORM) from e
+
+
+def _starting_offsets(value: str) -> StartingOffsets:
+    if value.strip().lower() in ("earliest", ""):
         return "earliest"
     if value.strip().lower() == "latest":
         return "latest"
@@ -90,10 +96,111 @@ def parse_starting_offsets(value: str | None) -> StartingOffsets:
             ):
                 raise ValueError("negative partition or offset below -2")
     except (ValueError, TypeError, AttributeError) as e:
-        raise InvalidOptionError("startingOffsets", value, _OFFSETS_FORM) from e
+        raise ValueError(value) from e
     if not out:
-        raise InvalidOptionError("startingOffsets", value, _OFFSETS_FORM)
+        raise ValueError(value)
     return out
+
+
+def _pattern(value: str) -> str:
+    try:
+        re.compile(value.strip())
+    except re.error as e:
+        raise ValueError(value) from e
+    return value.strip()
+
+
+def _transaction_topic(value: str) -> str:
+    return "" if value.strip().lower() == "none" else value.strip()
+
+
+def _milliseconds(value: str) -> float:
+    return PositiveInt().parse(value) / 1000
+
+
+CLIENT: OptionSpec[str] = OptionSpec(
+    PREFIX,
+    "a Kafka client setting, passed to librdkafka (confluent-kafka); `kafka.bootstrap.servers` "
+    "is required. As with Spark's Kafka source, settings the source manages are refused "
+    "(`auto.offset.reset`: use `startingOffsets`; `enable.auto.commit`, deserializers, "
+    "interceptors). Java-only settings are refused with librdkafka's equivalent named "
+    "(`ssl.truststore.location`: `ssl.ca.location`, a PEM file); `sasl.jaas.config` for PLAIN "
+    "and SCRAM becomes `sasl.username`/`sasl.password`. Secret values never reach errors or "
+    "progress",
+    placeholder="setting",
+)
+SUBSCRIBE: OptionSpec[tuple[str, ...]] = OptionSpec(
+    "subscribe",
+    "topic names separated by commas; exactly one of `subscribe` and `subscribePattern` is "
+    "required. Partitions added later are read from their start",
+    Names("topic names"),
+    default=(),
+    default_note="one of the two required",
+)
+SUBSCRIBE_PATTERN: OptionSpec[str] = OptionSpec(
+    "subscribePattern",
+    "a regular expression matching whole topic names; topics that match later are read from "
+    "their start",
+    Parsed(_pattern, "a regular expression"),
+    default_note="one of the two required",
+)
+STARTING_OFFSETS: OptionSpec[StartingOffsets] = OptionSpec(
+    "startingOffsets",
+    "`earliest`, `latest`, or JSON per topic and partition as Spark takes it "
+    '(`{"dbz.public.orders": {"0": 23}}`, `-2` earliest, `-1` latest). **Unlike Spark\'s '
+    "Kafka source, the default is `earliest`**: a Debezium topic starts with the snapshot, and "
+    "a table mirrored from `latest` would be missing every row not changed since",
+    Parsed(_starting_offsets, _OFFSETS_FORM, blank_is_unset=False),
+    default="earliest",
+)
+FAIL_ON_DATA_LOSS: OptionSpec[bool] = OptionSpec(
+    "failOnDataLoss",
+    "records the query has not read were deleted (retention), or a topic it read was deleted: "
+    "`DataLossError` naming topic, partition and offsets; `false` skips them with a warning and "
+    "a counter (`status.skipped.lost`, `status.deletedTopics`). A transaction missing a change "
+    "is then held back by its END's count; the snapshot and incremental chunks carry no count "
+    "and are delivered without the lost rows. A topic created again (its offsets went back) "
+    "fails the query either way",
+    Boolean(),
+    default=True,
+)
+POLL_TIMEOUT: OptionSpec[float] = OptionSpec(
+    "kafkaConsumer.pollTimeoutMs",
+    "as in Spark's Kafka source: reading (planning on the driver, a batch's range on an "
+    "executor) that makes no progress this long fails with `SourceConnectionError` naming the "
+    "partitions; metadata requests wait at most 30 s, or this when shorter. The client "
+    "reconnects within it, so a broker back in time costs only the wait",
+    Parsed(
+        _milliseconds,
+        "a positive integer (milliseconds)",
+        lambda seconds: str(round(seconds * 1000)),
+        blank_is_unset=False,
+    ),
+    default=POLL_TIMEOUT_MS / 1000,
+)
+TRANSACTION_TOPIC: OptionSpec[str] = OptionSpec(
+    "transactionTopic",
+    "Debezium's transaction topic, found beside the data topics when unset (the longest prefix "
+    "of a data topic's name with `.transaction` that exists); it must have one partition. "
+    "`none`: read without one, each change its own unit",
+    Parsed(_transaction_topic, "a topic name, or none"),
+    default_note="`<prefix>.transaction`",
+)
+SNAPSHOT_SETTLE: OptionSpec[float] = OptionSpec(
+    "snapshotSettle",
+    "how long after the initial snapshot's last record (or an incremental chunk's closing "
+    "transaction) was sent the connector waits for records sent before it to show up in other "
+    "partitions (Spark durations)",
+    Duration(),
+    default=SNAPSHOT_SETTLE_S,
+)
+MIN_PARTITIONS: OptionSpec[int] = OptionSpec(
+    "minPartitions",
+    "read a batch with at least this many Spark partitions: offset ranges are split in "
+    "proportion to their size, as Spark's Kafka source splits them (by default one Spark "
+    "partition per Kafka partition with records in the batch)",
+    PositiveInt(),
+)
 
 
 @dataclass(frozen=True)
@@ -128,88 +235,27 @@ class KafkaOptions(ConnectorOptions):
         (``kafkaConsumer.pollTimeoutMs``, see :data:`POLL_TIMEOUT_MS`).
     """
 
-    OPTIONS: ClassVar[tuple[OptionSpec, ...]] = (
-        OptionSpec(
-            PREFIX,
-            "a Kafka client setting, passed to librdkafka (confluent-kafka); "
-            "`kafka.bootstrap.servers` is required. As with Spark's Kafka source, settings the "
-            "source manages are refused (`auto.offset.reset`: use `startingOffsets`; "
-            "`enable.auto.commit`, deserializers, interceptors). Java-only settings are refused "
-            "with librdkafka's equivalent named (`ssl.truststore.location`: `ssl.ca.location`, a "
-            "PEM file); `sasl.jaas.config` for PLAIN and SCRAM becomes "
-            "`sasl.username`/`sasl.password`. Secret values never reach errors or progress",
-            placeholder="setting",
-        ),
-        OptionSpec(
-            "subscribe",
-            "topic names separated by commas; exactly one of `subscribe` and `subscribePattern` "
-            "is required. Partitions added later are read from their start",
-            default_note="one of the two required",
-        ),
-        OptionSpec(
-            "subscribePattern",
-            "a regular expression matching whole topic names; topics that match later are read "
-            "from their start",
-            default_note="one of the two required",
-        ),
-        OptionSpec(
-            "startingOffsets",
-            "`earliest`, `latest`, or JSON per topic and partition as Spark takes it "
-            '(`{"dbz.public.orders": {"0": 23}}`, `-2` earliest, `-1` latest). **Unlike '
-            "Spark's Kafka source, the default is `earliest`**: a Debezium topic starts with the "
-            "snapshot, and a table mirrored from `latest` would be missing every row not changed "
-            "since",
-            default="earliest",
-        ),
-        OptionSpec(
-            "failOnDataLoss",
-            "records the query has not read were deleted (retention), or a topic it read was "
-            "deleted: `DataLossError` naming topic, partition and offsets; `false` skips them "
-            "with a warning and a counter (`status.skipped.lost`, `status.deletedTopics`). A "
-            "transaction missing a change is then held back by its END's count; the snapshot and "
-            "incremental chunks carry no count and are delivered without the lost rows. A topic "
-            "created again (its offsets went back) fails the query either way",
-            default="true",
-        ),
-        OptionSpec(
-            "kafkaConsumer.pollTimeoutMs",
-            "as in Spark's Kafka source: reading (planning on the driver, a batch's range on an "
-            "executor) that makes no progress this long fails with `SourceConnectionError` "
-            "naming the partitions; metadata requests wait at most 30 s, or this when shorter. "
-            "The client reconnects within it, so a broker back in time costs only the wait",
-            default=str(POLL_TIMEOUT_MS),
-        ),
-        OptionSpec(
-            "transactionTopic",
-            "Debezium's transaction topic, found beside the data topics when unset (the longest "
-            "prefix of a data topic's name with `.transaction` that exists); it must have one "
-            "partition. `none`: read without one, each change its own unit",
-            default_note="`<prefix>.transaction`",
-        ),
-        OptionSpec(
-            "snapshotSettle",
-            "how long after the initial snapshot's last record (or an incremental chunk's "
-            "closing transaction) was sent the connector waits for records sent before it to "
-            "show up in other partitions (Spark durations)",
-            default="2s",
-        ),
-        OptionSpec(
-            "minPartitions",
-            "read a batch with at least this many Spark partitions: offset ranges are split in "
-            "proportion to their size, as Spark's Kafka source splits them (by default one Spark "
-            "partition per Kafka partition with records in the batch)",
-        ),
+    OPTIONS: ClassVar[tuple[OptionSpec[Any], ...]] = (
+        CLIENT,
+        SUBSCRIBE,
+        SUBSCRIBE_PATTERN,
+        STARTING_OFFSETS,
+        FAIL_ON_DATA_LOSS,
+        POLL_TIMEOUT,
+        TRANSACTION_TOPIC,
+        SNAPSHOT_SETTLE,
+        MIN_PARTITIONS,
     )
 
     client: dict[str, str] = field(hash=False, repr=False)  # holds passwords
-    subscribe: tuple[str, ...] = ()
-    subscribe_pattern: str | None = None
-    starting_offsets: StartingOffsets = "earliest"
-    fail_on_data_loss: bool = True
-    min_partitions: int | None = None
-    transaction_topic: str | None = None
-    snapshot_settle: float = SNAPSHOT_SETTLE_S
-    poll_timeout: float = POLL_TIMEOUT_MS / 1000
+    subscribe: tuple[str, ...] = declared(SUBSCRIBE)
+    subscribe_pattern: str | None = declared(SUBSCRIBE_PATTERN)
+    starting_offsets: StartingOffsets = declared(STARTING_OFFSETS)
+    fail_on_data_loss: bool = declared(FAIL_ON_DATA_LOSS)
+    min_partitions: int | None = declared(MIN_PARTITIONS)
+    transaction_topic: str | None = declared(TRANSACTION_TOPIC)
+    snapshot_settle: float = declared(SNAPSHOT_SETTLE)
+    poll_timeout: float = declared(POLL_TIMEOUT)
 
     @classmethod
     def parse(cls, options: OptionReader) -> KafkaOptions:
@@ -223,40 +269,11 @@ class KafkaOptions(ConnectorOptions):
             A bad value, a client setting the source manages or cannot pass to librdkafka.
         """
         client = client_settings(options.prefixed(PREFIX))
-        subscribe = options.names("subscribe", "topic names")
-        pattern = options.text("subscribePattern")
-        if bool(subscribe) == bool(pattern):
+        parsed = cls(client=client, **read_declared(cls, options))
+        if bool(parsed.subscribe) == bool(parsed.subscribe_pattern):
             raise ConfigError(
                 "the kafka connector needs exactly one of the options 'subscribe' (topic names, "
                 "separated by commas) and 'subscribePattern' (a regular expression), as Spark's "
                 "Kafka source does"
             )
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise InvalidOptionError(
-                    "subscribePattern", pattern, f"a regular expression ({e})"
-                ) from e
-        topic = options.text("transactionTopic")
-        return cls(
-            client=client,
-            subscribe=subscribe,
-            subscribe_pattern=pattern,
-            starting_offsets=parse_starting_offsets(options.text("startingOffsets")),
-            fail_on_data_loss=options.boolean("failOnDataLoss", True),
-            min_partitions=options.positive_int("minPartitions"),
-            transaction_topic=None if topic is None else "" if topic.lower() == "none" else topic,
-            snapshot_settle=options.duration("snapshotSettle", SNAPSHOT_SETTLE_S),
-            poll_timeout=(
-                options.positive_int("kafkaConsumer.pollTimeoutMs", POLL_TIMEOUT_MS)
-                or POLL_TIMEOUT_MS
-            )
-            / 1000,
-        )
-
-    def connector(self, common: SourceOptions) -> ChangeConnector:
-        """The connector (driver, once per query run)."""
-        from .connector import KafkaConnector
-
-        return KafkaConnector(self, gated=common.gated, column_types=common.column_types)
+        return parsed

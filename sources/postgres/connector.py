@@ -20,7 +20,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -36,6 +36,7 @@ from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
+from ..options import SourceOptions
 from .change_store import ChangeStore
 from .chunks import require_key
 from .connect import redact_dsn, scrub
@@ -49,10 +50,10 @@ from .incremental import (
 from .incremental_driver import IncrementalSnapshot
 from .incremental_plan import ChunkPlanner, WindowChange
 from .lsn import format_lsn, parse_lsn
+from .options import PostgresOptions
 from .peek import decode_peek
 from .pg_offset import PgOffset
 from .pgoutput import RelationCatalog
-from .plugins import PLUGIN
 from .publication import ensure_publication
 from .schema_tracking import SchemaCatalog, SchemaTracker, Wal2JsonWatcher, drifted
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
@@ -69,79 +70,49 @@ from .types import types_json
 from .wal2json import PgTransaction
 from .windows import window_changes
 
-__all__ = ["PostgresConnector"]
+__all__ = ["PostgresConnector", "build"]
 
 _log = logging.getLogger(__name__)
 _READ_AHEAD_MIN = 20_000  # peek at least this many rows ahead, to serve several small batches
 
 
 class PostgresConnector(ChangeConnector):
-    """Reads committed transactions of ``tables`` from a wal2json slot.
+    """Reads committed transactions of the captured tables from a logical replication slot.
+
+    Built on the driver by :func:`build`, once per query run; executors get a pickled copy
+    without connections.
 
     Parameters
     ----------
-    dsn
-        libpq connection string or URI (its password is never printed).
-    slot
-        The replication slot (created when missing).
-    tables
-        ``schema.table`` names to capture.
-    snapshot
-        ``initial`` reads the tables' rows first, as one consistent unit; ``incremental`` reads
-        them in resumable chunks alongside the stream; ``never`` starts at the slot's position.
+    options
+        The connector's options (:class:`.options.PostgresOptions`), as parsed.
     changes_per_partition
-        Changes per Spark input partition.
-    snapshot_dir
-        Where the snapshot spills its rows (None: a directory under the system temp dir).
+        Changes per Spark input partition (``changesPerPartition``).
+    spill
+        Where the snapshot and the stream spill (``snapshotDir``, reached with the source's
+        storage settings); None: a directory under the system temp dir.
     column_types
         Add the ``column_types`` column (each image's column types, :mod:`.types`).
-    heartbeat_interval
-        Seconds without a batch before a heartbeat moves a quiet slot (infinite: never).
-    plugin
-        The slot's output plugin: ``wal2json`` or ``pgoutput``.
-    publication
-        pgoutput: the publication to stream (created when missing; default
-        ``spark_ckpt_<slot>``).
-    buffer_size
-        Compressed bytes of peeked changes kept in the driver's memory; beyond, they spill to
-        the spill location (:mod:`.change_store`).
-    chunk_rows, parallelism
-        ``snapshot=incremental``: rows per chunk, chunks read at once (:mod:`.incremental`).
     """
 
     name = "postgres"
 
     def __init__(
         self,
-        dsn: str,
-        slot: str,
-        tables: list[str],
-        snapshot: Literal["initial", "never", "incremental"],
-        changes_per_partition: int = 50_000,
-        snapshot_dir: Location | None = None,
+        options: PostgresOptions,
+        changes_per_partition: int,
+        spill: Location | None = None,
         column_types: bool = False,
-        heartbeat_interval: float = 60.0,
-        plugin: str = PLUGIN,
-        publication: str | None = None,
-        buffer_size: int = 256 * 1024 * 1024,
-        chunk_rows: int = 50_000,
-        parallelism: int = 2,
     ) -> None:
-        self.dsn = dsn
-        self.chunk_rows = chunk_rows
-        self.parallelism = parallelism
-        self.buffer_size = buffer_size
-        self.heartbeat_interval = heartbeat_interval
-        self.plugin = plugin
-        self.publication = publication or f"spark_ckpt_{slot}"
+        self.options = options
+        self.dsn = options.dsn
+        slot = options.slot
+        self.publication = options.publication or f"spark_ckpt_{slot}"
         self.column_types = column_types
-        self.slot_name = slot
-        self.table_names = tables
-        self.snapshot = snapshot
         self.changes_per_partition = changes_per_partition
-        digest = hashlib.sha256(f"{redact_dsn(dsn)}|{slot}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{redact_dsn(self.dsn)}|{slot}".encode()).hexdigest()[:12]
         default = os.path.join(tempfile.gettempdir(), "spark-ckpt-postgres", f"{slot}-{digest}")
-        self.spill = SnapshotSpill(snapshot_dir or Location(default))
+        self.spill = SnapshotSpill(spill or Location(default))
         self.source = f"postgres:{slot}"
         self._slot: Slot | None = None
         self._tables: list[TableInfo] = []
@@ -162,9 +133,9 @@ class PostgresConnector(ChangeConnector):
         self._lag_seconds: float | None = None
         self._moved_at = time.monotonic()  # when the last batch moved the position
         self._heartbeat_broken = False  # the server refused a heartbeat: not tried again
-        self._type_names = TypeNames(dsn)
+        self._type_names = TypeNames(self.dsn)
         self._relations = RelationCatalog(self._type_names, self._primary_key)  # pgoutput
-        self._schema_catalog = SchemaCatalog(dsn)  # schema changes: what the stream lacks
+        self._schema_catalog = SchemaCatalog(self.dsn)  # schema changes: what the stream lacks
         self._tracker: SchemaTracker | None = None  # the schemas through the current peek
         self._schema_changes: list[str] = []  # those of the last planned batch, described
 
@@ -183,7 +154,7 @@ class PostgresConnector(ChangeConnector):
     def slot(self) -> Slot:
         """The slot (driver)."""
         if self._slot is None:
-            self._slot = Slot(self.dsn, self.slot_name, self.plugin, self.publication)
+            self._slot = Slot(self.dsn, self.options.slot, self.options.plugin, self.publication)
         return self._slot
 
     def _primary_key(self, table: str) -> tuple[str, ...]:
@@ -194,7 +165,7 @@ class PostgresConnector(ChangeConnector):
 
     def _catalog_schemas(self) -> dict[str, TableSchema]:
         """The captured tables' schemas now, from the catalog (driver, at a stream's start)."""
-        found = {name: self._schema_catalog.schema(name) for name in self.table_names}
+        found = {name: self._schema_catalog.schema(name) for name in self.options.tables}
         return {name: schema for name, schema in found.items() if schema is not None}
 
     def check(self) -> None:
@@ -207,11 +178,11 @@ class PostgresConnector(ChangeConnector):
                 f"{None if level is None else level[0]}; logical decoding needs wal_level=logical "
                 f"in postgresql.conf (and a restart)"
             )
-        self._tables = describe_tables(conn, self.table_names)
-        if self.snapshot == "incremental":
+        self._tables = describe_tables(conn, self.options.tables)
+        if self.options.snapshot == "incremental":
             for table in self._tables:
                 require_key(table)
-        if self.plugin == "pgoutput":
+        if self.options.plugin == "pgoutput":
             # Before any slot is created: pgoutput reads the publication as of each change.
             ensure_publication(conn, self.dsn, self.publication, self._tables)
         info = self.slot.info()
@@ -220,11 +191,11 @@ class PostgresConnector(ChangeConnector):
 
     def initial_offset(self) -> dict[str, Any]:
         """Where a new query starts: the snapshot, or the slot's position (created if missing)."""
-        if self.snapshot == "initial":
+        if self.options.snapshot == "initial":
             claim_snapshot_slot(self.slot, self.spill)
             return PgOffset(-1, 0, "snapshot", None).to_json()
         info = self.slot.info() or self.slot.create()
-        state = IncrementalState() if self.snapshot == "incremental" else None
+        state = IncrementalState() if self.options.snapshot == "incremental" else None
         schemas = self._catalog_schemas()
         return PgOffset(-1, 0, "stream", info.confirmed_flush, state, schemas).to_json()
 
@@ -239,7 +210,7 @@ class PostgresConnector(ChangeConnector):
                 "postgres slot %s resumes its incremental snapshot: %d chunk(s) (%d rows) "
                 "emitted before are not read again; %d pending chunk(s) are emitted from their "
                 "spill or read again",
-                self.slot_name,
+                self.options.slot,
                 state.chunks_done,
                 state.rows_done,
                 len(state.pending),
@@ -255,7 +226,7 @@ class PostgresConnector(ChangeConnector):
         info = self.slot.info()
         if info is None:
             raise ReplicationSlotError(
-                f"replication slot {self.slot_name!r} disappeared after the snapshot: the "
+                f"replication slot {self.options.slot!r} disappeared after the snapshot: the "
                 f"changes it retained are gone. Start over with a new checkpointLocation"
             )
         return info.confirmed_flush
@@ -331,7 +302,7 @@ class PostgresConnector(ChangeConnector):
         _log.info(
             "postgres slot %s reads table(s) %s again: a schema change their mirrors cannot "
             "follow in place",
-            self.slot_name,
+            self.options.slot,
             ", ".join(tables),
         )
         return dataclasses.replace(
@@ -360,7 +331,7 @@ class PostgresConnector(ChangeConnector):
     def _described(self) -> list[TableInfo]:
         """The captured tables, described on first use (driver)."""
         if not self._tables:
-            self._tables = describe_tables(self.slot.connection(), self.table_names)
+            self._tables = describe_tables(self.slot.connection(), self.options.tables)
         return self._tables
 
     def _new_chunk_planner(self) -> ChunkPlanner:
@@ -368,11 +339,11 @@ class PostgresConnector(ChangeConnector):
         return ChunkPlanner(
             self.dsn,
             self.source,
-            self.slot_name,
+            self.options.slot,
             self._described(),
             self._incremental.directory,
-            self.chunk_rows,
-            self.parallelism,
+            self.options.snapshot_chunk_rows,
+            self.options.snapshot_parallelism,
             self.slot.connection,
             self._window,
             self.column_types,
@@ -394,7 +365,7 @@ class PostgresConnector(ChangeConnector):
             return False  # a bounded run or a drain ends at its target: no empty batches
         if any(t.size for t in self._cache):
             return False  # a batch will move the position anyway
-        return time.monotonic() - self._moved_at >= self.heartbeat_interval
+        return time.monotonic() - self._moved_at >= self.options.heartbeat_interval
 
     def _emit_heartbeat(self) -> None:
         """Write a heartbeat message so that a quiet database's slot can still be confirmed."""
@@ -406,7 +377,7 @@ class PostgresConnector(ChangeConnector):
                 "postgres slot %s: cannot write heartbeats (%s); while the captured database "
                 "is quiet the slot keeps WAL until its next change. Grant EXECUTE on "
                 "pg_logical_emit_message, or set heartbeatInterval=unlimited to silence this",
-                self.slot_name,
+                self.options.slot,
                 scrub(str(e).strip(), self.dsn),
             )
 
@@ -415,7 +386,7 @@ class PostgresConnector(ChangeConnector):
         # Read before the peek: a peek that returns everything covers the WAL up to here. Only
         # the incremental snapshot places chunks by it; other queries skip the round trip.
         assert self._planning is not None
-        chunking = self.snapshot == "incremental" or self._planning.incremental is not None
+        chunking = self.options.snapshot == "incremental" or self._planning.incremental is not None
         flushed = self._flush_lsn() if chunking else None
         rows, txns, store = self._read(self._target, rows_wanted, lsn, self._planning.schemas)
         if self._store is not None:
@@ -460,7 +431,7 @@ class PostgresConnector(ChangeConnector):
             counted, txns, store = self._read_once(
                 upto_lsn, upto_rows, start_lsn, schemas if track else None, watch
             )
-            if not track or self.plugin != "wal2json" or not schemas:
+            if not track or self.options.plugin != "wal2json" or not schemas:
                 break
             # Read after the peek: any DDL the peek decoded is in the catalog by now.
             drift = drifted(schemas, self._schema_catalog.column_lists(schemas))
@@ -472,11 +443,11 @@ class PostgresConnector(ChangeConnector):
             _log.info(
                 "postgres slot %s: %d of %d chunks of peeked changes spilled to %s "
                 "(streamBufferSize %d bytes)",
-                self.slot_name,
+                self.options.slot,
                 store.spilled_chunks,
                 len(store.chunks),
                 store.spill_directory.url,
-                self.buffer_size,
+                self.options.stream_buffer_size,
             )
         return counted, txns, store
 
@@ -490,17 +461,19 @@ class PostgresConnector(ChangeConnector):
     ) -> tuple[int, list[PgTransaction], ChangeStore]:
         """One peek of :meth:`_read`, schema changes tracked unless ``schemas`` is None."""
         store = ChangeStore(
-            self.plugin == "pgoutput", self.spill.stream_directory(), self.buffer_size
+            self.options.plugin == "pgoutput",
+            self.spill.stream_directory(),
+            self.options.stream_buffer_size,
         )
         counted = 0
 
         def rows() -> Iterator[tuple[str, int | None, Any]]:
             nonlocal counted
-            for row in self.slot.stream(upto_lsn, upto_rows, self.table_names):
+            for row in self.slot.stream(upto_lsn, upto_rows, self.options.tables):
                 counted += 1
                 yield row
 
-        tables = frozenset(self.table_names)
+        tables = frozenset(self.options.tables)
         tracker = watcher = None
         if schemas is not None:
             tracker = self._tracker = SchemaTracker(
@@ -509,7 +482,14 @@ class PostgresConnector(ChangeConnector):
             watcher = Wal2JsonWatcher(tracker, watch)
         try:
             txns = decode_peek(
-                rows(), self.plugin, self._relations, tables, store, start_lsn, tracker, watcher
+                rows(),
+                self.options.plugin,
+                self._relations,
+                tables,
+                store,
+                start_lsn,
+                tracker,
+                watcher,
             )
         finally:
             self._tracker = None
@@ -527,7 +507,7 @@ class PostgresConnector(ChangeConnector):
                 self.slot.drop()
             self.slot.close()
             task = self._task = SnapshotTask(
-                self.dsn, self.slot_name, self._tables, self.spill, self.plugin
+                self.dsn, self.options.slot, self._tables, self.spill, self.options.plugin
             )
             task.start()
         if self._target is not None:
@@ -541,7 +521,7 @@ class PostgresConnector(ChangeConnector):
                 SnapshotAvailability.soft_failure(task.describe()),
                 task.rows_read,
                 held_units=1,
-                oldest_held=f"the initial snapshot of slot {self.slot_name!r}",
+                oldest_held=f"the initial snapshot of slot {self.options.slot!r}",
             )
         if task.error is not None:
             error, self._task = task.error, None
@@ -614,7 +594,9 @@ class PostgresConnector(ChangeConnector):
         floor = None if state is None else state.floor()
         # While chunks are pending, their windows must stay readable from the slot.
         self.slot.advance(offset.lsn if floor is None else min(offset.lsn, floor))
-        self._incremental.committed(end, finished=state is None and self.snapshot == "incremental")
+        self._incremental.committed(
+            end, finished=state is None and self.options.snapshot == "incremental"
+        )
         # Batches up to this one are done: earlier peeks' changes are read by none of them.
         for store in self._retired:
             store.discard()
@@ -636,7 +618,7 @@ class PostgresConnector(ChangeConnector):
             progress = self._incremental.progress(offset.incremental, self._tables)
         return {
             "connector": self.name,
-            "slot": self.slot_name,
+            "slot": self.options.slot,
             "phase": "snapshot"
             if offset is not None and (offset.phase == "snapshot" or offset.incremental)
             else "stream",
@@ -683,14 +665,14 @@ class PostgresConnector(ChangeConnector):
         if len(txns) != expected:
             raise RestoreError(
                 f"re-reading the logged batch {format_lsn(lsn)}..{format_lsn(last.lsn)} from "
-                f"slot {self.slot_name!r} found {len(txns)} transactions, not "
+                f"slot {self.options.slot!r} found {len(txns)} transactions, not "
                 f"{expected}: the slot no longer holds what the checkpoint "
                 f"logged. Start over with a new checkpointLocation and slot"
             )
         return txns
 
     def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
-        relations = tuple(self._relations.versions) if self.plugin == "pgoutput" else ()
+        relations = tuple(self._relations.versions) if self.options.plugin == "pgoutput" else ()
         return plan_stream_partitions(
             txns, emitted, self.changes_per_partition, self.source, relations
         )
@@ -702,11 +684,11 @@ class PostgresConnector(ChangeConnector):
             manifest is not None
             and manifest.complete
             and info is not None
-            and own_snapshot_slot(self.slot_name, info.confirmed_flush, manifest)
+            and own_snapshot_slot(self.options.slot, info.confirmed_flush, manifest)
         )
         if not reusable:
             # A re-run of the snapshot batch whose spill did not survive: take it again.
-            _log.warning("postgres snapshot of slot %s is taken again", self.slot_name)
+            _log.warning("postgres snapshot of slot %s is taken again", self.options.slot)
             self._task = None
             self._described()
             self._plan_snapshot(rerun=True)
@@ -717,7 +699,7 @@ class PostgresConnector(ChangeConnector):
                 raise task.error
             manifest = task.manifest
         assert manifest is not None
-        txn_id = f"snapshot:{self.slot_name}@{format_lsn(manifest.consistent_point)}"
+        txn_id = f"snapshot:{self.options.slot}@{format_lsn(manifest.consistent_point)}"
         types: tuple[tuple[str, str], ...] = ()
         if self.column_types:
             types = tuple((t.name, types_json(t.columns)) for t in self._tables)
@@ -741,3 +723,11 @@ class PostgresConnector(ChangeConnector):
             return
         assert isinstance(partition, PgSnapshotPartition)
         yield from snapshot_rows(partition, self.column_types)
+
+
+def build(options: PostgresOptions, common: SourceOptions) -> PostgresConnector:
+    """The connector, with server, tables and slot checked (driver, once per query run)."""
+    spill = Location(options.snapshot_dir, common.storage) if options.snapshot_dir else None
+    connector = PostgresConnector(options, common.changes_per_partition, spill, common.column_types)
+    connector.check()
+    return connector

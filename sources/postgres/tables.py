@@ -9,6 +9,7 @@ then normalised by :func:`~spark_ckpt.sources.postgres.wal2json.normalize_value`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +102,7 @@ def _split(name: str) -> tuple[str, str]:
     return schema, table
 
 
-def describe_tables(conn: psycopg.Connection[Any], names: list[str]) -> list[TableInfo]:
+def describe_tables(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[TableInfo]:
     """Look the tables up and check each can be captured.
 
     Raises

@@ -35,7 +35,7 @@ _STRATEGIES: tuple[StrategyName, ...] = ("none", "fixed-delay", "exponential-del
 _RESTART = "spark.ckpt.restartStrategy."
 _EXPONENTIAL = _RESTART + "exponentialDelay."
 
-KEYS = (
+KEYS: tuple[OptionSpec[str], ...] = (
     OptionSpec(
         "spark.ckpt.tolerableFailedCheckpoints",
         "how many consecutive counted checkpoint failures (an expired batch, a source's hard "

@@ -98,7 +98,7 @@ class OptionSpec(Generic[T]):
     @property
     def display_default(self) -> str:
         """The default column's Markdown."""
-        if self.default is None:
+        if self.default is None or self.default == ():  # an empty list is no value
             return "required" if self.required else self.default_note
         text = str(self.default) if self.type is None else self.type.render(self.default)
         return f"`{text}`"
@@ -146,20 +146,49 @@ def declared_fields(cls: type[Any]) -> dict[str, OptionSpec[Any]]:
     return {f.name: f.metadata[_SPEC] for f in dataclasses.fields(cls) if _SPEC in f.metadata}
 
 
-def read_declared(cls: type[Any], reader: OptionReader) -> dict[str, Any]:
+def read_declared(cls: type[Any], reader: OptionReader, owner: str = "") -> dict[str, Any]:
     """Every :func:`declared` field of ``cls``, read from ``reader`` (field name -> value).
 
     Runs where the options are parsed, once per parse.
+
+    Parameters
+    ----------
+    owner
+        Who needs the options, for the message naming the missing ones (``the postgres
+        connector``); the reader's owner when empty.
+
+    Raises
+    ------
+    ConfigError
+        Naming every required option that is missing, and how to set each.
+    InvalidOptionError
+        For the first value an option's type does not accept.
     """
-    return {name: spec.read(reader) for name, spec in declared_fields(cls).items()}
+    fields = declared_fields(cls)
+    missing = [
+        spec
+        for spec in fields.values()
+        if spec.required
+        and spec.type is not None
+        and (
+            reader.raw(spec.name) is None
+            or (spec.type.blank_is_unset and reader.text(spec.name) is None)
+        )
+    ]
+    if missing:
+        names = ", ".join(repr(spec.name) for spec in missing)
+        plural = "s" if len(missing) > 1 else ""
+        hows = "; ".join(spec.required for spec in missing)
+        raise ConfigError(f"{owner or reader.owner} needs the option{plural} {names}: {hows}")
+    return {name: spec.read(reader) for name, spec in fields.items()}
 
 
-def option_names(specs: Iterable[OptionSpec]) -> tuple[str, ...]:
+def option_names(specs: Iterable[OptionSpec[Any]]) -> tuple[str, ...]:
     """The single options' names among ``specs``, in order (import time)."""
     return tuple(s.name for s in specs if not s.placeholder)
 
 
-def option_prefixes(specs: Iterable[OptionSpec]) -> tuple[str, ...]:
+def option_prefixes(specs: Iterable[OptionSpec[Any]]) -> tuple[str, ...]:
     """The prefixes of the key families among ``specs``, in order (import time)."""
     return tuple(s.name for s in specs if s.placeholder)
 

@@ -10,6 +10,7 @@ check that each documented default is what leaving the option out gives.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -27,7 +28,7 @@ from spark_ckpt import errors
 from spark_ckpt.cli import build_parser
 from spark_ckpt.model import options as option_model
 from spark_ckpt.model.config import DEFAULTS, KEYS, CkptConfig
-from spark_ckpt.model.options import OptionSpec
+from spark_ckpt.model.options import OptionSpec, declared_fields
 from spark_ckpt.sinks.options import SINK_OPTIONS, SinkOptions
 from spark_ckpt.sources.options import COMMON_OPTION_SPECS, SourceOptions, connector_options_class
 from spark_ckpt.sources.registry import CONNECTORS
@@ -244,8 +245,15 @@ _SOURCE_BASES = {
 }
 
 
-def _defaulted(specs: tuple[OptionSpec, ...]) -> list[OptionSpec]:
-    return [s for s in specs if s.default is not None]
+def _defaulted(specs: tuple[OptionSpec[Any], ...]) -> list[OptionSpec[Any]]:
+    # An empty default (no topics, no columns) is shown as a note, not as a value to write.
+    return [s for s in specs if s.default not in (None, ()) and s.type is not None]
+
+
+def _as_written(spec: OptionSpec[Any]) -> str:
+    """The default as the reference shows it: what a user would write."""
+    assert spec.type is not None
+    return str(spec.type.render(spec.default))
 
 
 @pytest.mark.parametrize("connector", list(CONNECTORS))
@@ -256,20 +264,62 @@ def test_each_documented_source_default_is_what_leaving_the_option_out_gives(
     specs = _defaulted(COMMON_OPTION_SPECS + connector_options_class(connector).OPTIONS)
     assert specs
     for spec in specs:
-        assert spec.default is not None
-        given = SourceOptions.parse({**base, spec.name: spec.default})
+        given = SourceOptions.parse({**base, spec.name: _as_written(spec)})
         assert given == SourceOptions.parse(base), f"{spec.name}={spec.default} is not the default"
 
 
 def test_each_documented_sink_default_is_what_leaving_the_option_out_gives() -> None:
     base = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
     for spec in _defaulted(SINK_OPTIONS):
-        assert spec.default is not None
         # Mirror options are compared in mirror mode.
         mirror_only = ("scd", "schemaChangeBehavior")
         own = {**base, "mode": "mirror"} if spec.name in mirror_only else base
-        given = SinkOptions.parse({**own, spec.name: spec.default})
+        given = SinkOptions.parse({**own, spec.name: _as_written(spec)})
         assert given == SinkOptions.parse(own), f"{spec.name}={spec.default} is not the default"
+
+
+def _options_classes() -> list[type[Any]]:
+    return [SourceOptions, SinkOptions, *(connector_options_class(c) for c in CONNECTORS)]
+
+
+@pytest.mark.parametrize("cls", _options_classes(), ids=lambda cls: cls.__name__)
+def test_every_parsed_default_is_the_declarations(cls: type[Any]) -> None:
+    """Each option's default is written once, in its declaration: the parsers derive theirs.
+
+    Every field of an options class that an option fills is declared from that option, so the
+    dataclass's default is the declaration's; parsing with the option left out gives it; and the
+    declaration is the one the reference's table renders.
+    """
+    fields = declared_fields(cls)
+    assert fields, f"{cls.__name__} declares no field from its options"
+    listed = {
+        spec.name
+        for spec in (
+            SINK_OPTIONS
+            if cls is SinkOptions
+            else COMMON_OPTION_SPECS
+            if cls is SourceOptions
+            else cls.OPTIONS
+        )
+    }
+    for name, spec in fields.items():
+        assert spec.name in listed, f"{cls.__name__}.{name} is filled by an undocumented option"
+        default = {f.name: f.default for f in dataclasses.fields(cls)}[name]
+        if not spec.required:
+            assert default == spec.default, f"{cls.__name__}.{name}'s default is not its option's"
+    if cls is SourceOptions:
+        given = {"connector": "debezium-json", "path": "/tmp/log"}
+        parsed: Any = SourceOptions.parse(given)
+    elif cls is SinkOptions:
+        given = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
+        parsed = SinkOptions.parse(given)
+    else:
+        connector = next(c for c in CONNECTORS if connector_options_class(c) is cls)
+        given = {"connector": connector, **_SOURCE_BASES[connector]}
+        parsed = SourceOptions.parse(given).connector_options
+    for name, spec in fields.items():
+        if not spec.required and spec.name not in given:
+            assert getattr(parsed, name) == spec.default, f"{cls.__name__}.{name} left out"
 
 
 def test_the_configuration_defaults_are_the_documented_ones() -> None:

@@ -290,7 +290,7 @@ def test_postgres_options_parse_and_never_show_the_dsn() -> None:
         ({"gate": "off"}, InvalidOptionError, "whole transactions only"),
         ({"tables": "a.b,a.b"}, InvalidOptionError, "distinct"),
         ({"path": "/x"}, InvalidOptionError, "reads the option 'dsn'"),
-        ({"tables": " "}, ConfigError, "needs the options 'tables'"),
+        ({"tables": " "}, ConfigError, "needs the option 'tables'"),
         ({"heartbeatInterval": "0s"}, InvalidOptionError, "heartbeatInterval"),
         ({"heartbeatInterval": "soon"}, InvalidOptionError, "heartbeatInterval"),
     ],
@@ -347,9 +347,10 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     assert [c.count for c in store.chunks] == [3, 3, 3, 1]
     assert all(c.data is None for c in store.chunks)  # over the 1-byte limit: all spilled
     assert len(list((tmp_path / "stream").iterdir())) == 4
-    connector = postgres.PostgresConnector(
-        "postgresql://u@h/d", "s", ["public.t"], "never", changes_per_partition=4
+    options = PostgresOptions(
+        dsn="postgresql://u@h/d", slot="s", tables=("public.t",), snapshot="never"
     )
+    connector = postgres.PostgresConnector(options, changes_per_partition=4)
     partitions = connector._stream_partitions(txns, emitted=10)
     assert [[p[:2] + p[4:] for p in part.pieces] for part in partitions] == [  # type: ignore[attr-defined]
         [(700, 10, 0, 4)],

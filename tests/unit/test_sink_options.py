@@ -91,5 +91,5 @@ def test_required_options() -> None:
     """Path and checkpointLocation are required, with how to give them."""
     with pytest.raises(ConfigError, match="needs the option 'path'"):
         SinkOptions.parse({"checkpointlocation": "/c"})
-    with pytest.raises(ConfigError, match="checkpoint location as a writer option"):
+    with pytest.raises(ConfigError, match="needs the option 'checkpointLocation'"):
         SinkOptions.parse({"path": "/t"})

@@ -17,6 +17,7 @@ from s3_server import SECRET_KEY, S3Server
 from spark_ckpt.errors import SparkCkptError, StorageError
 from spark_ckpt.sinks.options import SinkOptions
 from spark_ckpt.sources.options import SourceOptions
+from spark_ckpt.sources.reader import make_connector
 from spark_ckpt.state.storage import Location, StorageOptions
 
 
@@ -66,7 +67,7 @@ def test_the_debezium_log_is_checked_when_the_query_starts(
         options = SourceOptions.parse(
             {"connector": "debezium-json", "path": uri}, StorageOptions.of(storage)
         )
-        options.connector_options.connector(options)
+        make_connector(options)
 
     with pytest.raises(SparkCkptError) as info:
         start()
@@ -121,7 +122,7 @@ def test_wrong_credentials_are_a_storage_error_naming_the_path(
         Location(f"{uri}/staged.parquet", bad).write_bytes(b"never")
     source = SourceOptions.parse({"connector": "debezium-json", "path": f"s3://{bucket}/log"}, bad)
     with pytest.raises(SparkCkptError, match="refused these credentials"):
-        source.connector_options.connector(source)
+        make_connector(source)
     # Nothing reached the bucket: the right credentials see it empty.
     assert Location(f"s3://{bucket}", StorageOptions.of(good)).list(recursive=True) == []
 
