@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.model.option_types import Boolean, Choice, Duration, PositiveInt
 from spark_ckpt.model.options import (
+    IDENTITY_OPTION,
     OptionReader,
     OptionSpec,
     declared,
@@ -24,8 +25,7 @@ from spark_ckpt.model.options import (
     option_prefixes,
     read_declared,
 )
-from spark_ckpt.state.registry import IDENTITY_OPTION
-from spark_ckpt.state.storage import StorageOptions
+from spark_ckpt.state.storage_options import StorageOptions
 
 from .registry import CONNECTORS
 

@@ -64,6 +64,7 @@ from spark_ckpt.state.history import CheckpointRecord
 from spark_ckpt.state.hooks import CheckpointHook
 from spark_ckpt.state.restore import RestorePoint
 from spark_ckpt.state.savepoints import Savepoint
+from spark_ckpt.state.version import installed_version as _installed_version
 
 if TYPE_CHECKING:
     from spark_ckpt.spark.consistent import read_consistent
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
     from spark_ckpt.spark.session import local_session
     from spark_ckpt.spark.supervisor import SupervisedQuery
 
-__version__: str  # bound on first access by __getattr__ (see _installed_version)
+__version__: str  # bound on first access by __getattr__ (see installed_version)
 
 __all__ = [
     "AVAILABLE",
@@ -139,21 +140,6 @@ _SPARK_NAMES = {
     "SupervisedQuery": "spark_ckpt.spark.supervisor",
     "read_consistent": "spark_ckpt.spark.consistent",
 }
-
-
-def _installed_version() -> str:
-    """The version pyproject.toml gave the installed distribution (one source of truth).
-
-    Looked up on first access, not at import: the lookup scans every distribution on the path
-    (a few tenths of a second of CPU), and every Python process Spark starts imports this
-    package (the daemons, the task workers, the source and sink runners) without needing it.
-    """
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("spark-ckpt")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

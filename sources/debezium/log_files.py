@@ -23,10 +23,12 @@ import queue
 import re
 import threading
 from collections.abc import Generator, Iterator, Sequence
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from spark_ckpt.errors import LogRewrittenError, SourcePathError, StateFormatError, StorageError
 from spark_ckpt.state.storage import Location, StorageNotFoundError
+
+from .options import FILE_ORDERS, FileOrder
 
 __all__ = [
     "FILE_ORDERS",
@@ -48,11 +50,6 @@ __all__ = [
 _SUFFIX = ".jsonl"
 _CHUNK = 8 << 20
 _DIGITS = re.compile(r"(\d+)")
-
-FileOrder = Literal["name", "natural"]
-"""How file names order the log: ``name`` compares them as strings (``b10`` before ``b9``),
-``natural`` compares runs of digits as numbers (``b9`` before ``b10``)."""
-FILE_ORDERS: tuple[FileOrder, ...] = ("name", "natural")
 
 
 class LogPosition(NamedTuple):

@@ -8,11 +8,14 @@ from typing import Any, ClassVar, Literal
 from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.model.option_types import Choice, Parsed, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
-from spark_ckpt.state.storage import Location
+from spark_ckpt.model.uris import check_uri
 
 from ..options import ConnectorOptions
-from .log_files import FILE_ORDERS, FileOrder
 
+FileOrder = Literal["name", "natural"]
+"""How file names order the log: ``name`` compares them as strings (``b10`` before ``b9``),
+``natural`` compares runs of digits as numbers (``b9`` before ``b10``)."""
+FILE_ORDERS: tuple[FileOrder, ...] = ("name", "natural")
 Resnapshot = Literal["fail", "accept"]
 RESNAPSHOT: tuple[Resnapshot, ...] = ("fail", "accept")
 
@@ -132,5 +135,5 @@ class DebeziumOptions(ConnectorOptions):
     def parse(cls, options: OptionReader) -> DebeziumOptions:
         """Read ``path``, ``fileOrder``, ``resnapshot`` and ``keyColumns`` (driver, per start)."""
         parsed = cls(**read_declared(cls, options))
-        Location(parsed.path)  # refuses a scheme no store supports, naming it
+        check_uri(parsed.path)  # refuses a scheme no store supports, naming it
         return parsed

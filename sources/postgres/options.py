@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.model.option_types import Choice, Duration, Names, PositiveInt, Size, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
-from spark_ckpt.state.storage import Location
+from spark_ckpt.model.uris import check_uri
 
 from ..options import ConnectorOptions
 from .plugins import PLUGIN, PLUGINS
@@ -188,5 +188,5 @@ class PostgresOptions(ConnectorOptions):
                 "no value: only plugin=pgoutput streams a publication",
             )
         if parsed.snapshot_dir is not None:
-            Location(parsed.snapshot_dir)  # refuses a scheme no store supports, naming it
+            check_uri(parsed.snapshot_dir)  # refuses a scheme no store supports, naming it
         return parsed

@@ -34,6 +34,7 @@ from spark_ckpt.model.option_types import (
 )
 
 __all__ = [
+    "IDENTITY_OPTION",
     "OptionReader",
     "OptionSpec",
     "declared",
@@ -44,6 +45,8 @@ __all__ = [
 
 C = TypeVar("C", bound=str)
 T = TypeVar("T")
+IDENTITY_OPTION = "__spark_ckpt_identity"
+"""Internal option: the supervised query identity a source claimed when it was created."""
 _SPEC = "spark_ckpt.option"  # a dataclass field's metadata key: the OptionSpec declaring it
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from spark_ckpt.errors import ConfigError, StorageError
+from spark_ckpt.model.uris import split_uri
 from spark_ckpt.state.storage_options import StorageOptions
 
 __all__ = [
@@ -34,16 +35,6 @@ __all__ = [
     "split_uri",
     "write_local_atomically",
 ]
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """``(scheme, rest)`` of a location's URI; a path without a scheme is local."""
-    if "://" not in uri:
-        if uri.startswith("file:"):
-            return "file", uri[len("file:") :]
-        return "file", uri
-    scheme, _, rest = uri.partition("://")
-    return scheme.lower(), rest
 
 
 class SyncedFile(io.FileIO):

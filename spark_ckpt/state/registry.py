@@ -24,14 +24,12 @@ from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.declines import DeclineReport
 from spark_ckpt.model.events import HistoryEvent, event_from_json
+from spark_ckpt.model.options import IDENTITY_OPTION
 from spark_ckpt.state.files import write_atomically, write_if_changed
 from spark_ckpt.state.restore import RestorePoint
 from spark_ckpt.state.storage import StorageOptions
 
 __all__ = ["IDENTITY_OPTION", "ControlState", "DrainReport", "Registration"]
-
-IDENTITY_OPTION = "__spark_ckpt_identity"
-"""Internal option: the supervised query identity a source claimed when it was created."""
 
 
 @dataclass(frozen=True)

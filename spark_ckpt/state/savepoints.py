@@ -43,6 +43,7 @@ from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog, fold
 from spark_ckpt.state.restore import logged_offsets
 from spark_ckpt.state.storage import Location, StorageOptions
+from spark_ckpt.state.version import installed_version
 
 __all__ = [
     "FORMAT",
@@ -288,9 +289,7 @@ class Savepoint:
 
 
 def _version() -> str:
-    from spark_ckpt import __version__
-
-    return __version__
+    return installed_version()
 
 
 # -- taking a savepoint ---------------------------------------------------------------------

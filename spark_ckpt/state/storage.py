@@ -52,13 +52,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_ckpt.errors import ConfigError, StorageError, StorageNotFoundError
+from spark_ckpt.model.uris import SCHEMES, check_uri, split_uri
 from spark_ckpt.state.file_systems import (
     SyncedFile,
     describe_error,
     file_system,
     not_found,
     s3_endpoint,
-    split_uri,
     write_local_atomically,
 )
 from spark_ckpt.state.storage_options import S3A_KEYS, StorageOptions, s3a_options
@@ -79,7 +79,6 @@ __all__ = [
 COPY_CHUNK = 8 << 20
 """Files up to this size are copied whole; larger ones are streamed in chunks of this size."""
 
-SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
 """URI schemes a location may have (no scheme: a local path)."""
 
 
@@ -116,14 +115,7 @@ class Location:
     options: StorageOptions = field(default_factory=StorageOptions)
 
     def __post_init__(self) -> None:
-        scheme, rest = split_uri(self.uri)
-        if scheme not in SCHEMES:
-            raise StorageError(
-                f"{self.uri!r} has the scheme {scheme!r}, which spark-ckpt cannot read or write; "
-                f"use a local path or one of: " + ", ".join(f"{s}://" for s in SCHEMES[1:])
-            )
-        if not rest.strip("/"):
-            raise StorageError(f"{self.uri!r} names no path")
+        check_uri(self.uri)
 
     # -- identity -------------------------------------------------------------------------
 
