@@ -45,7 +45,7 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def options_table(specs: Iterable[OptionSpec], heading: str = "option") -> str:
+def options_table(specs: Iterable[OptionSpec[Any]], heading: str = "option") -> str:
     """A Markdown table of ``specs``: name, default, meaning."""
     rows = [f"| {heading} | default | meaning |", "|---|---|---|"]
     for spec in specs:
