@@ -25,10 +25,11 @@ from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
+from ..debezium_format.envelope_schemas import SchemaRow, with_schema_rows
+from ..debezium_format.types import typed_batch
 from ..gate import Cut
 from ..options import SourceOptions
 from ..partitions import split_after
-from .envelope_schemas import SchemaRow, with_schema_rows
 from .log_files import (
     START,
     FileOrder,
@@ -41,7 +42,6 @@ from .log_offset import LogOffset, initial_offset
 from .options import DebeziumOptions
 from .planner import LogPlanner
 from .transactions import NOTHING_DELIVERED, PlannedUnit, TransactionAssembler
-from .types import typed_batch
 
 __all__ = ["DebeziumJsonConnector", "LogOffset", "build", "read_range"]
 

@@ -17,8 +17,8 @@ from spark_ckpt.errors import LogOrderError, LogRewrittenError
 from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.state.storage import Location
 
+from ..debezium_format.envelope_schemas import PlannedSchemas, SchemaRow, follow_units
 from ..gate import Cut
-from .envelope_schemas import PlannedSchemas, SchemaRow, follow_units
 from .log_files import (
     FileOrder,
     LogFile,

@@ -8,9 +8,10 @@ in the order their ``END`` was read: a complete transaction waits behind an earl
 that is still incomplete.
 
 The per-line work (JSON decoding, the checks, the assembly and the output rows) runs in the
-connector's native module (``sources/debezium/native``, Rust): Python decoding cost about 30 us
-of CPU per line, several times Spark's own cost of carrying a row. This module is its typed face:
-it feeds :class:`~.log_files.LogChunk` s and turns what comes back into positions. While
+shared Debezium format's native module (``sources/debezium_format/native``, Rust): Python
+decoding cost about 30 us of CPU per line, several times Spark's own cost of carrying a row.
+This module is its typed face for the log files: it feeds :class:`~.log_files.LogChunk` s and
+turns what comes back into positions. While
 planning, released transactions stay in the native module as units until a batch delivers them
 (most never become an offset, so they need no Python object).
 
@@ -25,7 +26,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from ._native import Assembler
+from ..debezium_format._native import Assembler
 from .log_files import LogChunk, LogPosition
 
 __all__ = ["SNAPSHOT_ID", "Delivered", "Feed", "PlannedUnit", "TransactionAssembler"]

@@ -1,4 +1,4 @@
-"""Type stubs of the connector's native module (``sources/debezium/native``, Rust with PyO3)."""
+"""Type stubs of the Debezium format's native module (``sources/debezium_format/native``, Rust)."""
 
 from collections.abc import Sequence
 from typing import Any

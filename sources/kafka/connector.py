@@ -17,7 +17,7 @@ from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.model.schema_changes import TableSchema
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
-from ..debezium.envelope_schemas import PlannedSchemas, SchemaRow, follow_units
+from ..debezium_format.envelope_schemas import PlannedSchemas, SchemaRow, follow_units
 from ..gate import Cut
 from ..options import SourceOptions
 from .client import new_consumer

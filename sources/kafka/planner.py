@@ -3,8 +3,9 @@
 A :class:`KafkaPlanner` lives in the query's reader process from a base offset on: each trigger
 it finds the topics' partitions (new ones are read from their start), takes every partition's end
 offset as the trigger's *target*, and consumes each partition up to it, feeding the records to
-the native :class:`KafkaAssembler` (``sources/debezium/native/src/kafka``), which releases units
-once every partition has been read up to the target in force when they closed (DESIGN.md).
+the native :class:`KafkaAssembler` (``sources/debezium_format/native/src/kafka``), which
+releases units once every partition has been read up to the target in force when they closed
+(DESIGN.md).
 
 ``maxChangesPerTrigger`` caps batches, not reading: a trigger reads every partition to its target
 so that the units it closed can be released. What the planner holds meanwhile is each read
@@ -22,15 +23,13 @@ from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import ConfigError, DataLossError, SourceConnectionError
 
+from ..debezium_format._native import KafkaAssembler
 from .client import METADATA_TIMEOUT_S, is_out_of_range, partitions_of, transaction_topic_for
 from .offsets import KafkaOffset, TopicPartition
+from .options import KafkaOptions
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message
-
-    from spark_ckpt.sources.debezium._native import KafkaAssembler
-
-    from .options import KafkaOptions
 
 __all__ = ["KafkaPlanner"]
 
@@ -58,8 +57,6 @@ class KafkaPlanner:
     """
 
     def __init__(self, options: KafkaOptions, base: KafkaOffset, consumer: Consumer) -> None:
-        from spark_ckpt.sources.debezium._native import KafkaAssembler
-
         self.options = options
         self.base = base
         self.consumer = consumer

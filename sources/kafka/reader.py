@@ -15,8 +15,9 @@ import pyarrow as pa
 
 from spark_ckpt.errors import DataLossError, SourceConnectionError
 
-from ..debezium.envelope_schemas import SchemaRow, with_schema_rows
-from ..debezium.types import typed_batch
+from ..debezium_format._native import KafkaRows
+from ..debezium_format.envelope_schemas import SchemaRow, with_schema_rows
+from ..debezium_format.types import typed_batch
 from .client import is_out_of_range, new_consumer
 from .client_config import masked
 
@@ -70,8 +71,6 @@ def read_partition(
     """
     from confluent_kafka import KafkaError
     from confluent_kafka import TopicPartition as KafkaPartitionId
-
-    from spark_ckpt.sources.debezium._native import KafkaRows
 
     if part.start >= part.end:
         return

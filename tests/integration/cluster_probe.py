@@ -17,7 +17,7 @@ def _where(_: Iterator[Any]) -> Iterator[tuple[str, str, str, str]]:
     """Runs on an executor, in a Python worker: import both native modules and say from where."""
     import os
 
-    import spark_ckpt.sources.debezium._native as debezium
+    import spark_ckpt.sources.debezium_format._native as debezium
     import spark_ckpt.sources.postgres._native as postgres
 
     yield sys.executable, str(debezium.__file__), str(postgres.__file__), os.getcwd()

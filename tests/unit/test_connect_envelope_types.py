@@ -15,7 +15,7 @@ import pytest
 from spark_ckpt.errors import ChangeDecodeError, MirrorChangeError
 from spark_ckpt.sinks.mirror.fold import fold_changes
 from spark_ckpt.sinks.mirror.types import arrow_type
-from spark_ckpt.sources.debezium.types import PLACEHOLDER, ImageTypes, _rewritten
+from spark_ckpt.sources.debezium_format.types import PLACEHOLDER, ImageTypes, _rewritten
 from spark_ckpt.testing.debezium_log import write_log
 
 from driver_loop import make_reader, run

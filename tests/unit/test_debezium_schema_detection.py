@@ -20,7 +20,7 @@ from test_debezium_connectors import FIXTURES, read_all
 
 from spark_ckpt.model.schema_changes import SchemaEvent
 from spark_ckpt.sources.debezium.connector import DebeziumJsonConnector
-from spark_ckpt.sources.debezium.envelope_schemas import (
+from spark_ckpt.sources.debezium_format.envelope_schemas import (
     PlannedSchemas,
     SchemaFollower,
     SchemaRow,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spark_ckpt.errors import EventCountMismatchError
-from spark_ckpt.sources.debezium._native import KafkaAssembler
+from spark_ckpt.sources.debezium_format._native import KafkaAssembler
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kafka" / "postgres-3.6.1"
 

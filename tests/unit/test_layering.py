@@ -171,34 +171,31 @@ CONNECTORS = (
     "spark_ckpt.sources.postgres",
 )
 
-# The kafka connector reads Debezium's records, so it decodes them with the Debezium
-# connector's native decoder (issue 31 asks for that reuse), types them and follows their schemas
-# as it does. The only imports across connectors; a Debezium package both build on (issue 40)
-# would remove them.
-SHARED = {
-    "spark_ckpt.sources.kafka": (
-        "spark_ckpt.sources.debezium._native",
-        "spark_ckpt.sources.debezium.envelope_schemas",
-        "spark_ckpt.sources.debezium.types",
-    ),
-}
+SHARED_FORMATS = ("spark_ckpt.sources.debezium_format",)
+"""Formats several connectors read (Debezium's, from files and from Kafka): any connector may
+import them, as Flink CDC's connectors import ``flink-connector-debezium``."""
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if under(n, "spark_ckpt.sources")))
 def test_connectors_stay_in_their_folders(name: str) -> None:
-    """Connectors import the framework, never each other; the framework imports none.
+    """Connectors import the framework and the shared formats, never each other.
 
     The framework names connectors in one place only, :mod:`spark_ckpt.sources.registry`, as
-    import paths loaded on use.
+    import paths loaded on use; a shared format imports no connector.
     """
     own = next((c for c in CONNECTORS if under(name, c)), None)
-    allowed = SHARED.get(own or "", ())
-    for target in targets(name):
-        if any(under(target, shared) for shared in allowed):
-            continue
+    for target in targets(name, type_checking=True):
         for connector in CONNECTORS:
             if under(target, connector) and connector != own:
                 raise AssertionError(f"{name} imports {target}")
+
+
+def test_the_connectors_share_debeziums_format_as_equals() -> None:
+    """``debezium-json`` and ``kafka`` both read it; it belongs to neither."""
+    for connector in ("spark_ckpt.sources.debezium", "spark_ckpt.sources.kafka"):
+        reached = {t for n in MODULES if under(n, connector) for t in targets(n)}
+        assert any(under(t, *SHARED_FORMATS) for t in reached), connector
+    assert not any(under(n, *CONNECTORS) for f in SHARED_FORMATS for n in _reached(f))
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_ckpt.sources.debezium.mysql_ddl import creates_table, renamed_columns
+from spark_ckpt.sources.debezium_format.mysql_ddl import creates_table, renamed_columns
 
 
 @pytest.mark.parametrize(

@@ -164,7 +164,7 @@ pub struct Skips {
 ///
 /// Parameters (Python): ``first_order``, the order of the next transaction emitted;
 /// ``keep_events``, keep payloads and build rows (executors) or only count (driver planning).
-#[pyclass(module = "spark_ckpt.sources.debezium._native")]
+#[pyclass(module = "spark_ckpt.sources.debezium_format._native")]
 pub struct Assembler {
     next_order: i64,
     keep: bool,

@@ -1,5 +1,6 @@
-//! The ``debezium-json`` connector's native half: the line decoder, the transaction assembler
-//! and the output rows, for ``spark_ckpt.sources.debezium`` (imported there as ``_native``).
+//! Debezium's format, native: the line decoder, the transaction assembler and the output rows,
+//! for ``spark_ckpt.sources.debezium_format`` (imported there as ``_native``), which the
+//! ``debezium-json`` and ``kafka`` connectors share.
 //!
 //! Python keeps the log's files (read through spark-ckpt's storage layer), positions, offsets
 //! and planning; every per-line step runs here, once per line, in the driver's planner and in

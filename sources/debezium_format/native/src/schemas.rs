@@ -6,7 +6,7 @@
 //! table and every point where it differs from the one before, and keeps at each release only
 //! the points where it differs from the schema of the table's previous released change: those
 //! few texts go to Python, which reads them as table schemas and says what changed
-//! (``sources/debezium/envelope_schemas.py``). Comparing is a byte comparison per change;
+//! (``sources/debezium_format/envelope_schemas.py``). Comparing is a byte comparison per change;
 //! nothing is allocated unless a schema changes.
 //!
 //! MySQL's and MariaDB's connectors also write a schema change event for each DDL statement

@@ -148,7 +148,7 @@ struct Planned {
 /// Parameters (Python): ``first_order``, the order of the next unit released; ``high``, the
 /// furthest source position delivered before (Debezium's repeats at or before it are dropped);
 /// ``snapshot_delivered``, whether an initial snapshot was delivered before.
-#[pyclass(module = "spark_ckpt.sources.debezium._native")]
+#[pyclass(module = "spark_ckpt.sources.debezium_format._native")]
 pub struct KafkaAssembler {
     parts: Vec<Part>,
     units: Vec<Unit>,

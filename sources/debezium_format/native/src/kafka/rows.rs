@@ -44,7 +44,7 @@ enum What {
 /// transactions as ``(id, order, size, commit_ts_ms)``), ``blocks`` (the batch's other units as
 /// ``(order, key, size, commit_ts_ms)``) and ``segments`` (:meth:`KafkaAssembler.segments` of
 /// the range).
-#[pyclass(module = "spark_ckpt.sources.debezium._native")]
+#[pyclass(module = "spark_ckpt.sources.debezium_format._native")]
 pub struct KafkaRows {
     source: String,
     txns: FxHashMap<String, Placed>,
