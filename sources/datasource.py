@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from spark_ckpt.model.change_rows import spark_ddl
 from spark_ckpt.state.registry import ControlState
 
 from .options import SourceOptions
 from .reader import TxnCdcStreamReader, make_connector
-from .schema import spark_ddl
 
 __all__ = ["TxnCdcDataSource"]
 

@@ -1,4 +1,8 @@
-"""The output schema every ``txn-cdc`` connector produces (DESIGN.md §2), and its Arrow form."""
+"""The change rows' Arrow form: the schema of the record batches every connector yields.
+
+The contract itself (columns, order, operations) is :mod:`spark_ckpt.model.change_rows`; this
+module gives its columns their Arrow types and builds batches of them (executors).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import json
 import pyarrow as pa
 
 from spark_ckpt.errors import UsageError
-from spark_ckpt.state.mirrors import TYPES_COLUMN
+from spark_ckpt.model.change_rows import COLUMNS as ROW_COLUMNS
+from spark_ckpt.model.change_rows import SPARK_DDL, TYPES_COLUMN, spark_ddl
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -20,34 +25,23 @@ __all__ = [
     "with_types",
 ]
 
-COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
-    ("source", "string", pa.string()),
-    ("txn_id", "string", pa.string()),
-    ("txn_order", "long", pa.int64()),
-    ("txn_size", "int", pa.int32()),
-    ("event_index", "int", pa.int32()),
-    ("commit_ts", "timestamp", pa.timestamp("us", tz="UTC")),
-    ("table", "string", pa.string()),
-    ("op", "string", pa.string()),
-    ("key", "string", pa.string()),
-    ("before", "string", pa.string()),
-    ("after", "string", pa.string()),
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = tuple(
+    (name, sql, _ARROW_TYPES[sql]) for name, sql in ROW_COLUMNS
 )
 """Name, Spark SQL type and Arrow type of each output column, in order."""
-
-SPARK_DDL = ", ".join(f"`{name}` {sql}" for name, sql, _ in COLUMNS)
-"""The schema as a Spark DDL string (``DataSource.schema()``)."""
 
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
 """The schema of the Arrow record batches ``read()`` yields."""
 
 
 _TYPED_SCHEMA = ARROW_SCHEMA.append(pa.field(TYPES_COLUMN, pa.string()))
-
-
-def spark_ddl(column_types: bool) -> str:
-    """The output schema as Spark DDL, with the ``column_types`` column or without."""
-    return SPARK_DDL + (f", `{TYPES_COLUMN}` string" if column_types else "")
 
 
 def with_types(batch: pa.RecordBatch, column_types: pa.Array | None) -> pa.RecordBatch:

@@ -30,8 +30,15 @@ from typing import Any
 import pyarrow as pa
 
 from spark_ckpt.errors import MirrorChangeError, StateFormatError
+from spark_ckpt.model.change_rows import (
+    DATA_OPS,
+    OP_CREATE,
+    OP_DELETE,
+    OP_READ,
+    ORDER,
+    TYPES_COLUMN,
+)
 from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
-from spark_ckpt.state.mirrors import TYPES_COLUMN
 
 from .types import infer_type, to_arrow, widen
 
@@ -303,7 +310,7 @@ def _fold_one(
     """Fold one change into ``folded``; return the keys it changed (an old key first)."""
     rows = folded.rows
     k = _key_of(folded, key)
-    if op == "d":
+    if op == OP_DELETE:
         rows.pop(k, None)
         rows[k] = RowState(None)
         return [k]
@@ -311,7 +318,7 @@ def _fold_one(
         raise MirrorChangeError(
             f"table {folded.name}: a change with op={op!r} has no 'after' image for key {dict(key)}"
         )
-    if op in ("c", "r"):
+    if op in (OP_CREATE, OP_READ):
         rows.pop(k, None)
         rows[k] = RowState(dict(after))
         return [k]
@@ -372,9 +379,7 @@ def fold_changes(
     """
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
-    order = pc.sort_indices(
-        changes, sort_keys=[("txn_order", "ascending"), ("event_index", "ascending")]
-    )
+    order = pc.sort_indices(changes, sort_keys=[(column, "ascending") for column in ORDER])
     ordered = changes.take(order)
     has_types = TYPES_COLUMN in ordered.column_names
     columns = ["table", "op", "key", "before", "after"] + ([TYPES_COLUMN] if has_types else [])
@@ -412,7 +417,7 @@ def fold_changes(
             else:
                 folded[table] = FoldedTable(table, (), truncated=True, changes=1)
             continue
-        if op not in ("c", "r", "u", "d"):
+        if op not in DATA_OPS:
             raise MirrorChangeError(f"table {table}: unknown change op {op!r}")
         key = _parse(key_text, "key", table)
         if not isinstance(key, dict) or not key:

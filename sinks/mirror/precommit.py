@@ -17,8 +17,9 @@ import pyarrow as pa
 from deltalake import Schema
 
 from spark_ckpt.errors import MirrorSchemaError
+from spark_ckpt.model.change_rows import MIRROR_COLUMNS, TYPES_COLUMN
 from spark_ckpt.model.schema_changes import Behavior, SchemaEvent
-from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE, STAGING_DIR, TYPES_COLUMN, table_directory
+from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE, STAGING_DIR, table_directory
 from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
@@ -35,18 +36,8 @@ __all__ = ["CHANGE_COLUMNS", "discard_staging", "plan_batch"]
 
 _log = logging.getLogger(__name__)
 
-CHANGE_COLUMNS = (
-    "txn_id",
-    "txn_order",
-    "event_index",
-    "commit_ts",
-    "table",
-    "op",
-    "key",
-    "before",
-    "after",
-)
-"""The stream columns mirror mode reads (``column_types`` too, when the stream has it)."""
+CHANGE_COLUMNS = MIRROR_COLUMNS
+"""The stream columns mirror mode reads (the change-row contract's, re-exported)."""
 
 
 def _staging(root: Location, batch_id: int, attempt: str | None = None) -> Location:

@@ -30,6 +30,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from spark_ckpt.errors import StateFormatError
+from spark_ckpt.model.change_rows import ORDER
 from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
 from spark_ckpt.state.mirrors import STAGING_DIR, table_directory
 from spark_ckpt.state.storage import Location
@@ -159,9 +160,7 @@ def split_rebuilds(
 
     if not rebuilding and not pc.any(pc.equal(changes.column("op"), SCHEMA_CHANGE_OP)).as_py():
         return RebuildSplit(changes, changes.schema.empty_table(), {})  # the usual batch
-    order = pc.sort_indices(
-        changes, sort_keys=[("txn_order", "ascending"), ("event_index", "ascending")]
-    )
+    order = pc.sort_indices(changes, sort_keys=[(column, "ascending") for column in ORDER])
     ordered = changes.take(order)
     tables = ordered.column("table").to_pylist()
     ops = ordered.column("op").to_pylist()

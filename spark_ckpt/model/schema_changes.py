@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from spark_ckpt.errors import StateFormatError
+from spark_ckpt.model.change_rows import OP_SCHEMA_CHANGE
 
 __all__ = [
     "BEHAVIORS",
@@ -47,8 +48,8 @@ __all__ = [
     "rebuild_reason",
 ]
 
-SCHEMA_CHANGE_OP = "s"
-"""The ``op`` of a change row that is a schema change (beside ``c``, ``u``, ``d``, ``r``, ``t``)."""
+SCHEMA_CHANGE_OP = OP_SCHEMA_CHANGE
+"""The ``op`` of a change row that is a schema change (:mod:`.change_rows` names every ``op``)."""
 
 Behavior = Literal["evolve", "fail", "ignore", "lenient"]
 BEHAVIORS: tuple[Behavior, ...] = get_args(Behavior)

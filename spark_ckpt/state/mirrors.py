@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from spark_ckpt.model.change_rows import TYPES_COLUMN
+
 __all__ = [
     "CHANGES_TABLE",
     "CHECKPOINTS_TABLE",
@@ -44,10 +46,6 @@ __all__ = [
 CHANGES_TABLE = "_changes"
 CHECKPOINTS_TABLE = "_checkpoints"
 STAGING_DIR = "_spark_ckpt"
-TYPES_COLUMN = "column_types"
-"""The change stream's optional last column (``txn-cdc`` ``columnTypes=true``): each image's
-column types as JSON text, Spark SQL type names (``{"id": "bigint"}``), which mirrors are typed
-from. Shared by the source, which writes it, and the sink, which reads it."""
 INDEX_COLUMNS = (
     "checkpoint_id",
     "table",
