@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -304,6 +305,60 @@ def test_options_are_data_and_import_no_runtime(name: str) -> None:
 def test_the_options_check_sees_a_runtime_import() -> None:
     assert len(OPTIONS_MODULES) == 4, OPTIONS_MODULES
     assert "spark_ckpt.state.storage" in _reached("spark_ckpt.sources.debezium.log_files")
+
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+_EDGE = re.compile(r"^\s*(\w+)\s*-(?:->|\.->)\s*(\w+)\s*$")
+
+
+def _is_package(name: str) -> bool:
+    return name in MODULES and MODULES[name].name == "__init__.py"
+
+
+def component(name: str) -> str:
+    """The box of docs/architecture.md's picture that module ``name`` belongs to.
+
+    The layers are ``spark_ckpt``'s subpackages; in ``sources`` and ``sinks`` each subpackage
+    (a connector, a shared format, the mirror) is a box of its own; ``spark_ckpt`` itself and
+    its top-level modules (the CLI) are the public API, except the error tree.
+    """
+    if name == "spark_ckpt.errors":
+        return "errors"
+    parts = name.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and not _is_package(name)):
+        return "api"
+    if parts[1] in ("sources", "sinks") and _is_package(".".join(parts[:3])):
+        return parts[2]
+    return parts[1]
+
+
+def drawn_edges() -> set[tuple[str, str]]:
+    """The arrows of the picture: ``(importer, imported)`` box names."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    block = text.split("```mermaid", 1)[1].split("```", 1)[0]
+    return {m.groups() for line in block.splitlines() if (m := _EDGE.match(line))}
+
+
+def code_edges() -> set[tuple[str, str]]:
+    """The imports between boxes that the code makes, at any level."""
+    return {
+        (component(name), component(target))
+        for name, imported in _import_graph().items()
+        for target in imported
+        if component(name) != component(target)
+    }
+
+
+def test_the_architecture_picture_allows_every_import() -> None:
+    """Every import between packages is an arrow of docs/architecture.md's picture."""
+    drawn = drawn_edges()
+    assert len(drawn) > 30, "the picture's arrows were not found"
+    boxes = {box for edge in drawn for box in edge}
+    found = code_edges()
+    assert {box for edge in found for box in edge} <= boxes, "a package has no box"
+    assert found - drawn == set(), "imports the picture does not allow"
+    planned = {("mysql", "sources")}  # dashed: the next connector (issue 41)
+    assert drawn - found - planned == set(), "arrows no import uses any more"
 
 
 # Raises that are not errors a user sees: the abstract-method convention, and the attribute
