@@ -134,9 +134,14 @@ class SinkOptions:
     Attributes
     ----------
     path
-        The Delta table the stream's rows are appended to: a local path, ``file:`` URI or
-        object-store URI. In mirror mode, the change log (``changeLog``, by default
-        ``<root>/_changes``).
+        The ``path`` option, canonical (absolute, ``s3://`` for ``s3a://``): in append mode the
+        Delta table the stream's rows are appended to, in mirror mode the root holding one
+        Delta table per source table and the checkpoint index.
+    mode
+        ``append`` or ``mirror``.
+    change_log
+        Mirror mode: where the change log of the same batches goes (``changeLog``, by default
+        ``<root>/_changes``); None in append mode.
     checkpoint_location
         The query's checkpoint location: manifests live in it, and it proves completion.
     storage
@@ -151,9 +156,6 @@ class SinkOptions:
     orphan_grace_period
         Seconds after which a staged file that no manifest or Delta version references is
         deleted as an orphan of a failed attempt.
-    mirror_root
-        Mirror mode (``mode=mirror``): the root holding one Delta table per source table, the
-        checkpoint index and the change log (``path``); None in append mode.
     scd
         Mirror mode: ``1`` keeps each key's current row, ``2`` every version of it, valid from
         ``__start_at`` to ``__end_at`` (null while current).
@@ -164,12 +166,13 @@ class SinkOptions:
 
     path: str
     checkpoint_location: str
+    mode: Mode = declared(MODE)
+    change_log: str | None = None
     partition_by: tuple[str, ...] = declared(PARTITION_BY)
     target_file_size: int = declared(TARGET_FILE_SIZE)
     merge_schema: bool = declared(MERGE_SCHEMA)
     orphan_grace_period: float = declared(ORPHAN_GRACE_PERIOD)
     storage: StorageOptions = field(default_factory=StorageOptions)
-    mirror_root: str | None = None
     scd: int = declared(SCD)
     schema_change_behavior: Behavior = declared(SCHEMA_CHANGE_BEHAVIOR)
     table_behaviors: tuple[tuple[str, Behavior], ...] = ()
@@ -180,14 +183,26 @@ class SinkOptions:
         return dict(self.table_behaviors).get(table.lower(), self.schema_change_behavior)
 
     @property
+    def log_path(self) -> str:
+        """The Delta table every batch is appended to: the one place the two modes differ.
+
+        Append mode: the table at ``path``. Mirror mode: the change log, while the mirrors
+        under ``path`` are applied from the same batches.
+        """
+        if self.mode == "mirror":
+            assert self.change_log is not None
+            return self.change_log
+        return self.path
+
+    @property
     def table(self) -> Location:
-        """The Delta table's location (in mirror mode, the change log's)."""
-        return Location(self.path, self.storage)
+        """:attr:`log_path`'s location."""
+        return Location(self.log_path, self.storage)
 
     @property
     def mirror(self) -> Location | None:
         """The mirror root (mirror mode), else None."""
-        return None if self.mirror_root is None else Location(self.mirror_root, self.storage)
+        return Location(self.path, self.storage) if self.mode == "mirror" else None
 
     def checkpoint(self) -> SparkCheckpoint:
         """The query's checkpoint location."""
@@ -218,11 +233,11 @@ class SinkOptions:
         )
         path = PATH.read(reader)
         assert path is not None
-        mode = MODE.read(reader)
-        mirror_root = None
-        if mode == "mirror":
-            mirror_root = Location(path).url
-            path = CHANGE_LOG.read(reader) or Location(path).child(CHANGES_TABLE).url
+        change_log = None
+        if MODE.read(reader) == "mirror":
+            change_log = Location(
+                CHANGE_LOG.read(reader) or Location(path).child(CHANGES_TABLE).url
+            ).url
         else:
             reader.forbid("scd", "no value outside mode=mirror")
             reader.forbid("schemaChangeBehavior", "no value outside mode=mirror")
@@ -241,7 +256,7 @@ class SinkOptions:
             path=Location(path).url,
             checkpoint_location=checkpoint,
             storage=merged,
-            mirror_root=mirror_root,
+            change_log=change_log,
             table_behaviors=_table_behaviors(reader),
             **declared_values,
         )

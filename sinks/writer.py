@@ -72,7 +72,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
     ) -> None:
         self.options = options
         self.control = control
-        if options.mirror_root is not None:
+        if options.mode == "mirror":
             lacking = [c for c in CHANGE_COLUMNS if c not in schema.fieldNames()]
             if lacking:
                 raise ConfigError(
@@ -107,7 +107,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         even before it runs another batch.
         """
         store = self._store()
-        store.record_table(self.options.path)
+        store.record_table(self.options.log_path)
         if not store.checkpoint.child("commits").list():
             return False  # a new query: nothing can have completed
         published = publish_completed(store, self.options.table)
@@ -171,7 +171,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         manifest = Manifest(
             batchId,
             store.checkpoint.query_id(),
-            self.options.path,
+            self.options.log_path,
             self.schema_json,
             self.partition_by,
             tuple(sorted(files, key=lambda f: f.path)),
@@ -191,7 +191,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                     manifest.query_id,
                     {
                         "checkpointLocation": self.options.checkpoint_location,
-                        "path": self.options.path,
+                        "path": self.options.log_path,
                         # In the control plane's private driver-local directory only.
                         "storage": self.options.storage.as_dict(),
                     },

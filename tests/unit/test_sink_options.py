@@ -46,6 +46,28 @@ def test_values_are_parsed() -> None:
     assert options.orphan_grace_period == 600.0
 
 
+def test_the_two_modes_differ_only_in_where_batches_are_logged() -> None:
+    """Append mode logs into ``path``; mirror mode into the change log beside the mirrors."""
+    append = parse(path="/lake/t")
+    assert (append.mode, append.log_path, append.change_log, append.mirror) == (
+        "append",
+        "/lake/t",
+        None,
+        None,
+    )
+    mirror = parse(path="s3a://lake/root", mode="MIRROR")
+    assert (mirror.mode, mirror.path, mirror.log_path) == (
+        "mirror",
+        "s3://lake/root",
+        "s3://lake/root/_changes",
+    )
+    assert mirror.mirror is not None
+    assert mirror.mirror.url == "s3://lake/root"
+    elsewhere = parse(path="/lake/root", mode="mirror", changeLog="file:///logs/root")
+    assert elsewhere.log_path == "/logs/root"
+    assert elsewhere.table.url == "/logs/root"
+
+
 def test_object_store_paths_and_storage_options() -> None:
     """s3a:// is S3 for delta-rs; storageOptions.<KEY> override the session's settings."""
     options = SinkOptions.parse(
