@@ -19,7 +19,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -31,7 +31,6 @@ from spark_ckpt.errors import (
     RestoreError,
 )
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
-from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
@@ -48,27 +47,24 @@ from .incremental import (
     run_chunk_read,
 )
 from .incremental_driver import IncrementalSnapshot
-from .incremental_plan import ChunkPlanner, WindowChange
+from .incremental_plan import ChunkPlanner
+from .initial_snapshot import InitialSnapshot
 from .lsn import format_lsn, parse_lsn
 from .options import PostgresOptions
-from .peek import decode_peek
 from .pg_offset import PgOffset
-from .pgoutput import RelationCatalog
 from .publication import ensure_publication
-from .schema_tracking import SchemaCatalog, SchemaTracker, Wal2JsonWatcher, drifted
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
-from .slot_checks import check_resume, claim_snapshot_slot, own_snapshot_slot
-from .snapshot import SnapshotSpill, SnapshotTask
-from .snapshot_partitions import PgSnapshotPartition, snapshot_partitions, snapshot_rows
+from .slot_checks import check_resume, claim_snapshot_slot
+from .snapshot import SnapshotSpill
+from .snapshot_partitions import PgSnapshotPartition, snapshot_rows
 from .stream_partitions import (
     PgStreamPartition,
     plan_stream_partitions,
     stream_rows,
 )
-from .tables import TableInfo, TypeNames, describe_tables
-from .types import types_json
+from .stream_reader import StreamReader
+from .tables import TableInfo, describe_tables
 from .wal2json import PgTransaction
-from .windows import window_changes
 
 __all__ = ["PostgresConnector", "build"]
 
@@ -116,11 +112,19 @@ class PostgresConnector(ChangeConnector):
         self.source = f"postgres:{slot}"
         self._slot: Slot | None = None
         self._tables: list[TableInfo] = []
-        self._task: SnapshotTask | None = None
+        # The initial snapshot phase (driver only: executors get None).
+        self._snapshot: InitialSnapshot | None = InitialSnapshot(
+            options,
+            lambda: self.slot,
+            self.spill,
+            self._described,
+            self.source,
+            changes_per_partition,
+            column_types,
+        )
         self._cache: list[PgTransaction] = []  # decoded transactions after the last start
         self._store: ChangeStore | None = None  # the changes of the cached transactions
         self._retired: list[ChangeStore] = []  # earlier peeks' changes: gone at the next commit
-        self._stream_spill_cleared = False  # this process has cleared an earlier run's spill
         self._complete_lsn: int | None = None  # the last peek read all the server had up to here
         self._incremental = IncrementalSnapshot(
             slot, self.spill.directory.child("chunks"), self._new_chunk_planner, self._described
@@ -133,17 +137,16 @@ class PostgresConnector(ChangeConnector):
         self._lag_seconds: float | None = None
         self._moved_at = time.monotonic()  # when the last batch moved the position
         self._heartbeat_broken = False  # the server refused a heartbeat: not tried again
-        self._type_names = TypeNames(self.dsn)
-        self._relations = RelationCatalog(self._type_names, self._primary_key)  # pgoutput
-        self._schema_catalog = SchemaCatalog(self.dsn)  # schema changes: what the stream lacks
-        self._tracker: SchemaTracker | None = None  # the schemas through the current peek
+        # The stream's decoding, schemas and catalogs (driver only: executors get None).
+        self._stream: StreamReader | None = StreamReader(
+            options, lambda: self.slot, self.spill, lambda: self._tables
+        )
         self._schema_changes: list[str] = []  # those of the last planned batch, described
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy without connections, threads or caches: they read partitions only.
         state = dict(self.__dict__)
-        transients = ("_slot", "_task", "_relations", "_store", "_type_names", "_schema_catalog")
-        for transient in (*transients, "_tracker"):
+        for transient in ("_slot", "_snapshot", "_store", "_stream"):
             state[transient] = None  # executors need none
         state["_cache"], state["_retired"] = [], []
         return state
@@ -151,22 +154,23 @@ class PostgresConnector(ChangeConnector):
     # -- driver: setup -------------------------------------------------------------------------
 
     @property
+    def snapshot(self) -> InitialSnapshot:
+        """The initial snapshot phase (driver)."""
+        assert self._snapshot is not None, "executors read partitions only"
+        return self._snapshot
+
+    @property
+    def stream(self) -> StreamReader:
+        """The stream's reader (driver)."""
+        assert self._stream is not None, "executors read partitions only"
+        return self._stream
+
+    @property
     def slot(self) -> Slot:
         """The slot (driver)."""
         if self._slot is None:
             self._slot = Slot(self.dsn, self.options.slot, self.options.plugin, self.publication)
         return self._slot
-
-    def _primary_key(self, table: str) -> tuple[str, ...]:
-        tracked = None if self._tracker is None else self._tracker.state.get(table)
-        if tracked is not None:
-            return tracked.key  # the key as of the stream's position, changes included
-        return next((t.key_in_column_order for t in self._tables if t.name == table), ())
-
-    def _catalog_schemas(self) -> dict[str, TableSchema]:
-        """The captured tables' schemas now, from the catalog (driver, at a stream's start)."""
-        found = {name: self._schema_catalog.schema(name) for name in self.options.tables}
-        return {name: schema for name, schema in found.items() if schema is not None}
 
     def check(self) -> None:
         """Fail early (driver, once per run): connection, wal_level, tables, an existing slot."""
@@ -196,7 +200,7 @@ class PostgresConnector(ChangeConnector):
             return PgOffset(-1, 0, "snapshot", None).to_json()
         info = self.slot.info() or self.slot.create()
         state = IncrementalState() if self.options.snapshot == "incremental" else None
-        schemas = self._catalog_schemas()
+        schemas = self.stream.catalog_schemas()
         return PgOffset(-1, 0, "stream", info.confirmed_flush, state, schemas).to_json()
 
     def resume(self, offset: dict[str, Any]) -> None:
@@ -238,7 +242,7 @@ class PostgresConnector(ChangeConnector):
         self._snapshot_unit = False
         self._schema_changes = []
         if offset.phase == "snapshot":
-            plan = self._plan_snapshot()
+            plan = self.snapshot.plan(bounded=self._target is not None)
             if plan.unit_sizes != [0]:
                 self._snapshot_unit = bool(plan.unit_sizes)
                 return plan
@@ -345,19 +349,10 @@ class PostgresConnector(ChangeConnector):
             self.options.snapshot_chunk_rows,
             self.options.snapshot_parallelism,
             self.slot.connection,
-            self._window,
+            self.stream.window,
             self.column_types,
             self._describe_now,
         )
-
-    def _window(self, since: int, upto: int) -> list[WindowChange]:
-        """The captured tables' changes committed in ``[since, upto)``, read again (driver)."""
-        _, txns, store = self._read(upto, None, since, track=False)
-        keys = {t.name: t.key_in_column_order for t in self._tables}
-        try:
-            return window_changes(txns, store, self._relations.versions, keys)
-        finally:
-            store.discard()
 
     def _heartbeat_due(self) -> bool:
         """True when the position has not moved for ``heartbeat_interval`` (stream phase)."""
@@ -388,7 +383,7 @@ class PostgresConnector(ChangeConnector):
         assert self._planning is not None
         chunking = self.options.snapshot == "incremental" or self._planning.incremental is not None
         flushed = self._flush_lsn() if chunking else None
-        rows, txns, store = self._read(self._target, rows_wanted, lsn, self._planning.schemas)
+        rows, txns, store = self.stream.read(self._target, rows_wanted, lsn, self._planning.schemas)
         if self._store is not None:
             self._retired.append(self._store)  # a planned batch may still read it
         self._store = store
@@ -400,134 +395,6 @@ class PostgresConnector(ChangeConnector):
         if reach is not None and self._target is not None:
             reach = min(reach, self._target)
         self._complete_lsn = reach if exhausted else None
-
-    def _read(
-        self,
-        upto_lsn: int | None,
-        upto_rows: int | None,
-        start_lsn: int,
-        schemas: Mapping[str, TableSchema] | None = None,
-        track: bool = True,
-    ) -> tuple[int, list[PgTransaction], ChangeStore]:
-        """Stream a peek of the slot into transactions; return (rows read, them, their changes).
-
-        Runs on the driver. Changes go to a new :class:`ChangeStore` as they arrive, so memory
-        is bounded by ``buffer_size`` whatever the transactions' sizes; those of transactions
-        that committed before ``start_lsn`` (delivered, not yet confirmed) are not kept. With
-        ``track``, schema changes since ``schemas`` (the start offset's) are found and become
-        changes of their own (:mod:`.schema_tracking`): from pgoutput's relation messages, or,
-        for wal2json, from the changes of the tables whose catalog differs from ``schemas``
-        after the peek (the peek is read again, watching them, when one does).
-        """
-        if not self._stream_spill_cleared:
-            # Chunks an earlier run spilled (a killed driver never discarded them). Not in
-            # check(): Spark also builds readers in other processes, which read nothing.
-            self.spill.stream_directory().delete_tree()
-            self._stream_spill_cleared = True
-        if track and schemas is None:
-            schemas = self._catalog_schemas()  # an offset from before schema tracking
-        watch: frozenset[str] = frozenset()
-        while True:
-            counted, txns, store = self._read_once(
-                upto_lsn, upto_rows, start_lsn, schemas if track else None, watch
-            )
-            if not track or self.options.plugin != "wal2json" or not schemas:
-                break
-            # Read after the peek: any DDL the peek decoded is in the catalog by now.
-            drift = drifted(schemas, self._schema_catalog.column_lists(schemas))
-            if drift <= watch:
-                break
-            store.discard()
-            watch |= drift
-        if store.spilled_chunks:
-            _log.info(
-                "postgres slot %s: %d of %d chunks of peeked changes spilled to %s "
-                "(streamBufferSize %d bytes)",
-                self.options.slot,
-                store.spilled_chunks,
-                len(store.chunks),
-                store.spill_directory.url,
-                self.options.stream_buffer_size,
-            )
-        return counted, txns, store
-
-    def _read_once(
-        self,
-        upto_lsn: int | None,
-        upto_rows: int | None,
-        start_lsn: int,
-        schemas: Mapping[str, TableSchema] | None,
-        watch: frozenset[str],
-    ) -> tuple[int, list[PgTransaction], ChangeStore]:
-        """One peek of :meth:`_read`, schema changes tracked unless ``schemas`` is None."""
-        store = ChangeStore(
-            self.options.plugin == "pgoutput",
-            self.spill.stream_directory(),
-            self.options.stream_buffer_size,
-        )
-        counted = 0
-
-        def rows() -> Iterator[tuple[str, int | None, Any]]:
-            nonlocal counted
-            for row in self.slot.stream(upto_lsn, upto_rows, self.options.tables):
-                counted += 1
-                yield row
-
-        tables = frozenset(self.options.tables)
-        tracker = watcher = None
-        if schemas is not None:
-            tracker = self._tracker = SchemaTracker(
-                schemas, self._schema_catalog.describe, rebuilds=True
-            )
-            watcher = Wal2JsonWatcher(tracker, watch)
-        try:
-            txns = decode_peek(
-                rows(),
-                self.options.plugin,
-                self._relations,
-                tables,
-                store,
-                start_lsn,
-                tracker,
-                watcher,
-            )
-        finally:
-            self._tracker = None
-        store.seal()
-        return counted, txns, store
-
-    def _plan_snapshot(self, rerun: bool = False) -> Plan:
-        task = self._task
-        if task is None:
-            # A re-run of the logged snapshot batch owns the slot (it was claimed when the batch
-            # was planned); otherwise only a slot this source made for its snapshot may go.
-            if (rerun and self.slot.info() is not None) or claim_snapshot_slot(
-                self.slot, self.spill
-            ):
-                self.slot.drop()
-            self.slot.close()
-            task = self._task = SnapshotTask(
-                self.dsn, self.options.slot, self._tables, self.spill, self.options.plugin
-            )
-            task.start()
-        if self._target is not None:
-            # Trigger.availableNow ends at the first trigger that offers nothing, so a bounded
-            # run waits for the snapshot instead of declining.
-            task.join()
-        if task.is_alive():
-            # The snapshot is read in one transaction: one open unit, growing as rows arrive.
-            return Plan(
-                [],
-                SnapshotAvailability.soft_failure(task.describe()),
-                task.rows_read,
-                held_units=1,
-                oldest_held=f"the initial snapshot of slot {self.options.slot!r}",
-            )
-        if task.error is not None:
-            error, self._task = task.error, None
-            raise error
-        assert task.manifest is not None
-        return Plan([task.manifest.rows], None, 0)
 
     def availability(self, cut: Cut) -> SnapshotAvailability:
         """Every transaction boundary is available; nothing else is ever proposed (gate on)."""
@@ -542,9 +409,9 @@ class PostgresConnector(ChangeConnector):
         start = self._planning
         assert start is not None, "batch() follows plan()"
         if self._snapshot_unit:  # the whole snapshot is the one unit
-            schemas = self._catalog_schemas()  # the schemas the snapshot's rows have
+            schemas = self.stream.catalog_schemas()  # the schemas the snapshot's rows have
             end = PgOffset(checkpoint_id, start.emitted + 1, "stream", None, None, schemas)
-            return PlannedBatch(end.to_json(), self._snapshot_partitions(start))
+            return PlannedBatch(end.to_json(), self.snapshot.partitions())
         available = [t for t in self._cache if t.size]
         units = available[: cut.unit + 1]
         self._moved_at = time.monotonic()
@@ -587,7 +454,7 @@ class PostgresConnector(ChangeConnector):
         if offset.lsn is None:
             # The snapshot batch is complete: its rows may go, its manifest stays until a stream
             # batch commits (it proves where the stream starts if the query restarts now).
-            self._task = None
+            self.snapshot.done()
             self.spill.clear_files()
             return
         state = offset.incremental
@@ -611,8 +478,7 @@ class PostgresConnector(ChangeConnector):
         each (``public.orders: column_renamed name -> title``), or is None.
         """
         health = self._health
-        task = self._task
-        progress = None if task is None else task.progress()
+        progress = None if self._snapshot is None else self._snapshot.progress()
         offset = self._planning
         if offset is not None and offset.incremental is not None:
             progress = self._incremental.progress(offset.incremental, self._tables)
@@ -635,10 +501,8 @@ class PostgresConnector(ChangeConnector):
         self._retired, self._store, self._cache = [], None, []
         if self._slot is not None:
             self._slot.close()
-        if self._type_names is not None:
-            self._type_names.close()
-        if self._schema_catalog is not None:
-            self._schema_catalog.close()
+        if self._stream is not None:
+            self._stream.close()
 
     # -- driver: partitions ----------------------------------------------------------------------
 
@@ -646,7 +510,7 @@ class PostgresConnector(ChangeConnector):
         """Partitions of a logged batch after a restart: the snapshot, or a peek of its range."""
         first, last = PgOffset.from_json(start), PgOffset.from_json(end)
         if first.phase == "snapshot" and last.lsn is None:
-            return self._snapshot_partitions(first)
+            return self.snapshot.partitions()
         if first.incremental is not None or last.incremental is not None:
             return self._incremental.replan(
                 first, last, end, lambda n: self._replay(first, last, n), self._stream_partitions
@@ -659,7 +523,7 @@ class PostgresConnector(ChangeConnector):
         # After a restart Spark re-plans the logged batch: peek exactly the logged range again.
         assert last.lsn is not None
         lsn = self._start_lsn(first)
-        _, peeked, store = self._read(last.lsn, None, lsn, first.schemas)
+        _, peeked, store = self.stream.read(last.lsn, None, lsn, first.schemas)
         self._retired.append(store)  # read by the re-run batch only
         txns = [t for t in peeked if t.size and lsn < t.end_lsn <= last.lsn]
         if len(txns) != expected:
@@ -672,41 +536,12 @@ class PostgresConnector(ChangeConnector):
         return txns
 
     def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
-        relations = tuple(self._relations.versions) if self.options.plugin == "pgoutput" else ()
+        relations = (
+            tuple(self.stream.relations.versions) if self.options.plugin == "pgoutput" else ()
+        )
         return plan_stream_partitions(
             txns, emitted, self.changes_per_partition, self.source, relations
         )
-
-    def _snapshot_partitions(self, first: PgOffset) -> list[object]:
-        manifest = self.spill.manifest()
-        info = self.slot.info()
-        reusable = (
-            manifest is not None
-            and manifest.complete
-            and info is not None
-            and own_snapshot_slot(self.options.slot, info.confirmed_flush, manifest)
-        )
-        if not reusable:
-            # A re-run of the snapshot batch whose spill did not survive: take it again.
-            _log.warning("postgres snapshot of slot %s is taken again", self.options.slot)
-            self._task = None
-            self._described()
-            self._plan_snapshot(rerun=True)
-            task = self._task
-            assert task is not None
-            task.join()
-            if task.error is not None:
-                raise task.error
-            manifest = task.manifest
-        assert manifest is not None
-        txn_id = f"snapshot:{self.options.slot}@{format_lsn(manifest.consistent_point)}"
-        types: tuple[tuple[str, str], ...] = ()
-        if self.column_types:
-            types = tuple((t.name, types_json(t.columns)) for t in self._tables)
-        values = PgSnapshotPartition(
-            (), manifest.rows, txn_id, manifest.taken_at_us, self.source, types
-        )
-        return snapshot_partitions(manifest, self.spill, values, self.changes_per_partition)
 
     # -- executors -------------------------------------------------------------------------------
 
