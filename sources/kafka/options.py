@@ -106,7 +106,7 @@ def _pattern(value: str) -> str:
     try:
         re.compile(value.strip())
     except re.error as e:
-        raise ValueError(value) from e
+        raise InvalidOptionError("subscribePattern", value, f"a regular expression ({e})") from e
     return value.strip()
 
 

@@ -127,6 +127,8 @@ class OptionSpec(Generic[T]):
             return self.default
         try:
             return self.type.parse(raw)
+        except InvalidOptionError:
+            raise  # a type that says more than its accepted form (a regular expression's error)
         except ValueError as e:
             raise InvalidOptionError(self.name, raw, self.type.accepted) from e
 
