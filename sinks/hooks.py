@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.registry import Registration
 from spark_ckpt.state.restore import RestorePoint
-from spark_ckpt.state.storage import Location, StorageOptions
+from spark_ckpt.state.storage import Location
 
 from .manifest import ManifestStore
 from .publisher import discard_after, publish_completed
@@ -20,10 +19,9 @@ def publish_on_completion(
 
     ``run_id`` is the run the event came from: a stale run is fenced off.
     """
-    settings = registration.settings
-    storage = StorageOptions.of(settings.get("storage") or {})
-    store = ManifestStore(SparkCheckpoint(settings["checkpointLocation"], storage))
-    publish_completed(store, Location(settings["path"], storage), upto=batch_id, run=run_id)
+    store = ManifestStore(registration.checkpoint())
+    table = Location(registration.table, registration.storage)
+    publish_completed(store, table, upto=batch_id, run=run_id)
 
 
 def restore_to_checkpoint(point: RestorePoint) -> None:

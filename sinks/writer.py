@@ -189,12 +189,9 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 Registration(
                     "delta-2pc",
                     manifest.query_id,
-                    {
-                        "checkpointLocation": self.options.checkpoint_location,
-                        "path": self.options.log_path,
-                        # In the control plane's private driver-local directory only.
-                        "storage": self.options.storage.as_dict(),
-                    },
+                    self.options.checkpoint_location,
+                    self.options.log_path,
+                    self.options.storage,
                 )
             )
         if run is not None:

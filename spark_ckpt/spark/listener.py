@@ -42,10 +42,8 @@ from spark_ckpt.model.events import (
     HistoryEvent,
 )
 from spark_ckpt.model.failures import FailureReason
-from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.registry import ControlState, Registration
-from spark_ckpt.state.storage import StorageOptions
 
 __all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "load_hooks"]
 
@@ -210,10 +208,8 @@ class CheckpointListener(StreamingQueryListener):
     def _history(self, query_id: str) -> HistoryLog | None:
         """The history of ``query_id``'s checkpoint location, when a component told where."""
         for registration in self._state.registrations(query_id):
-            location = registration.settings.get("checkpointLocation")
-            if location:
-                storage = StorageOptions.of(registration.settings.get("storage") or {})
-                return HistoryLog(SparkCheckpoint(str(location), storage))
+            if registration.checkpoint_location:
+                return HistoryLog(registration.checkpoint())
         return None
 
     def _learn_sources(self, query_id: str, progress: dict[str, Any]) -> None:

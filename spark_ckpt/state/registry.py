@@ -25,6 +25,7 @@ from spark_ckpt.model.config import CkptConfig
 from spark_ckpt.model.declines import DeclineReport
 from spark_ckpt.model.events import HistoryEvent, event_from_json
 from spark_ckpt.model.options import IDENTITY_OPTION
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.files import write_atomically, write_if_changed
 from spark_ckpt.state.restore import RestorePoint
 from spark_ckpt.state.storage import StorageOptions
@@ -34,7 +35,7 @@ __all__ = ["IDENTITY_OPTION", "ControlState", "DrainReport", "Registration"]
 
 @dataclass(frozen=True)
 class Registration:
-    """A data-plane component serving one query.
+    """A data-plane component serving one query, as its completion hook receives it.
 
     Attributes
     ----------
@@ -42,13 +43,46 @@ class Registration:
         The component's format name (``delta-2pc``); selects its completion hook.
     query_id
         The query's id.
-    settings
-        What the hook needs (for the sink: ``checkpointLocation`` and ``path``).
+    checkpoint_location
+        The query's checkpoint location (the hook's manifests; the query's history).
+    table
+        The Delta table the component appends every batch to (for ``delta-2pc`` in mirror
+        mode, the change log).
+    storage
+        How both are reached (object stores). Kept in the control plane's private driver-local
+        directory only: it may hold credentials.
     """
 
     kind: str
     query_id: str
-    settings: dict[str, Any]
+    checkpoint_location: str
+    table: str
+    storage: StorageOptions = field(default_factory=StorageOptions, repr=False)
+
+    def checkpoint(self) -> SparkCheckpoint:
+        """The checkpoint location, reachable with :attr:`storage`."""
+        return SparkCheckpoint(self.checkpoint_location, self.storage)
+
+    def to_json(self) -> dict[str, Any]:
+        """The registration's file body (storage included: the directory is private)."""
+        return {
+            "kind": self.kind,
+            "checkpointLocation": self.checkpoint_location,
+            "table": self.table,
+            "storage": self.storage.as_dict(),
+        }
+
+    @classmethod
+    def from_json(cls, query_id: str, body: dict[str, Any]) -> Registration:
+        """Read :meth:`to_json`'s form, or the earlier one (a ``settings`` object)."""
+        settings = body.get("settings") or body
+        return cls(
+            str(body["kind"]),
+            query_id,
+            str(settings.get("checkpointLocation", "")),
+            str(settings.get("table", settings.get("path", ""))),
+            StorageOptions.of(settings.get("storage") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -99,15 +133,13 @@ class ControlState:
     def register(self, registration: Registration) -> None:
         """Record a registration (idempotent; cheap when it is already there)."""
         path = os.path.join(self._query_dir(registration.query_id), f"{registration.kind}.json")
-        body = json.dumps(
-            {"kind": registration.kind, "settings": registration.settings}, sort_keys=True
-        ).encode()
+        body = json.dumps(registration.to_json(), sort_keys=True).encode()
         write_if_changed(path, body)
 
     def registrations(self, query_id: str) -> list[Registration]:
         """The registrations for ``query_id`` (none when it registered nothing)."""
         return [
-            Registration(body["kind"], query_id, body["settings"])
+            Registration.from_json(query_id, body)
             for body in _read_json_files(self._query_dir(query_id))
         ]
 

@@ -20,6 +20,7 @@ from spark_ckpt.spark.listener import CheckpointListener
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.registry import ControlState, Registration
+from spark_ckpt.state.storage_options import StorageOptions
 
 QUERY = str(uuid.UUID(int=7))
 RUN = str(uuid.UUID(int=8))
@@ -78,7 +79,7 @@ class Calls:
     def __call__(
         self, registration: Registration, batch_id: int | None, run_id: str | None
     ) -> None:
-        assert registration.settings == {"path": "/t"}
+        assert registration.table == "/t"
         assert run_id == RUN, "the hook learns which run of the query the event came from"
         self.seen.append(batch_id)
         if batch_id in self.fail_on:
@@ -88,7 +89,7 @@ class Calls:
 @pytest.fixture
 def state(tmp_path: Path) -> ControlState:
     state = ControlState(str(tmp_path))
-    state.register(Registration("delta-2pc", QUERY, {"path": "/t"}))
+    state.register(Registration("delta-2pc", QUERY, "", "/t"))
     return state
 
 
@@ -199,8 +200,8 @@ def test_a_failed_restore_is_not_retried_once_a_later_run_started(state: Control
 
 def test_registration_is_idempotent(state: ControlState) -> None:
     """Registering the same component again changes nothing."""
-    state.register(Registration("delta-2pc", QUERY, {"path": "/t"}))
-    assert state.registrations(QUERY) == [Registration("delta-2pc", QUERY, {"path": "/t"})]
+    state.register(Registration("delta-2pc", QUERY, "", "/t"))
+    assert state.registrations(QUERY) == [Registration("delta-2pc", QUERY, "", "/t")]
 
 
 def test_a_runs_final_publish_does_not_signal_the_next_run_of_the_query(
@@ -265,13 +266,30 @@ def test_a_runs_termination_delivered_after_the_next_run_started_does_not_signal
     assert finals == [RUN, second]
 
 
+def test_a_registration_keeps_its_checkpoint_and_table_typed(tmp_path: Path) -> None:
+    """The hooks and the listener receive the location, the table and the storage as written."""
+    state = ControlState(str(tmp_path / "state"))
+    storage = StorageOptions.of({"AWS_REGION": "eu-west-1"})
+    state.register(Registration("delta-2pc", QUERY, "s3://b/ckpt", "s3://b/t", storage))
+    (found,) = state.registrations(QUERY)
+    assert (found.checkpoint_location, found.table) == ("s3://b/ckpt", "s3://b/t")
+    assert found.storage.get("AWS_REGION") == "eu-west-1"
+    assert found.checkpoint().location == "s3://b/ckpt"
+    # A file an earlier version wrote (a settings object) reads the same.
+    earlier = {
+        "kind": "delta-2pc",
+        "settings": {"checkpointLocation": "/c", "path": "/t", "storage": {}},
+    }
+    assert Registration.from_json(QUERY, earlier) == Registration("delta-2pc", QUERY, "/c", "/t")
+
+
 def test_idle_events_move_an_unsupervised_sources_declines_into_the_history(
     tmp_path: Path,
 ) -> None:
     """A source holding everything back runs no batch; its declines still reach the history."""
     state = ControlState(str(tmp_path / "state"))
     checkpoint = tmp_path / "ckpt"
-    state.register(Registration("delta-2pc", QUERY, {"checkpointLocation": str(checkpoint)}))
+    state.register(Registration("delta-2pc", QUERY, str(checkpoint), str(tmp_path / "t")))
     listener = CheckpointListener(state, {})
     listener.onQueryProgress(progress(0, source="query-0123456789ab"))
     held = {"changes": 2, "transactions": 1, "oldest": "T1", "reason": "T1 waits"}
