@@ -22,12 +22,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_ckpt.errors import ConfigError, PublishError, UsageError
+from spark_ckpt.model.change_rows import MIRROR_COLUMNS
 from spark_ckpt.state.hooks import HookChannel
 from spark_ckpt.state.registry import ControlState, Registration
 from spark_ckpt.testing.faults import crash_point, stall_point
 
 from .manifest import Manifest, ManifestStore
-from .mirror.precommit import CHANGE_COLUMNS, discard_staging, plan_batch
+from .mirror.precommit import discard_staging, plan_batch
 from .options import SinkOptions
 from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
 from .snapshots import check_out, give_back
@@ -73,7 +74,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.control = control
         if options.mode == "mirror":
-            lacking = [c for c in CHANGE_COLUMNS if c not in schema.fieldNames()]
+            lacking = [c for c in MIRROR_COLUMNS if c not in schema.fieldNames()]
             if lacking:
                 raise ConfigError(
                     f"delta-2pc mode=mirror applies a change stream (the txn-cdc schema), but "

@@ -9,6 +9,7 @@ connector's :class:`ConnectorOptions` subclass, found through :mod:`.registry`, 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -234,9 +235,9 @@ class SourceOptions:
                     raise InvalidOptionError(
                         prefix + key, "***", f"no value: the {connector} connector does not read it"
                     )
-        per_partition = reader.value(
-            CHANGES_PER_PARTITION.name, PositiveInt(), own.CHANGES_PER_PARTITION
-        )
+        # The one option whose default is the connector's.
+        own_default = dataclasses.replace(CHANGES_PER_PARTITION, default=own.CHANGES_PER_PARTITION)
+        per_partition = own_default.read(reader)
         assert per_partition is not None
         return cls(
             connector=connector,

@@ -32,12 +32,9 @@ from .publish import mirror_columns, table_schema
 from .rebuild import RebuildState, rebuilding_at, shadow_directory, split_rebuilds
 from .types import arrow_type, canonical_type
 
-__all__ = ["CHANGE_COLUMNS", "discard_staging", "plan_batch"]
+__all__ = ["discard_staging", "plan_batch"]
 
 _log = logging.getLogger(__name__)
-
-CHANGE_COLUMNS = MIRROR_COLUMNS
-"""The stream columns mirror mode reads (the change-row contract's, re-exported)."""
 
 
 def _staging(root: Location, batch_id: int, attempt: str | None = None) -> Location:
@@ -94,7 +91,7 @@ def _read_changes(changelog: Location, files: Sequence[StagedFile]) -> pa.Table 
     parts = [
         # column_types only when the stream has it
         staged_location(changelog, staged.path).read_parquet(
-            (*CHANGE_COLUMNS, TYPES_COLUMN), missing_columns="skip"
+            (*MIRROR_COLUMNS, TYPES_COLUMN), missing_columns="skip"
         )
         for staged in files
     ]

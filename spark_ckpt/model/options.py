@@ -106,6 +106,12 @@ class OptionSpec(Generic[T]):
         text = str(self.default) if self.type is None else self.type.render(self.default)
         return f"`{text}`"
 
+    def unset_in(self, reader: OptionReader) -> bool:
+        """True when ``reader`` lacks the option (or has it blank, for a type where that counts)."""
+        raw = reader.raw(self.name)
+        blank = self.type is not None and self.type.blank_is_unset
+        return raw is None or (blank and not raw.strip())
+
     def read(self, reader: OptionReader) -> T | None:
         """The option's value from ``reader``: its default when unset.
 
@@ -121,7 +127,7 @@ class OptionSpec(Generic[T]):
         if self.type is None:
             raise TypeError(f"option {self.name!r} has no type to read it with")
         raw = reader.raw(self.name)
-        if raw is None or (self.type.blank_is_unset and not raw.strip()):
+        if raw is None or self.unset_in(reader):
             if self.required:
                 raise ConfigError(f"{reader.owner} needs the option {self.name!r}: {self.required}")
             return self.default
@@ -170,16 +176,7 @@ def read_declared(cls: type[Any], reader: OptionReader, owner: str = "") -> dict
         For the first value an option's type does not accept.
     """
     fields = declared_fields(cls)
-    missing = [
-        spec
-        for spec in fields.values()
-        if spec.required
-        and spec.type is not None
-        and (
-            reader.raw(spec.name) is None
-            or (spec.type.blank_is_unset and reader.text(spec.name) is None)
-        )
-    ]
+    missing = [spec for spec in fields.values() if spec.required and spec.unset_in(reader)]
     if missing:
         names = ", ".join(repr(spec.name) for spec in missing)
         plural = "s" if len(missing) > 1 else ""
