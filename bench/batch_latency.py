@@ -24,13 +24,10 @@ import datetime as dt
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spark_ckpt
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint

@@ -1,6 +1,6 @@
 """Capture what Debezium writes for an incremental snapshot, as a small test fixture.
 
-Debezium's PostgreSQL connector (the writer of ``bench/peers/debezium-writer``) captures a
+Debezium's PostgreSQL connector (the writer of ``tests/harness/peers/debezium-writer``) captures a
 fresh database with ``snapshot.mode=no_data`` and a signal table; an ``execute-snapshot`` signal
 then snapshots ``public.orders`` incrementally in chunks of 3 rows while transactions change the
 table. The JSONL files and a ``STEPS.txt`` of what was done go to ``--out`` (by default
@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 import psycopg
-from debezium_writer import DebeziumWriter
-from pg_cluster import PASSWORD, USER, PgCluster
+
+from harness.servers.postgres import PASSWORD, USER, PgCluster
+from harness.workloads.debezium import DebeziumWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "debezium" / "incremental-postgres-3.6.1"

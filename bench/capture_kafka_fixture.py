@@ -1,12 +1,12 @@
 """Capture what Debezium writes to Kafka through Kafka Connect, as a small test fixture.
 
-A Kafka broker (``bench/kafka_broker.py``), a Kafka Connect worker running Debezium's PostgreSQL
-connector (``bench/kafka_connect.py``; pgoutput, transaction metadata, the JSON converter with
-schemas) and a PostgreSQL server: Debezium snapshots two tables, then streams transactions that
+A Kafka broker (:mod:`harness.servers.kafka`), a Kafka Connect worker running Debezium's PostgreSQL
+connector (:mod:`harness.servers.kafka_connect`; pgoutput, transaction metadata, the JSON converter
+with schemas) and a PostgreSQL server: Debezium snapshots two tables, then streams transactions that
 touch one or both, including a primary-key change and a delete; Connect is SIGKILLed once (it
-repeats what followed its last flushed offset); an ``execute-snapshot`` signal runs an
-incremental snapshot in chunks of 2 rows. The items topic has two partitions, so one
-transaction's events are spread over three partitions and the transaction topic.
+repeats what followed its last flushed offset); an ``execute-snapshot`` signal runs an incremental
+snapshot in chunks of 2 rows. The items topic has two partitions, so one transaction's events are
+spread over three partitions and the transaction topic.
 
 Every record of every topic goes to ``--out`` (default ``tests/fixtures/kafka/postgres-3.6.1``)
 as ``<topic>-<partition>.jsonl``, one line per record in offset order:
@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 
 import psycopg
-from kafka_broker import KafkaBroker
-from kafka_connect import KafkaConnect, debezium_postgres
-from pg_cluster import PgCluster
+
+from harness.servers.kafka import KafkaBroker
+from harness.servers.kafka_connect import KafkaConnect, debezium_postgres
+from harness.servers.postgres import PgCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "kafka" / "postgres-3.6.1"

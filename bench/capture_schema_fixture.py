@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from pg_cluster import PgCluster
 
+from harness.servers.postgres import PgCluster
 from spark_ckpt.sources.postgres.pgoutput import PLUGIN_OPTIONS as PGOUTPUT_OPTIONS
 from spark_ckpt.sources.postgres.schema_tracking import SchemaCatalog
 from spark_ckpt.sources.postgres.wal2json import PLUGIN_OPTIONS as WAL2JSON_OPTIONS

@@ -1,14 +1,14 @@
 """Crash matrix: SIGKILL the driver at every delta-2pc protocol point, several times each.
 
 For each point (after staging, after the manifest, after commits/N before publish, during
-publish, during abort) and each repetition (a different generated log), run the crash scenario of
-``crash_harness`` and add up transactions lost, duplicated and torn (visible in part in any Delta
-version, read with delta-spark). Prints one JSON line; all three must be 0.
+publish, during abort) and each repetition (a different generated log), run the crash scenario
+of :mod:`harness.faults.crash` and add up transactions lost, duplicated and torn (visible in part
+in any Delta version, read with delta-spark). Prints one JSON line; all three must be 0.
 
 ``--store s3`` keeps log, table and checkpoint on an S3 server on loopback (started here; Spark
 reaches it through s3a, spark-ckpt through pyarrow and delta-rs).
 
-``--mirror`` runs ``mode=mirror`` instead (``bench/mirror_harness.py``): per repetition, a
+``--mirror`` runs ``mode=mirror`` instead (:mod:`harness.faults.mirror`): per repetition, a
 driver killed at all six protocol points in successive batches, then at random moments; it
 counts mirrors that differ from their source, checkpoints whose tables disagree, and gaps in
 the checkpoint index. All must be 0.
@@ -26,10 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import crash_harness
-from s3_server import S3Server
-
+from harness.faults import crash
+from harness.servers.s3 import S3Server
 from spark_ckpt import local_session
 
 
@@ -66,16 +64,14 @@ def run(repeat: int, server: S3Server | None) -> None:
     runs = 0
     began = time.monotonic()
     per_point: dict[str, dict[str, int]] = {}
-    for scenario in sorted(crash_harness.SCENARIOS):
+    for scenario in sorted(crash.SCENARIOS):
         point = {"runs": 0, "lost": 0, "duplicated": 0, "torn": 0}
         for repetition in range(repeat):
             with tempfile.TemporaryDirectory() as workdir:
                 store = None
                 if server is not None:
-                    store = crash_harness.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
-                outcome = crash_harness.run_scenario(
-                    spark, scenario, Path(workdir), repetition, store
-                )
+                    store = crash.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
+                outcome = crash.run_scenario(spark, scenario, Path(workdir), repetition, store)
             runs += 1
             point["runs"] += 1
             for key in ("lost", "duplicated", "torn"):
@@ -88,7 +84,7 @@ def run(repeat: int, server: S3Server | None) -> None:
     result = {
         "bench": "crash_matrix",
         "store": "local" if server is None else "s3",
-        "scenarios": len(crash_harness.SCENARIOS),
+        "scenarios": len(crash.SCENARIOS),
         "runs": runs,
         "sigkills": totals["crashes"],
         "lost": totals["lost"],
@@ -101,7 +97,7 @@ def run(repeat: int, server: S3Server | None) -> None:
 
 def run_mirror(repeat: int) -> None:
     """Mirror mode: ``repeat`` chains of kills (each point, then random); print the JSON line."""
-    import mirror_harness
+    from harness.faults import mirror
 
     spark = local_session("bench-crash-matrix-mirror")
     began = time.monotonic()
@@ -109,7 +105,7 @@ def run_mirror(repeat: int) -> None:
     sigkills = checkpoints = 0
     for repetition in range(repeat):
         with tempfile.TemporaryDirectory() as workdir:
-            outcome = mirror_harness.run_mirror_crashes(spark, Path(workdir), seed=repetition)
+            outcome = mirror.run_mirror_crashes(spark, Path(workdir), seed=repetition)
         print(outcome.to_json(), file=sys.stderr, flush=True)
         for key in totals:
             totals[key] += getattr(outcome, key)
@@ -118,7 +114,7 @@ def run_mirror(repeat: int) -> None:
     spark.stop()
     result = {
         "bench": "crash_matrix_mirror",
-        "points": list(mirror_harness.PROTOCOL_FAULTS),
+        "points": list(mirror.PROTOCOL_FAULTS),
         "runs": repeat,
         "sigkills": sigkills,
         "checkpoints_checked": checkpoints,

@@ -1,9 +1,10 @@
 """txn-cdc on Debezium files against Spark's own ``format("json")`` source, side by side.
 
 The log is written by Debezium itself (``--log real``, the default): Debezium 3.6's embedded
-engine (``bench/peers/debezium-writer``) captures a throwaway PostgreSQL server while
-``pg_workload``'s transactions run, writing record values without Kafka Connect's schema
-envelope (what ``format("json")`` with a fixed schema can read) and decimals as strings.
+engine (``tests/harness/peers/debezium-writer``) captures a throwaway PostgreSQL server while
+:mod:`harness.workloads.postgres`' transactions run, writing record values without Kafka
+Connect's schema envelope (what ``format("json")`` with a fixed schema can read) and decimals as
+strings.
 ``--log generated`` uses the project's generator instead (interleaved transactions, spread over
 files). Then it runs in alternating pairs, each ``Trigger.availableNow`` over the same files:
 
@@ -33,17 +34,15 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from passthrough import Timed, busy_cpu_seconds, passthrough_run
+
 from spark_ckpt import install, local_session
 from spark_ckpt.testing.debezium_log import random_log, write_log
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from passthrough import Timed, busy_cpu_seconds, passthrough_run
 
 # Every top-level key of a Debezium line; nested objects arrive as their JSON text.
 SPARK_JSON_SCHEMA = (
@@ -96,9 +95,9 @@ def real_log(directory: Path, transactions: int, seed: int) -> tuple[int, int, i
 
     Returns ``(changes, lines, transactions)`` of the log as written.
     """
-    import pg_workload
-    from debezium_writer import DebeziumWriter
-    from pg_cluster import PASSWORD, USER, PgCluster
+    from harness.servers.postgres import PASSWORD, USER, PgCluster
+    from harness.workloads import postgres as pg_workload
+    from harness.workloads.debezium import DebeziumWriter
 
     server = PgCluster(tempfile.mkdtemp(prefix="bench-dbz-pg-")).start()
     try:

@@ -1,8 +1,9 @@
 """txn-cdc on Debezium's Kafka topics against Spark's own Kafka source, side by side.
 
-The topics are written by Debezium itself: Kafka Connect (standalone, ``bench/kafka_connect.py``)
-runs Debezium's PostgreSQL connector on a throwaway PostgreSQL server while ``pg_workload``'s
-transactions run in two sessions, into a KRaft broker (``bench/kafka_broker.py``) on loopback.
+The topics are written by Debezium itself: Kafka Connect (standalone,
+:mod:`harness.servers.kafka_connect`) runs Debezium's PostgreSQL connector on a throwaway
+PostgreSQL server while :mod:`harness.workloads.postgres`' transactions run in two sessions, into
+a KRaft broker (:mod:`harness.servers.kafka`) on loopback.
 Every table's topic has three partitions, the transaction topic one; Kafka Connect's JSON
 converter writes its schema envelope (its default). Then it runs in alternating pairs, each
 ``Trigger.availableNow`` over the same topics from the earliest offsets:
@@ -32,16 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from spark_ckpt import install, local_session
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from passthrough import Timed, busy_cpu_seconds, passthrough_run
+
+from spark_ckpt import install, local_session
 
 PREFIX = "bench"
 PARTITIONS = 3
@@ -57,9 +56,9 @@ def write_topics(bootstrap: str, transactions: int, seed: int, workdir: Path) ->
 
     Returns the counts of what was written: ``records``, ``changes``, ``transactions``.
     """
-    import pg_workload
-    from kafka_connect import KafkaConnect, debezium_postgres
-    from pg_cluster import PgCluster
+    from harness.servers.kafka_connect import KafkaConnect, debezium_postgres
+    from harness.servers.postgres import PgCluster
+    from harness.workloads import postgres as pg_workload
 
     server = PgCluster(tempfile.mkdtemp(prefix="bench-kafka-pg-")).start()
     connect = KafkaConnect(workdir / "connect", bootstrap)
@@ -224,7 +223,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    from kafka_broker import KafkaBroker, spark_kafka_package
+    from harness.servers.kafka import KafkaBroker, spark_kafka_package
 
     ratios: dict[str, list[float]] = {"noop": [], "delta": []}
     ceilings: dict[str, list[float]] = {"noop": [], "delta": []}

@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import spark_ckpt
 from spark_ckpt.testing.debezium_log import write_log
 

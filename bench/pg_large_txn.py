@@ -24,15 +24,13 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pg_cluster import PgCluster
+from harness.servers.postgres import PgCluster
 
 
 def _status_kb(pid: int, field: str) -> int | None:

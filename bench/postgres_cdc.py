@@ -52,9 +52,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from passthrough import Timed, busy_cpu_seconds, passthrough_run
-from pg_cluster import PgCluster
+
+from harness.servers.postgres import PgCluster
 
 TABLES = ("public.orders", "public.items")
 TARGET_RATIO = 0.8  # the target: connector rate / raw decoding rate

@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pg_cluster import PASSWORD, USER, PgCluster
 from postgres_cdc import TABLES, connector_run, create_tables, write_workload
+
+from harness.servers.postgres import PASSWORD, USER, PgCluster
 
 PEER = Path(__file__).resolve().parent / "peers" / "debezium"
 SNAPSHOT_TABLE = "public.accounts"

@@ -24,7 +24,6 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -33,10 +32,8 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from s3_server import S3Server
-
 import spark_ckpt
+from harness.servers.s3 import S3Server
 from spark_ckpt.model.events import CompletedEvent
 from spark_ckpt.state.history import fold
 from spark_ckpt.state.storage import Location, StorageOptions

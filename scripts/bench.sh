@@ -11,7 +11,12 @@ run() {
   local bench="$1"; shift
   [ -f "$ROOT/bench/$bench.py" ] || die "no benchmark bench/$bench.py (one of: ${ALL[*]})"
   say "bench: $bench $*"
-  "$VENV/bin/python" "$ROOT/bench/$bench.py" "$@" 2>>"$ROOT/bench/bench.log"
+  # A benchmark imports the test harness (the package `harness`: tests/ is on sys.path through the
+  # .pth file setup.sh writes) and its siblings in bench/ (passthrough.py, postgres_cdc.py) the
+  # way any script does: its own directory is first on sys.path, unless PYTHONSAFEPATH (which
+  # setup.sh exports for the tests) is set. So it runs without; spark_ckpt.local_session sets it
+  # again for Spark's Python workers, and the harness sets it for the drivers it starts.
+  env -u PYTHONSAFEPATH "$VENV/bin/python" "$ROOT/bench/$bench.py" "$@" 2>>"$ROOT/bench/bench.log"
 }
 if [ "$#" -gt 0 ]; then
   run "$@"

@@ -77,7 +77,7 @@ ensure_postgres() {
 }
 if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_POSTGRES:-}" = "1" ]; then ensure_postgres; fi
 
-# --- MariaDB (tests: bench/mariadb_server.py) --------------------------------------------------
+# --- MariaDB (tests: tests/harness/servers/mariadb.py) -----------------------------------------
 # Only the binaries are used: the tests' server has its own port, socket, data directory and
 # option file, so the system's MariaDB service (which the package may start) is never needed.
 ensure_mariadb() {
@@ -101,6 +101,19 @@ SPEC="$ROOT"
 say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
 # A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$SPEC"
+
+# --- the test harness on sys.path --------------------------------------------------------------
+# The tests' harness (tests/harness: servers, workloads, fault injection) is the package
+# `harness`, imported by the tests, by bench/ and by the drivers it starts in processes of their
+# own (`python -m harness.faults.crash ...`, where PYTHONSAFEPATH keeps the working directory off
+# sys.path). A .pth file in the venv's site-packages puts tests/ on sys.path of every process the
+# venv's python runs, the mechanism editable installs use, so no code edits sys.path. A .pth's
+# directories come after site-packages: the installed spark_ckpt still comes first. Written on
+# every run (the same line each time; a moved checkout gets its new path).
+if [ "$EXTRA" = "test" ]; then
+  SITE_PACKAGES="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  printf '%s\n' "$ROOT/tests" >"$SITE_PACKAGES/spark_ckpt_tests.pth"
+fi
 
 export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"

@@ -8,16 +8,13 @@ README's test command, which installs first.
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from s3_server import S3Server
+from harness.servers.s3 import S3Server
 
 settings.register_profile(
     "ci",

@@ -7,9 +7,7 @@ SparkSession and a Connect server cannot share one Python process.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,8 +17,6 @@ from spark_ckpt import local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 
 @pytest.fixture(scope="session")

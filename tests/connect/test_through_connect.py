@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
+from harness.workloads.streams import expected_notes, failing_writer, generated, table_notes
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.testing.debezium_log import random_log, write_log

@@ -1,6 +1,7 @@
 """What the Debezium integration tests check of a change log in Delta, in one place.
 
-Rows come from ``debezium_harness.delta_changes`` (each with the Delta ``version`` that added it).
+Rows come from ``harness.faults.debezium.delta_changes`` (each with the Delta ``version`` that added
+it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -13,13 +12,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from kafka_fixtures import kafka_broker, kafka_connect  # noqa: F401  (fixtures)
+from mariadb_fixtures import mariadb_database, mariadb_server  # noqa: F401  (fixtures)
 
 import spark_ckpt
+from harness.servers.cluster_env import packed_environment, release_wheel
+from harness.servers.postgres import PgCluster
+from harness.servers.spark_cluster import SparkCluster
 from spark_ckpt import local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from s3_server import S3Server
+
+    from harness.servers.s3 import S3Server
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +34,7 @@ def spark(s3_server: S3Server) -> Iterator[SparkSession]:
     Shared by every test of a pytest process. Spark's Kafka source is there for the tests that
     set it beside the kafka connector.
     """
-    from kafka_broker import spark_kafka_package
+    from harness.servers.kafka import spark_kafka_package
 
     session = local_session(
         "spark-ckpt-tests",
@@ -72,14 +77,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
         time.sleep(0.1)
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from cluster_env import packed_environment, release_wheel  # noqa: E402
-from kafka_fixtures import kafka_broker, kafka_connect  # noqa: E402, F401  (fixtures)
-from mariadb_fixtures import mariadb_database, mariadb_server  # noqa: E402, F401  (fixtures)
-from pg_cluster import PgCluster  # noqa: E402  (bench/ is not a package)
-from spark_cluster import SparkCluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Debezium capturing the test MariaDB server: what the Debezium integration tests share.
 
-Debezium 3.5.0's MariaDB connector, in the embedded engine of ``bench/debezium_writer.py``,
+Debezium 3.5.0's MariaDB connector, in the embedded engine of ``harness.workloads.debezium``,
 captures a fresh database of the test server (``mariadb_server``) and publishes record values as
 JSONL files, decimals as strings (``decimal.handling.mode=string``). Transactions are named by
 their GTID (``0-1-17``): the workload reads ``@@last_gtid`` right after each ``COMMIT``, and every
@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelog_checks import Row, by_key, fold
-from debezium_writer import DebeziumWriter
-from mariadb_server import MariaDbServer
-from pg_workload import ODD_TEXT
+
+from harness.servers.mariadb import MariaDbServer
+from harness.workloads.debezium import DebeziumWriter
+from harness.workloads.postgres import ODD_TEXT
 
 if TYPE_CHECKING:
     from pymysql.cursors import Cursor

@@ -1,6 +1,6 @@
 """Debezium capturing the test PostgreSQL server: what the Debezium integration tests share.
 
-The workload is ``bench/pg_workload.py``'s; Debezium writes decimals as strings
+The workload is ``harness.workloads.postgres``'s; Debezium writes decimals as strings
 (``decimal.handling.mode=string``) and ``timestamptz`` as ISO text (``ZonedTimestamp``).
 """
 
@@ -15,14 +15,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pg_workload
 import psycopg
 from changelog_checks import Row, by_key, fold
-from debezium_harness import mirror_log
-from debezium_writer import DebeziumWriter
-from pg_cluster import PASSWORD, USER, PgCluster
 
 import spark_ckpt
+from harness.faults.debezium import mirror_log
+from harness.servers.postgres import PASSWORD, USER, PgCluster
+from harness.workloads import postgres as pg_workload
+from harness.workloads.debezium import DebeziumWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -227,6 +227,6 @@ def mirror_tables(
     ckpt: Path,
     keys: Mapping[str, Sequence[str]] = KEYS,
 ) -> dict[str, Any]:
-    """Mirror the whole log (``debezium_harness.mirror_log``), read with ``read_consistent``."""
+    """Mirror the log (``harness.faults.debezium.mirror_log``), read with ``read_consistent``."""
     mirror_log(spark, control, log, root, ckpt, keys)
     return spark_ckpt.read_consistent(spark, str(root))

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from changelog_checks import Row
-from kafka_broker import KafkaBroker
 
+from harness.servers.kafka import KafkaBroker
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.sources.gate import Cut
 from spark_ckpt.sources.kafka.connector import KafkaConnector

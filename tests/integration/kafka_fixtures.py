@@ -2,29 +2,25 @@
 
 A plugin module rather than part of conftest.py; conftest.py brings the fixtures in with
 ``from kafka_fixtures import kafka_broker, kafka_connect``. The broker starts when the first test
-asks for it; a Kafka Connect worker (``bench/kafka_connect.py``) per test module that asks.
+asks for it; a Kafka Connect worker (:mod:`harness.servers.kafka_connect`) per test module that
+asks.
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_BENCH = str(Path(__file__).resolve().parents[2] / "bench")
-if _BENCH not in sys.path:
-    sys.path.insert(0, _BENCH)
-from kafka_broker import KafkaBroker  # noqa: E402  (bench/ is not a package)
-from kafka_connect import KafkaConnect  # noqa: E402
+from harness.servers.kafka import KafkaBroker
+from harness.servers.kafka_connect import KafkaConnect
 
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
-    """A real Kafka broker on loopback (bench/kafka_broker.py), stopped at the end."""
+    """A real Kafka broker on loopback (harness.servers.kafka), stopped at the end."""
     broker = KafkaBroker(tempfile.mkdtemp(prefix="spark-ckpt-kafka-"))
     broker.start()
     yield broker

@@ -7,18 +7,13 @@ A plugin module rather than part of conftest.py; conftest.py brings the fixtures
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_BENCH = str(Path(__file__).resolve().parents[2] / "bench")
-if _BENCH not in sys.path:
-    sys.path.insert(0, _BENCH)
-from mariadb_server import MariaDbServer  # noqa: E402  (bench/ is not a package)
+from harness.servers.mariadb import MariaDbServer
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pg_schema_crash
 import psycopg
 import pyarrow as pa
 from conftest import wait_until
 from deltalake import DeltaTable, QueryBuilder
 
 import spark_ckpt
+from harness.faults.postgres_schema import mirror_table, source_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -137,7 +137,7 @@ def mirror_of(
 ) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
     """A mirror's columns (name -> Spark type) and rows, as ``read_consistent`` reads it."""
     tables = spark_ckpt.read_consistent(spark, str(root))
-    return pg_schema_crash.mirror_table(tables[name]) if name in tables else ({}, set())
+    return mirror_table(tables[name]) if name in tables else ({}, set())
 
 
 def wait_equal(
@@ -156,7 +156,7 @@ def wait_equal(
             raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
         if not (root / "_checkpoints").exists():
             return False
-        source = pg_schema_crash.source_table(dsn, name)
+        source = source_table(dsn, name)
         mirror = mirror_of(spark, root, name)
         seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
         return source == mirror
@@ -180,7 +180,7 @@ def follow_debezium_postgres(
     table = DeltaTable(str(root / PRODUCTS))
     read = QueryBuilder().register("p", table).execute("SELECT * FROM p")
     rows = {tuple(sorted(r.items())) for r in pa.table(read.read_all()).to_pylist()}
-    assert rows == pg_schema_crash.source_table(dsn, PRODUCTS)[1], "delta-rs differs"
+    assert rows == source_table(dsn, PRODUCTS)[1], "delta-rs differs"
     changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
     kinds = [
         change["change"]

@@ -21,13 +21,13 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import crash_harness
 import psycopg
 import pytest
 from conftest import wait_until
-from s3_server import S3Server
-from spark_cluster import SparkCluster
 
+from harness.faults import crash
+from harness.servers.s3 import S3Server
+from harness.servers.spark_cluster import SparkCluster
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.storage import Location, StorageOptions
 
@@ -47,11 +47,11 @@ class ClusterRun:
 
     def __init__(self, cluster: SparkCluster, server: S3Server, bucket: str, seed: int) -> None:
         self.cwd = cluster.driver_directory()
-        self.store = crash_harness.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
+        self.store = crash.Store.on_s3(server, bucket, uuid.uuid4().hex[:8])
         self.store.settings.conf.update(cluster.driver_conf())
         self.storage = StorageOptions.of(self.store.storage)
         with tempfile.TemporaryDirectory() as staging:
-            self.expected = crash_harness.make_log(staging, seed, transactions=60)
+            self.expected = crash.make_log(staging, seed, transactions=60)
             self.files = {name: Path(staging, name).read_bytes() for name in os.listdir(staging)}
 
     def upload(self, names: list[str]) -> None:
@@ -61,17 +61,15 @@ class ClusterRun:
 
     def driver(self, fault: str | None, **env: str) -> subprocess.Popen[bytes]:
         paths = [self.store.uri("log"), self.store.uri("table"), self.store.uri("ckpt")]
-        args = [crash_harness.__file__, "drive", *paths, self.store.settings.to_json()]
-        return crash_harness.start_driver(args, fault, self.cwd, **env)
+        args = ["-m", "harness.faults.crash", "drive", *paths, self.store.settings.to_json()]
+        return crash.start_driver(args, fault, self.cwd, **env)
 
     def staged(self, batch_id: int) -> bool:
         staging = Location(f"{self.store.uri('ckpt')}/delta_2pc/staging/{batch_id}", self.storage)
         return bool(staging.list(recursive=True))
 
     def verify(self, spark: SparkSession) -> tuple[int, int, int, int]:
-        return crash_harness.verify(
-            spark, self.store.uri("table"), self.expected, self.store.storage
-        )
+        return crash.verify(spark, self.store.uri("table"), self.expected, self.store.storage)
 
 
 def test_executor_and_driver_kills_on_a_growing_log_on_s3(
@@ -96,14 +94,14 @@ def test_executor_and_driver_kills_on_a_growing_log_on_s3(
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
         run.upload(names[2:])
-        status = crash_harness.finish_driver(driver, fault, timeout=900)
+        status = crash.finish_driver(driver, fault, timeout=900)
     finally:
-        crash_harness._reap_session(driver.pid)
+        crash._reap_session(driver.pid)
     assert status == -signal.SIGKILL, "the driver was not killed at its fault point"
     assert not set(victims) & set(cluster.executor_pids()), "the killed executors are gone"
     committed = SparkCheckpoint(run.store.uri("ckpt"), run.storage).latest_committed()
     assert committed == KILLED_BATCH - 1, "the killed batch's checkpoint must not be committed"
-    assert crash_harness.finish_driver(run.driver(None), None) == 0
+    assert crash.finish_driver(run.driver(None), None) == 0
     lost, duplicated, torn, versions = run.verify(spark)
     assert (lost, duplicated, torn) == (0, 0, 0)
     assert versions > KILLED_BATCH + 2, "the resumed run did not read the log that grew"
@@ -120,7 +118,7 @@ def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE spilled (id int PRIMARY KEY, note text)")
         conn.execute("INSERT INTO spilled SELECT g, 'row ' || g FROM generate_series(1, 500) AS g")
-    store = crash_harness.Store.on_s3(s3_server, s3_bucket, uuid.uuid4().hex[:8])
+    store = crash.Store.on_s3(s3_server, s3_bucket, uuid.uuid4().hex[:8])
     store.settings.conf.update(cluster.driver_conf())
     store.settings.source = {
         "connector": "postgres",
@@ -130,14 +128,15 @@ def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
         "snapshotDir": store.uri("spill"),
     }
     args = [
-        crash_harness.__file__,
+        "-m",
+        "harness.faults.crash",
         "drive",
         "-",
         store.uri("table"),
         store.uri("ckpt"),
         store.settings.to_json(),
     ]
-    assert crash_harness.run_killable(args, None, cluster.driver_directory()) == 0
+    assert crash.run_killable(args, None, cluster.driver_directory()) == 0
     rows = spark.read.format("delta").load(store.uri("table")).collect()
     assert sorted(json.loads(r.key)["id"] for r in rows) == list(range(1, 501))
     assert {r.op for r in rows} == {"r"}
@@ -147,7 +146,7 @@ def test_executors_import_both_native_modules_from_the_packed_wheel(cluster: Spa
     """The executors' Python is the packed environment's, and so are both native modules.
 
     The environment holds the manylinux wheel, installed with cargo and rustc shadowed by
-    commands that fail (bench/cluster_env.py); nothing on the executors comes from this
+    commands that fail (harness.servers.cluster_env); nothing on the executors comes from this
     machine's venv or sources.
     """
     assert cluster.environment is not None, "the test cluster runs without a packed environment"

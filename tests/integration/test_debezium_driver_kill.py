@@ -1,8 +1,8 @@
 """The Spark driver SIGKILLed once and restarted while Debezium writes (PostgreSQL, MariaDB).
 
-Debezium's embedded engine (``bench/debezium_writer.py``) captures the test database
+Debezium's embedded engine (``harness.workloads.debezium``) captures the test database
 (``debezium_postgres``, ``debezium_mariadb_capture``) while a workload runs. The query runs in a
-driver process of its own (``bench/debezium_harness.py``): the first is killed with its whole
+driver process of its own (``harness.faults.debezium``): the first is killed with its whole
 session (JVM and Python workers) once batch 3's manifest is durable and before Spark commits the
 batch; the second starts on the same checkpoint, publishes what the first left behind, reads a
 second workload as it is written, and drains once everything reached Delta. Each workload
@@ -21,11 +21,11 @@ from typing import Protocol
 import pytest
 from changelog_checks import Row, whole_once
 from conftest import wait_until
-from debezium_harness import DebeziumDriver, delta_changes, delta_txn_ids
 from debezium_mariadb_capture import MariaDbCapture
 from debezium_postgres import PostgresCapture
-from debezium_writer import DebeziumWriter
 
+from harness.faults.debezium import DebeziumDriver, delta_changes, delta_txn_ids
+from harness.workloads.debezium import DebeziumWriter
 from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from changelog_checks import whole_once
 from conftest import wait_until
-from debezium_harness import delta_changes, delta_mirrors, delta_txn_ids, mirror_log
 from debezium_mariadb_capture import (
     ACCOUNTS,
     ADDED,
@@ -32,10 +31,11 @@ from debezium_mariadb_capture import (
     snapshot_published,
     writer_for,
 )
-from debezium_writer import DebeziumWriter
-from mariadb_server import MariaDbServer
 
 import spark_ckpt
+from harness.faults.debezium import delta_changes, delta_mirrors, delta_txn_ids, mirror_log
+from harness.servers.mariadb import MariaDbServer
+from harness.workloads.debezium import DebeziumWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,8 +1,8 @@
 """The debezium-json connector on a log Debezium itself writes (PostgreSQL, pgoutput).
 
-Debezium's embedded engine (``bench/peers/debezium-writer``) captures the test PostgreSQL
-server and publishes record values as JSONL files, the way an object-store sink does. The
-workload's transactions each log their own xid in ``txlog`` (``bench/pg_workload.py``), so every
+Debezium's embedded engine (``tests/harness/peers/debezium-writer``) captures the test PostgreSQL
+server and publishes record values as JSONL files, the way an object-store sink does. The workload's
+transactions each log their own xid in ``txlog`` (``harness.workloads.postgres``), so every
 committed transaction can be found in the Delta table under Debezium's transaction id.
 """
 
@@ -11,11 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pg_workload
 import psycopg
 from changelog_checks import whole_once
 from conftest import wait_until
-from debezium_harness import delta_changes, delta_txn_ids
 from debezium_postgres import (
     CHUNK_ROWS,
     SIGNAL_TABLE,
@@ -29,9 +27,11 @@ from debezium_postgres import (
     request_incremental_snapshot,
     writer_for,
 )
-from pg_cluster import PgCluster
 
 import spark_ckpt
+from harness.faults.debezium import delta_changes, delta_txn_ids
+from harness.servers.postgres import PgCluster
+from harness.workloads import postgres as pg_workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

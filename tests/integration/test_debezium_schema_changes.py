@@ -31,13 +31,13 @@ import pytest
 import schema_migrations
 from changelog_checks import whole_once
 from conftest import wait_until
-from debezium_harness import DebeziumDriver, delta_changes, delta_txn_ids, mirror_log
-from debezium_writer import DebeziumWriter
 from deltalake import DeltaTable, QueryBuilder
-from mariadb_server import MariaDbServer
-from pg_cluster import PASSWORD, USER, PgCluster
 
 import spark_ckpt
+from harness.faults.debezium import DebeziumDriver, delta_changes, delta_txn_ids, mirror_log
+from harness.servers.mariadb import MariaDbServer
+from harness.servers.postgres import PASSWORD, USER, PgCluster
+from harness.workloads.debezium import DebeziumWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,6 +1,6 @@
 """Values as Debezium encodes them, typed (``columnTypes=true``) into mirrors equal to PostgreSQL.
 
-Debezium 3.6.1 (``bench/peers/debezium-writer``) captures one table with a column of every
+Debezium 3.6.1 (``tests/harness/peers/debezium-writer``) captures one table with a column of every
 PostgreSQL type that maps to a Kafka Connect or Debezium logical type (numeric with and without
 precision, times of day with and without zone, timestamps, interval, json, jsonb, uuid, an enum,
 arrays, bytea) and TOASTed columns that an UPDATE leaves unchanged, so Debezium writes its
@@ -40,11 +40,11 @@ from spark_ckpt.sinks.mirror.types import arrow_type
 from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE
 
 if TYPE_CHECKING:
-    from debezium_writer import DebeziumWriter
-    from pg_cluster import PgCluster
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from harness.servers.postgres import PgCluster
+    from harness.workloads.debezium import DebeziumWriter
     from spark_ckpt import Control
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "debezium"
@@ -164,8 +164,8 @@ def capture(
     special: bool = False,
 ) -> dict[str, Path]:
     """Debezium in each mode at once: snapshot, workload, stop; returns each mode's log."""
-    from debezium_writer import DebeziumWriter
-    from pg_cluster import PASSWORD, USER
+    from harness.servers.postgres import PASSWORD, USER
+    from harness.workloads.debezium import DebeziumWriter
 
     database = dsn.rsplit("/", 1)[1]
     tables = "public.typed,public.special" if special else "public.typed"
@@ -404,8 +404,7 @@ def test_each_encoding_mode_mirrors_typed_values_equal_to_postgres(
 
 def record_fixtures(target: Path = FIXTURES) -> None:
     """Capture every fixture mode (with the special values) into ``types-postgres-<v>-<mode>``."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from pg_cluster import PgCluster
+    from harness.servers.postgres import PgCluster
 
     work = Path(tempfile.mkdtemp(prefix="dbz-types-"))
     # Its own temporary directory: as root the server runs as postgres, which must reach it.

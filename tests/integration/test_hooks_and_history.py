@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deltalake import DeltaTable
-from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
+from harness.workloads.streams import expected_notes, failing_writer, generated, table_notes
 from spark_ckpt.model.failures import FailureReason
 from spark_ckpt.state.hooks import CheckpointHook
 

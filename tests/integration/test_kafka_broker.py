@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from kafka_broker import KafkaBroker
+    from harness.servers.kafka import KafkaBroker
 
 pytestmark = pytest.mark.integration
 

@@ -1,10 +1,10 @@
 """The kafka connector on topics Debezium writes through Kafka Connect to a real broker.
 
-Kafka Connect (standalone, ``bench/kafka_connect.py``) runs Debezium's PostgreSQL connector on the
-test database; the order items topic has three partitions, so a transaction's changes are spread
-over several partitions of several topics besides the transaction topic. The connector is driven
-as the reader framework drives it (plan, cut at the last unit, batch, read each partition), with
-no Spark: every transaction must come out whole, in one batch, and the change log folded by key
+Kafka Connect (standalone, ``harness.servers.kafka_connect``) runs Debezium's PostgreSQL connector
+on the test database; the order items topic has three partitions, so a transaction's changes are
+spread over several partitions of several topics besides the transaction topic. The connector is
+driven as the reader framework drives it (plan, cut at the last unit, batch, read each partition),
+with no Spark: every transaction must come out whole, in one batch, and the change log folded by key
 must equal the tables.
 """
 
@@ -15,19 +15,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pg_workload
 import pytest
 import schema_migrations
 from changelog_checks import whole_once
 from conftest import wait_until
-from debezium_harness import delta_changes, delta_txn_ids
 from debezium_postgres import KEYS, assert_folds_to_tables
-from kafka_broker import KafkaBroker
-from kafka_connect import KafkaConnect, debezium_postgres
 from kafka_drive import connector_for, drain
-from pg_cluster import PgCluster
 
 import spark_ckpt
+from harness.faults.debezium import delta_changes, delta_txn_ids
+from harness.servers.kafka import KafkaBroker
+from harness.servers.kafka_connect import KafkaConnect, debezium_postgres
+from harness.servers.postgres import PgCluster
+from harness.workloads import postgres as pg_workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

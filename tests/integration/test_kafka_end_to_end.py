@@ -2,7 +2,7 @@
 
 Kafka Connect (standalone) runs Debezium's PostgreSQL connector on the test database; every
 table's topic has three partitions. The query runs in a driver process of its own
-(``bench/debezium_harness.py``, ``connector=kafka`` into ``delta-2pc`` ``mode=mirror``): killed
+(``harness.faults.debezium``, ``connector=kafka`` into ``delta-2pc`` ``mode=mirror``): killed
 once after batch 3's manifest and once before batch 6's publish, while a workload of multi-table
 transactions (deletes and key changes among them) runs and a transaction of 20,000 rows spread
 over every partition commits; Debezium's worker is SIGKILLed once (it sends again what followed
@@ -23,15 +23,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pg_workload
 import pytest
 from changelog_checks import whole_once
 from conftest import wait_until
-from debezium_harness import DebeziumDriver, delta_changes, delta_mirrors, delta_txn_ids
 from debezium_postgres import KEYS, PostgresCapture, canonical
-from kafka_broker import KafkaBroker
-from kafka_connect import KafkaConnect, debezium_postgres
-from pg_cluster import PgCluster
+
+from harness.faults.debezium import DebeziumDriver, delta_changes, delta_mirrors, delta_txn_ids
+from harness.servers.kafka import KafkaBroker
+from harness.servers.kafka_connect import KafkaConnect, debezium_postgres
+from harness.servers.postgres import PgCluster
+from harness.workloads import postgres as pg_workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from conftest import wait_until
-from kafka_broker import KafkaBroker
 from kafka_drive import (
     connector_for,
     fixture_records,
@@ -30,9 +29,10 @@ from kafka_drive import (
     replay,
     rows_of,
 )
-from loopback import free_port
 
 import spark_ckpt
+from harness.servers.kafka import KafkaBroker
+from harness.servers.loopback import free_port
 from spark_ckpt.errors import (
     CheckpointPolicyError,
     DataLossError,

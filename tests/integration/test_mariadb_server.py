@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from mariadb_server import MariaDbServer
+    from harness.servers.mariadb import MariaDbServer
 
 
 def test_binlog_is_configured_for_cdc(mariadb_server: MariaDbServer) -> None:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from changelog_checks import whole_once
-from delta_versions import added_rows
-from s3_server import SECRET_KEY, S3Server
-from streams import expected_notes, generated, table_notes
 
 import spark_ckpt
+from harness.servers.s3 import SECRET_KEY, S3Server
+from harness.workloads.delta_versions import added_rows
+from harness.workloads.streams import expected_notes, generated, table_notes
 from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog

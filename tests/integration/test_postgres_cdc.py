@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pg_workload
 import psycopg
 import pytest
 from conftest import wait_until
 
 import spark_ckpt
+from harness.workloads import postgres as pg_workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -195,7 +195,7 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from pg_cluster import PASSWORD
+    from harness.servers.postgres import PASSWORD
 
     bad = pg_dsn.replace(PASSWORD, PASSWORD + "-wrong")
     query = (

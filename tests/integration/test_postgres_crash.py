@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pg_crash
+from harness.faults.postgres import run_scenario
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,7 +20,7 @@ def test_driver_killed_during_snapshot_and_mid_stream_loses_and_repeats_nothing(
     not depend on the plugin, every other postgres test runs with both, and two minutes per
     scenario and plugin would push the suite past its time budget.
     """
-    verdict, kills = pg_crash.run_scenario(spark, pg_dsn, tmp_path, "wal2json")
+    verdict, kills = run_scenario(spark, pg_dsn, tmp_path, "wal2json")
     assert kills == 2
     assert verdict.ok, verdict
     assert verdict.transactions > 200, "too few transactions were streamed to prove anything"

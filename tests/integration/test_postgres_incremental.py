@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from conftest import slow_wal_writer, wait_until
-from pg_incremental_crash import Workload
 from test_postgres_cdc import plain_query
 
 import spark_ckpt
+from harness.faults.postgres_incremental import Workload
 
 if TYPE_CHECKING:
-    from pg_cluster import PgCluster
     from pyspark.sql import SparkSession
+
+    from harness.servers.postgres import PgCluster
 
 ROWS = 12_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pg_incremental_crash
+from harness.faults.postgres_incremental import run_scenario
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,7 +27,7 @@ def test_three_kills_during_an_incremental_snapshot_lose_and_repeat_nothing(
     the 20 chunks once: 1.5). A restart that went back to the table's start would read at least
     2.8 times the rows (chunks 5, 10 and 15 again), so twice still tells the two apart.
     """
-    result = pg_incremental_crash.run_scenario(
+    result = run_scenario(
         spark, pg_dsn, tmp_path, "pgoutput", rows=24_000, chunk_rows=1_200, kills=3
     )
     assert result["differing_rows"] == 0, result

@@ -1,21 +1,20 @@
 """Mirrors follow a real PostgreSQL table through an application's migrations (both plugins).
 
 One query streams ``txn-cdc`` (``columnTypes=true``) into ``delta-2pc`` ``mode=mirror`` while the
-test runs a migration sequence on ``public.products``, each step followed by ordinary writes:
-add a nullable column, add one with a default (existing rows read it), rename, drop, drop and
-re-add under the same name with another type, widen ``integer`` to ``bigint`` and ``numeric``
-precision, change a ``varchar`` length, DDL and DML in one transaction. After each step, while
-the query streams, the mirror read through ``read_consistent`` (delta-spark) equals the table:
-column names, types and values, row for row; delta-rs (``deltalake``) reads the same. The change
-log holds each schema change as an ``op='s'`` row. Then ``public.tags``, mirrored under
-``schemaChangeBehavior=fail``, is renamed in a transaction that also updates a product: the query
-stops with ``SchemaChangeError`` and publishes nothing of it; restarted with ``evolve`` it follows.
-Last, a type change no widening expresses (``text`` to ``integer``) is followed by reading the
-table again in chunks while the other table streams: the checkpoint index says the table is
-being rebuilt and shows it as before the change until the rebuilt table is published. Apart,
-real SIGKILLs of the driver after a schema change's batch is pre-committed and in its publish,
-then in a rebuild's first batch and in the publish that ends it (``bench/pg_schema_crash.py``),
-lose and repeat nothing.
+test runs a migration sequence on ``public.products``, each step followed by ordinary writes: add a
+nullable column, add one with a default (existing rows read it), rename, drop, drop and re-add under
+the same name with another type, widen ``integer`` to ``bigint`` and ``numeric`` precision, change a
+``varchar`` length, DDL and DML in one transaction. After each step, while the query streams, the
+mirror read through ``read_consistent`` (delta-spark) equals the table: column names, types and
+values, row for row; delta-rs (``deltalake``) reads the same. The change log holds each schema
+change as an ``op='s'`` row. Then ``public.tags``, mirrored under ``schemaChangeBehavior=fail``, is
+renamed in a transaction that also updates a product: the query stops with ``SchemaChangeError`` and
+publishes nothing of it; restarted with ``evolve`` it follows. Last, a type change no widening
+expresses (``text`` to ``integer``) is followed by reading the table again in chunks while the other
+table streams: the checkpoint index says the table is being rebuilt and shows it as before the
+change until the rebuilt table is published. Apart, real SIGKILLs of the driver after a schema
+change's batch is pre-committed and in its publish, then in a rebuild's first batch and in the
+publish that ends it (``harness.faults.postgres_schema``), lose and repeat nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pg_schema_crash
 import pyarrow as pa
 import pytest
 import schema_migrations
@@ -32,6 +30,7 @@ from conftest import wait_until
 from deltalake import DeltaTable, QueryBuilder
 
 import spark_ckpt
+from harness.faults.postgres_schema import mirror_table, run_scenario, source_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,7 +44,7 @@ _create, _run = schema_migrations.create_postgres_tables, schema_migrations.run_
 
 
 def _source(dsn: str, name: str = PRODUCTS) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
-    return pg_schema_crash.source_table(dsn, name)
+    return source_table(dsn, name)
 
 
 _mirror, _wait_equal = schema_migrations.mirror_of, schema_migrations.wait_equal
@@ -183,7 +182,7 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         assert {row["version"] for row in during} == {before["version"]}, (during, before)
         shown = spark_ckpt.read_consistent(spark, str(root), during[-1]["checkpoint_id"])
         assert PRODUCTS in shown.rebuilding, shown.rebuilding
-        assert pg_schema_crash.mirror_table(shown[PRODUCTS]) == published, "it changed"
+        assert mirror_table(shown[PRODUCTS]) == published, "it changed"
         assert spark_ckpt.read_consistent(spark, str(root)).rebuilding == {}
         rebuild = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
         marks = [json.loads(r["after"]).get("rebuild") for r in rebuild.collect()]
@@ -204,5 +203,5 @@ def test_driver_killed_between_a_schema_change_and_its_publish_loses_and_repeats
     pgoutput only: the kill test of the other postgres path runs wal2json, and what recovery
     does after the pre-commit does not depend on the plugin.
     """
-    verdict = pg_schema_crash.run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
+    verdict = run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
     assert verdict.ok, verdict

@@ -15,8 +15,9 @@ import spark_ckpt
 from spark_ckpt.cli import main as cli_main
 
 if TYPE_CHECKING:
-    from pg_cluster import PgCluster
     from pyspark.sql import SparkSession
+
+    from harness.servers.postgres import PgCluster
 
 
 def stream_query(

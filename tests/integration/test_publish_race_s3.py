@@ -37,8 +37,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, Schema
-from s3_server import S3Server
 
+from harness.servers.s3 import S3Server
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore
 from spark_ckpt.sinks.mirror.precommit import plan_batch
 from spark_ckpt.sinks.publisher import precommit, publish_completed

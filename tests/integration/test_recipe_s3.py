@@ -1,11 +1,11 @@
 """The docs' recipe end to end: PostgreSQL -> Debezium -> files on S3 -> txn-cdc -> mirrors.
 
-Debezium's embedded engine (``bench/peers/debezium-writer``, the same library Debezium Server runs)
-captures two tables of a real PostgreSQL and publishes each file as one S3 object on the moto
-server; the recipe's query (``examples/debezium-to-s3/mirror.py``, quoted in ``docs/deployment.md``)
-streams them into ``delta-2pc`` mirrors on the same store while a multi-table workload runs and the
-writer is SIGKILLed and restarted; then every mirror, read with ``read_consistent``, equals its
-PostgreSQL table row for row.
+Debezium's embedded engine (``tests/harness/peers/debezium-writer``, the same library Debezium
+Server runs) captures two tables of a real PostgreSQL and publishes each file as one S3 object on
+the moto server; the recipe's query (``examples/debezium-to-s3/mirror.py``, quoted in
+``docs/deployment.md``) streams them into ``delta-2pc`` mirrors on the same store while a
+multi-table workload runs and the writer is SIGKILLed and restarted; then every mirror, read with
+``read_consistent``, equals its PostgreSQL table row for row.
 
 Keep the section "Recipe: Debezium to S3 to Delta mirrors" of ``docs/deployment.md`` in sync with
 what this test runs: its Python block is checked below to be quoted unchanged from the example file,
@@ -30,11 +30,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from debezium_writer import DebeziumWriter
-from pg_cluster import PASSWORD, USER, PgCluster
-from s3_server import SECRET_KEY, S3Server
 
 import spark_ckpt
+from harness.servers.postgres import PASSWORD, USER, PgCluster
+from harness.servers.s3 import SECRET_KEY, S3Server
+from harness.workloads.debezium import DebeziumWriter
 from spark_ckpt.state.storage import Location, StorageOptions
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql.functions import col, udf
-from streams import expected_notes, failing_writer, generated, table_notes
 
 import spark_ckpt
+from harness.workloads.streams import expected_notes, failing_writer, generated, table_notes
 from spark_ckpt.errors import SupervisedQueryError, UnknownOptionError
 from spark_ckpt.model.events import DeclineEvent
 from spark_ckpt.model.failures import FailureReason

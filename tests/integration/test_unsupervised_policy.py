@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from streams import expected_notes, generated, table_notes
 
 import spark_ckpt
+from harness.workloads.streams import expected_notes, generated, table_notes
 from spark_ckpt.errors import CheckpointPolicyError
 from spark_ckpt.model.events import DeclineEvent, FailureEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint

@@ -1,8 +1,8 @@
 """How each Debezium connector names transactions, read from what the connectors write.
 
 PostgreSQL and MariaDB: logs Debezium itself wrote (``tests/fixtures/debezium``, captured with
-``bench/peers/debezium-writer``; each folder's ``STEPS.txt`` says what the database did, including
-a SIGKILL of Debezium and its restart). The connectors we cannot run here: Debezium's own
+``tests/harness/peers/debezium-writer``; each folder's ``STEPS.txt`` says what the database did,
+including a SIGKILL of Debezium and its restart). The connectors we cannot run here: Debezium's own
 documented examples of transaction metadata, cited per case.
 """
 

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from s3_server import S3Server
 
+from harness.servers.s3 import S3Server
 from spark_ckpt.errors import LogRewrittenError, SourcePathError
 from spark_ckpt.sources.debezium.log_files import (
     START,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, Schema
-from s3_server import S3Server
 
+from harness.servers.s3 import S3Server
 from spark_ckpt.errors import FencedError, PublishError, RestoreError
 from spark_ckpt.sinks.hooks import restore_to_checkpoint
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore

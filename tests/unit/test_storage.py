@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from s3_server import SECRET_KEY, S3Server
 
+from harness.servers.s3 import SECRET_KEY, S3Server
 from spark_ckpt.errors import ConfigError, StorageError
 from spark_ckpt.state.storage import Location, StorageOptions, iter_chunks, s3a_options
 

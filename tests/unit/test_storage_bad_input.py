@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from s3_server import SECRET_KEY, S3Server
 
+from harness.servers.s3 import SECRET_KEY, S3Server
 from spark_ckpt.errors import SparkCkptError, StorageError
 from spark_ckpt.sinks.options import SinkOptions
 from spark_ckpt.sources.options import SourceOptions

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.ipc
 import pyarrow.parquet as pq
 import pytest
-from s3_server import S3Server
 
+from harness.servers.s3 import S3Server
 from spark_ckpt.errors import StorageError
 from spark_ckpt.state import storage
 from spark_ckpt.state.storage import (

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.request
 
-from loopback import free_port
+from harness.servers.loopback import free_port
 
 __all__ = ["S3Server"]
 
@@ -167,7 +167,7 @@ class S3Server:
         fs.create_dir(name)
 
 
-if __name__ == "__main__":  # a server for a manual session: python bench/s3_server.py
+if __name__ == "__main__":  # a server for a manual session: python -m harness.servers.s3
     server = S3Server().start()
     print(server.endpoint, flush=True)
     try:

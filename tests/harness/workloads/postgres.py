@@ -1,6 +1,7 @@
 """A transactional workload on PostgreSQL and the checks of what reached Delta.
 
-Used by the postgres integration tests and ``bench/postgres_cdc.py``. The workload runs
+Used by the postgres, Debezium and Kafka integration tests, :mod:`harness.faults.postgres`,
+``bench/debezium_vs_spark_json.py`` and ``bench/kafka_vs_spark_kafka.py``. The workload runs
 multi-statement transactions over three tables; each also inserts its own transaction id into
 ``txlog``, so afterwards every committed transaction can be found in the Delta table: either
 inside the snapshot (``op='r'`` rows) or as one streamed transaction (``txn_id`` = its xid).

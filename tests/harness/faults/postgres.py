@@ -5,9 +5,10 @@ processes on one checkpoint: one SIGKILLed (with its JVM and Python workers) whi
 being spilled, one that redoes the snapshot (``Trigger.availableNow`` ends where the WAL was when
 it started, which the new snapshot covers), one killed after a stream batch's manifest (before
 Spark completes the batch) while a workload runs concurrently, and a clean one to the end. Then
-:func:`pg_workload.verify` checks every transaction landed whole in exactly one Delta version and
-that the changelog replays to the PostgreSQL tables. Run as a script (``pg_crash.py drive DSN
-TABLE CHECKPOINT SPILL``) it is the driver itself.
+:func:`harness.workloads.postgres.verify` checks every transaction landed whole in exactly one
+Delta version and that the changelog replays to the PostgreSQL tables. Run as a module
+(``python -m harness.faults.postgres drive DSN TABLE CHECKPOINT SPILL PLUGIN``) it is the driver
+itself.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import crash_harness
-import pg_workload
+from harness.faults import crash
+from harness.workloads import postgres as pg_workload
 
 CAP = 40
 
@@ -68,8 +68,8 @@ def run_scenario(spark: Any, dsn: str, workdir: Path, plugin: str = "wal2json") 
         return pg_workload.Workload(dsn, transactions=transactions, seed=seed, pause=pause).start()
 
     def driver(fault: str | None) -> None:
-        args = [__file__, "drive", dsn, str(table), str(checkpoint), str(spill), plugin]
-        status = crash_harness.run_killable(args, fault)
+        args = ["-m", "harness.faults.postgres", "drive", dsn, str(table), str(checkpoint)]
+        status = crash.run_killable([*args, str(spill), plugin], fault)
         if fault and status != -signal.SIGKILL:
             raise RuntimeError(f"the fault {fault} never fired")
         if not fault and status != 0:
@@ -94,4 +94,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 7 and sys.argv[1] == "drive":
         drive(*sys.argv[2:])
     else:
-        raise SystemExit("usage: pg_crash.py drive DSN TABLE CHECKPOINT SPILL PLUGIN")
+        raise SystemExit(
+            "usage: python -m harness.faults.postgres drive DSN TABLE CHECKPOINT SPILL PLUGIN"
+        )

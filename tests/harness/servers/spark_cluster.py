@@ -23,8 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cluster_env import PackedEnvironment
-from loopback import free_port
+from harness.servers.cluster_env import PackedEnvironment
+from harness.servers.loopback import free_port
 
 __all__ = ["SparkCluster"]
 
@@ -222,7 +222,9 @@ class SparkCluster:
         self._processes.clear()
 
 
-if __name__ == "__main__":  # a cluster for a manual session: python bench/spark_cluster.py DIR
+if (
+    __name__ == "__main__"
+):  # a cluster for a manual session: python -m harness.servers.spark_cluster DIR
     cluster = SparkCluster(sys.argv[1] if len(sys.argv) > 1 else "/tmp/spark-ckpt-cluster").start()
     print(cluster.url, flush=True)
     try:

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import ROOT
+
 __all__ = [
     "ARCHIVE_NAME",
     "EXECUTOR_PYTHON",
@@ -34,7 +36,6 @@ __all__ = [
     "release_wheel",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
 # The name the executors unpack the archive under, in their working directory.
 ARCHIVE_NAME = "environment"
 EXECUTOR_PYTHON = f"./{ARCHIVE_NAME}/bin/python"

@@ -13,8 +13,8 @@ batch (2) is pre-committed, the next in the publish that ends the rebuild (its c
 table staged, not committed); a clean query in the caller's session runs to the end.
 :func:`verify` then compares each mirror with its table (columns, types and rows), counts the
 Delta commits that carry batch 1 in each, and the batches committed to a table more than once.
-Run as a script (``pg_schema_crash.py drive DSN ROOT CHECKPOINT SPILL PLUGIN``) it is the driver
-itself.
+Run as a module (``python -m harness.faults.postgres_schema drive DSN ROOT CHECKPOINT SPILL
+PLUGIN``) it is the driver itself.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import crash_harness
+from harness.faults import crash
 
 TABLES = ("public.products", "public.tags")
 DDL_BATCH = 1
@@ -171,8 +170,8 @@ def run_scenario(spark: Any, dsn: str, workdir: Path, plugin: str = "pgoutput") 
     )
 
     def driver(fault: str | None) -> None:
-        args = [__file__, "drive", dsn, str(root), str(checkpoint), str(spill), plugin]
-        status = crash_harness.run_killable(args, fault)
+        args = ["-m", "harness.faults.postgres_schema", "drive", dsn, str(root), str(checkpoint)]
+        status = crash.run_killable([*args, str(spill), plugin], fault)
         if fault and status != -signal.SIGKILL:
             raise RuntimeError(f"the fault {fault} never fired")
         if not fault and status != 0:
@@ -216,4 +215,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 7 and sys.argv[1] == "drive":
         drive(*sys.argv[2:])
     else:
-        raise SystemExit("usage: pg_schema_crash.py drive DSN ROOT CHECKPOINT SPILL PLUGIN")
+        raise SystemExit(
+            "usage: python -m harness.faults.postgres_schema drive DSN ROOT CHECKPOINT SPILL PLUGIN"
+        )

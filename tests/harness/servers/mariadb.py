@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loopback import free_port
+from harness.servers.loopback import free_port
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
@@ -344,7 +344,7 @@ class MariaDbServer:
         self.execute(f"DROP DATABASE IF EXISTS {_name(name)}", admin=True)
 
 
-if __name__ == "__main__":  # a server for a manual session: python bench/mariadb_server.py
+if __name__ == "__main__":  # a server for a manual session: python -m harness.servers.mariadb
     import tempfile
 
     server = MariaDbServer(tempfile.mkdtemp(prefix="spark-ckpt-mariadb-")).start()

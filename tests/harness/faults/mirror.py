@@ -1,7 +1,7 @@
 """Crash harness for mirror mode: SIGKILL drivers writing mirrors, then check every checkpoint.
 
 A shop log (``spark_ckpt.testing.shop_workload``: orders and items changed together so that each
-order's total is the sum of its items) is streamed by ``crash_harness``'s driver in
+order's total is the sum of its items) is streamed by :mod:`harness.faults.crash`'s driver in
 ``mode=mirror``. The driver is killed at each 2PC protocol point of successive batches (every
 kill in a later batch than the one before, so each restart makes progress), then at random
 moments, then runs clean to the end. Verified:
@@ -22,16 +22,13 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import crash_harness
-from crash_harness import Settings
-
+from harness.faults import crash
+from harness.faults.crash import Settings
 from spark_ckpt.state.mirrors import CHECKPOINTS_TABLE
 from spark_ckpt.testing.debezium_log import write_log
 from spark_ckpt.testing.shop_workload import ITEMS, ORDERS, ShopWorkload, invariant_violations
@@ -138,12 +135,12 @@ def verify_mirrors(spark: Any, root: Path, workload: ShopWorkload, crashes: int)
 
 def _kill_at_random(args: list[str], seconds: float) -> int:
     """Run a driver and SIGKILL its whole session after ``seconds`` (if still running)."""
-    process = crash_harness.start_driver(args, None)
+    process = crash.start_driver(args, None)
     try:
         process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:  # still running: the kill is the point
-        crash_harness._reap_session(process.pid)
-    return crash_harness.finish_driver(process, None)
+        crash._reap_session(process.pid)
+    return crash.finish_driver(process, None)
 
 
 def run_mirror_crashes(
@@ -158,11 +155,11 @@ def run_mirror_crashes(
     log, root, checkpoint = workdir / "log", workdir / "shop", workdir / "ckpt"
     workload = make_shop_log(log, seed)
     settings = Settings(sink={"mode": "mirror"})
-    args = [crash_harness.__file__, "drive", str(log), str(root), str(checkpoint)]
+    args = ["-m", "harness.faults.crash", "drive", str(log), str(root), str(checkpoint)]
     crashes = 0
     for offset, point in enumerate(points):
         fault = f"{point}:{first_batch + offset}"
-        status = crash_harness.run_killable([*args, settings.to_json()], fault)
+        status = crash.run_killable([*args, settings.to_json()], fault)
         if status != -signal.SIGKILL:
             raise RuntimeError(f"the fault {fault} never fired (the log may be too short)")
         crashes += 1
@@ -173,6 +170,6 @@ def run_mirror_crashes(
         crashes += status == -signal.SIGKILL
         if status == 0 and time.monotonic() - began < 5:
             break  # finished: nothing left to kill
-    if crash_harness.run_killable([*args, settings.to_json()], None) != 0:
+    if crash.run_killable([*args, settings.to_json()], None) != 0:
         raise RuntimeError("the clean run was killed")
     return verify_mirrors(spark, root, workload, crashes)

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster with logical decoding, for tests, benchmarks and the demo.
+"""A throwaway PostgreSQL cluster with logical decoding, for tests and benchmarks.
 
 ``PgCluster(workdir).start()`` runs ``initdb`` and ``pg_ctl`` from the installed PostgreSQL
 (Debian's ``postgresql-15`` by default) with ``wal_level=logical`` on 127.0.0.1 at a free port,
@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from loopback import free_port
+from harness.servers.loopback import free_port
 
 __all__ = ["PgCluster", "find_bin_dir"]
 

@@ -1,4 +1,8 @@
-"""Query builders shared by the supervised-query integration tests."""
+"""Generated change logs and the supervised queries over them (integration and Connect tests).
+
+``failing_writer`` builds a query whose tasks raise while a marker file exists: the failure a
+supervisor restarts from.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """A txn-cdc -> delta-2pc driver on a log Debezium writes, in a process a test can SIGKILL.
 
-``crash_harness`` kills drivers that read a finished log with ``Trigger.availableNow``. Here the
-log is still being written (``bench/debezium_writer.py``), so the driver runs a supervised
-``processingTime`` query until it is told to stop: a stop file appears, and it drains (every
-change in the log when the file appeared ends up published) and exits 0. A fault armed with
-``SPARK_CKPT_FAULT`` (:mod:`spark_ckpt.testing.faults`) kills its whole session at a protocol
-point first; started again on the same checkpoint, the supervisor restores the last completed
-checkpoint and the query goes on::
+:mod:`harness.faults.crash` kills drivers that read a finished log with ``Trigger.availableNow``.
+Here the log is still being written (:mod:`harness.workloads.debezium`), so the driver runs a
+supervised ``processingTime`` query until it is told to stop: a stop file appears, and it drains
+(every change in the log when the file appeared ends up published) and exits 0. A fault armed with
+``SPARK_CKPT_FAULT`` (:mod:`spark_ckpt.testing.faults`) kills its whole session at a protocol point
+first; started again on the same checkpoint, the supervisor restores the last completed checkpoint
+and the query goes on::
 
     driver = DebeziumDriver(log, table, checkpoint, workdir)
     driver.start(fault="after_manifest:3", max_changes=100)
@@ -24,10 +24,10 @@ the table has caught up.
 test's own session, and :func:`delta_mirrors` reads the mirrors back with delta-rs as of the
 newest checkpoint in the root's index, as ``spark_ckpt.read_consistent`` does, without Spark.
 
-Run as a script (``debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES
-[SETTINGS]``) it is the driver itself. ``SETTINGS`` (JSON) may give the ``txn-cdc`` options of
-another source (``{"source": {"connector": "kafka", ...}}``: LOG is then unused) and extra
-``delta-2pc`` options (``{"sink": {"mode": "mirror"}}``).
+Run as a module (``python -m harness.faults.debezium drive LOG TABLE CHECKPOINT STOP_FILE
+MAX_CHANGES [SETTINGS]``) it is the driver itself. ``SETTINGS`` (JSON) may give the ``txn-cdc``
+options of another source (``{"source": {"connector": "kafka", ...}}``: LOG is then unused) and
+extra ``delta-2pc`` options (``{"sink": {"mode": "mirror"}}``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import crash_harness
-import jvm_archive
+from harness.faults import crash, jvm_archive
 
 __all__ = [
     "DebeziumDriver",
@@ -157,8 +155,10 @@ class DebeziumDriver:
         env.pop("SPARK_CKPT_FAULT", None)
         if fault:
             env["SPARK_CKPT_FAULT"] = fault
+        env["PYTHONSAFEPATH"] = "1"  # the working directory off sys.path (crash.start_driver)
         args = [
-            str(Path(__file__).resolve()),
+            "-m",
+            "harness.faults.debezium",
             "drive",
             str(self.log),
             str(self.table),
@@ -221,7 +221,7 @@ class DebeziumDriver:
         process = self._process
         if process is None:
             return
-        crash_harness._reap_session(process.pid)  # its session sweep, reused
+        crash._reap_session(process.pid)  # its session sweep, reused
         process.wait(30)
 
     def _wait(self, timeout: float, what: str) -> int:
@@ -237,7 +237,7 @@ class DebeziumDriver:
                 f"stderr {self.stderr_file}:\n{self.stderr_tail()}"
             ) from None
         # Spark's Python workers live in process groups of their own, in the same session.
-        crash_harness._reap_session(process.pid)
+        crash._reap_session(process.pid)
         return code
 
     def stderr_tail(self, chars: int = _LOG_TAIL_CHARS) -> str:
@@ -264,14 +264,14 @@ def delta_txn_ids(table: str | os.PathLike[str]) -> set[str]:
 def delta_changes(table: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every row of the Delta table, each with ``version``: the version that added its file.
 
-    Read with delta-rs and pyarrow (no JVM): :func:`delta_versions.added_rows`.
+    Read with delta-rs and pyarrow (no JVM): :func:`harness.workloads.delta_versions.added_rows`.
 
     Raises
     ------
     AssertionError
         If a version removed a file.
     """
-    from delta_versions import added_rows
+    from harness.workloads.delta_versions import added_rows
 
     return added_rows(table)
 
@@ -355,5 +355,6 @@ if __name__ == "__main__":
         )
     else:
         raise SystemExit(
-            "usage: debezium_harness.py drive LOG TABLE CHECKPOINT STOP_FILE MAX_CHANGES [SETTINGS]"
+            "usage: python -m harness.faults.debezium drive LOG TABLE CHECKPOINT STOP_FILE"
+            " MAX_CHANGES [SETTINGS]"
         )

@@ -19,8 +19,8 @@ archive matches its JDK and class path and ignores one that does not, so a stale
 speed, never correctness. The archive goes to the driver JVM only (``SPARK_SUBMIT_OPTS``), not to
 the launcher JVM that ``spark-submit`` starts first, whose class path differs.
 
-Run ``python bench/jvm_archive.py dump`` to (re)create it by hand; ``SPARK_CKPT_JVM_ARCHIVE=off``
-runs the drivers without it.
+Run ``python -m harness.faults.jvm_archive dump`` to (re)create it by hand;
+``SPARK_CKPT_JVM_ARCHIVE=off`` runs the drivers without it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT
+
 CACHE = Path(os.environ.get("SPARK_CKPT_JVM_CACHE", ROOT / ".cache" / "jvm"))
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 DUMP_TIMEOUT_S = 300.0
@@ -77,10 +78,11 @@ def _dump(path: Path) -> Path | None:
     env["SPARK_SUBMIT_OPTS"] = _with(
         env.get("SPARK_SUBMIT_OPTS", ""), f"-XX:ArchiveClassesAtExit={partial}"
     )
+    env["PYTHONSAFEPATH"] = "1"  # the working directory off sys.path (crash.start_driver)
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "workload"],
+            [sys.executable, "-m", "harness.faults.jvm_archive", "workload"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -162,7 +164,7 @@ def main(argv: list[str]) -> int:
     if argv == ["dump"]:
         archive_path().unlink(missing_ok=True)
         return 0 if ensure_archive() is not None else 1
-    print("usage: jvm_archive.py dump", file=sys.stderr)
+    print("usage: python -m harness.faults.jvm_archive dump", file=sys.stderr)
     return 2
 
 

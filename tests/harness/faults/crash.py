@@ -10,9 +10,10 @@ The log, the table and the checkpoint live in a local directory, or on an S3 ser
 (:class:`Store`), and the driver may run on a standalone cluster (``settings`` carries the Spark
 configuration it starts with).
 
-Used by ``bench/crash_matrix.py``, ``tests/integration/test_crash_recovery.py`` and
-``tests/integration/test_cluster.py``. Run as a script (``crash_harness.py drive LOG TABLE CKPT
-[SETTINGS]``) it is the driver itself.
+Used by ``bench/crash_matrix.py``, ``tests/integration/test_crash_recovery.py``,
+``tests/integration/test_cluster.py`` and the other drivers of :mod:`harness.faults`. Run as a
+module (``python -m harness.faults.crash drive LOG TABLE CKPT [SETTINGS]``) it is the driver
+itself.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import jvm_archive
+from harness.faults import jvm_archive
 
 CAP = 30
 CRASH_BATCH = 2
@@ -145,7 +145,7 @@ class Store:
 
     @classmethod
     def on_s3(cls, server: Any, bucket: str, prefix: str) -> Store:
-        """A store on ``server`` (``bench/s3_server.py``) under ``s3a://bucket/prefix``."""
+        """A store on ``server`` (:class:`harness.servers.s3.S3Server`) under ``s3a://bucket/prefix``."""
         return cls(
             f"s3a://{bucket}/{prefix}", server.options(), Settings(server.spark_conf(), s3a=True)
         )
@@ -158,7 +158,6 @@ def make_log(
 
     ``directory`` is a local path or an object-store URI reached with ``storage``.
     """
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import tempfile
 
     from spark_ckpt.state.storage import Location, StorageOptions
@@ -268,7 +267,7 @@ def run_driver(
 ) -> int:
     """Run one driver in its own process group; return its exit status (-9: killed)."""
     mode = "drive-supervised" if supervised else "drive"
-    args = [__file__, mode, str(log), str(table), str(checkpoint)]
+    args = ["-m", "harness.faults.crash", mode, str(log), str(table), str(checkpoint)]
     hook_dir = str(Path(checkpoint).parent) if "://" not in str(checkpoint) else os.getcwd()
     env = {HOOK_DIR: os.environ.get(HOOK_DIR, hook_dir)}
     return run_killable([*args, (settings or Settings()).to_json()], fault, **env)
@@ -279,7 +278,10 @@ def start_driver(
 ) -> subprocess.Popen[bytes]:
     """Start ``python *args`` in a session of its own with ``fault`` armed (see run_killable).
 
-    ``cwd``: the driver's working directory (a cluster's, see ``SparkCluster.driver_directory``).
+    ``args`` start with the driver's module (``-m harness.faults.crash drive ...``): the harness
+    is a package, imported from the ``tests/`` directory on ``sys.path``, so a driver runs as a
+    module of it rather than as a file. ``cwd``: the driver's working directory (a cluster's, see
+    ``SparkCluster.driver_directory``).
     """
     # A crash driver's JVM lives seconds: C1 only and a class-data-sharing archive
     # (jvm_archive) change how fast it starts, never what it does.
@@ -288,6 +290,10 @@ def start_driver(
     if fault:
         env["SPARK_CKPT_FAULT"] = fault
     env.update(env_extra)
+    # ``python -m`` puts the working directory first on sys.path: in a source checkout, its
+    # spark_ckpt/ (which lacks the installed spark_ckpt.sources) would shadow the installed
+    # package. PYTHONSAFEPATH keeps it off (the tests set it; a benchmark may not have).
+    env["PYTHONSAFEPATH"] = "1"
     return subprocess.Popen(
         [sys.executable, *args],
         env=env,
@@ -330,11 +336,11 @@ def verify(
     """Count (lost, duplicated, torn, versions) of the table's every Delta version.
 
     What each version shows comes from the files the versions up to it added (read with delta-rs:
-    :func:`delta_versions.rows_by_version`, one Parquet read per file instead of a Spark job per
-    version); delta-spark reads the newest version, which must show the same rows. ``storage``
-    reaches a table on an object store (``spark`` must reach it too).
+    :func:`harness.workloads.delta_versions.rows_by_version`, one Parquet read per file instead of
+    a Spark job per version); delta-spark reads the newest version, which must show the same
+    rows. ``storage`` reaches a table on an object store (``spark`` must reach it too).
     """
-    from delta_versions import rows_by_version
+    from harness.workloads.delta_versions import rows_by_version
 
     size_of = {note: len(txn) for txn in expected for note in txn}
     txn_of = {note: index for index, txn in enumerate(expected) for note in txn}
@@ -387,5 +393,6 @@ if __name__ == "__main__":
         drive(*sys.argv[2:5], supervised=sys.argv[1] == "drive-supervised", settings=settings)
     else:
         raise SystemExit(
-            "usage: crash_harness.py drive|drive-supervised LOG TABLE CHECKPOINT [SETTINGS]"
+            "usage: python -m harness.faults.crash drive|drive-supervised LOG TABLE CHECKPOINT"
+            " [SETTINGS]"
         )

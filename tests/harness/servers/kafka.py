@@ -1,11 +1,12 @@
 """A throwaway Apache Kafka broker on loopback for tests and benchmarks (KRaft, one node).
 
-The broker is Apache Kafka itself, from Maven Central (``bench/peers/kafka``: ``kafka_2.13`` at
-the version Debezium 3.6.1.Final is built on, copied into ``target/lib`` by Maven with the
-project-local repository ``.cache/maven``). One JVM plays both KRaft roles (``process.roles=
-broker,controller``, a static one-voter quorum), as Kafka's quickstart runs it; its storage is
-formatted once with ``kafka.tools.StorageTool`` and kept across :meth:`KafkaBroker.kill` and
-:meth:`KafkaBroker.restart`, so a restarted broker has every record it had::
+The broker is Apache Kafka itself, from Maven Central (``tests/harness/peers/kafka``:
+``kafka_2.13`` at the version Debezium 3.6.1.Final is built on, copied into ``target/lib`` by
+Maven with the project-local repository ``.cache/maven``). One JVM plays both KRaft roles
+(``process.roles=broker,controller``, a static one-voter quorum), as Kafka's quickstart runs it;
+its storage is formatted once with ``kafka.tools.StorageTool`` and kept across
+:meth:`KafkaBroker.kill` and :meth:`KafkaBroker.restart`, so a restarted broker has every record
+it had::
 
     broker = KafkaBroker(workdir)
     broker.start()                 # returns once the broker answers a metadata request
@@ -31,12 +32,13 @@ import uuid
 from pathlib import Path
 from typing import IO
 
-from loopback import free_port
-from maven_build import build_once
+from harness import PEERS
+from harness.servers.loopback import free_port
+from harness.servers.maven import build_once
 
 __all__ = ["KafkaBroker", "kafka_lib", "signal_group"]
 
-PROJECT = Path(__file__).resolve().parent / "peers" / "kafka"
+PROJECT = PEERS / "kafka"
 LIB = PROJECT / "target" / "lib"
 
 _START_TIMEOUT_S = 120.0
@@ -78,7 +80,7 @@ def spark_kafka_package() -> str:
 def kafka_lib() -> Path:
     """The directory of Kafka's jars (and Kafka Connect's, and Debezium's PostgreSQL connector).
 
-    Runs in the calling process; builds with Maven the first time (see :mod:`maven_build`).
+    Runs in the calling process; builds with Maven the first time (:mod:`harness.servers.maven`).
     """
     return build_once(PROJECT, LIB, ["package"], what="Apache Kafka's jars")
 

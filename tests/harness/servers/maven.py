@@ -1,4 +1,4 @@
-"""Build a Java peer under ``bench/peers/`` with Maven, once, whoever asks first.
+"""Build a Java peer under ``tests/harness/peers/`` with Maven, once, whoever asks first.
 
 The tests' Java parts (Debezium's embedded engine, Apache Kafka) come from Maven Central into the
 project-local repository ``.cache/maven`` (a ``~/.m2`` holding POMs without jars breaks Spark's
@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from harness import ROOT
+
 __all__ = ["CACHE", "MAVEN_REPO", "build_once"]
 
-CACHE = Path(__file__).resolve().parents[1] / ".cache"
+CACHE = ROOT / ".cache"
 MAVEN_REPO = CACHE / "maven"
 
 _BUILD_TIMEOUT_S = 1800.0

@@ -1,6 +1,6 @@
 """A throwaway Kafka Connect worker (standalone mode) running Debezium, for tests and benchmarks.
 
-Kafka Connect itself, from Maven Central (``bench/peers/kafka``: ``connect-runtime`` and
+Kafka Connect itself, from Maven Central (``tests/harness/peers/kafka``: ``connect-runtime`` and
 ``connect-json`` at the broker's version, with ``debezium-connector-postgres``), started as
 Kafka's ``connect-standalone.sh`` starts it: ``org.apache.kafka.connect.cli.ConnectStandalone``
 with a worker configuration. Connectors are added and removed through the worker's REST API on a
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from kafka_broker import kafka_lib, signal_group
-from loopback import free_port
+from harness.servers.kafka import kafka_lib, signal_group
+from harness.servers.loopback import free_port
 
 __all__ = ["KafkaConnect", "debezium_postgres"]
 

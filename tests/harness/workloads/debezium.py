@@ -1,7 +1,7 @@
 """A real Debezium producer for tests and benchmarks: the ``debezium-writer`` peer, run from Python.
 
-``bench/peers/debezium-writer`` is a small Java program around Debezium's embedded engine that
-writes every record's value, as Kafka Connect's JsonConverter renders it, as one line of JSONL
+``tests/harness/peers/debezium-writer`` is a small Java program around Debezium's embedded engine
+that writes every record's value, as Kafka Connect's JsonConverter renders it, as one line of JSONL
 files published by atomic rename, the way an object-store sink writes them (see its README.md).
 One source, two jars: Debezium 3.6.1.Final with the PostgreSQL and MySQL connectors
 (``"postgres"``, ``"mysql"``), and Debezium 3.5.0.Final with the MariaDB connector
@@ -54,11 +54,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from maven_build import build_once
+from harness import PEERS
+from harness.servers.maven import build_once
 
 __all__ = ["DebeziumWriter", "writer_jar"]
 
-PROJECT = Path(__file__).resolve().parent / "peers" / "debezium-writer"
+PROJECT = PEERS / "debezium-writer"
 JAR = PROJECT / "target" / "debezium-writer.jar"
 """Debezium 3.6.1.Final, PostgreSQL and MySQL connectors (the default Maven build)."""
 MARIADB_JAR = PROJECT / "target" / "debezium-jsonl-writer-mariadb.jar"
@@ -89,7 +90,7 @@ def writer_jar(connector: str = "postgres") -> Path:
     Returns
     -------
     Path
-        ``bench/peers/debezium-writer/target/debezium-writer.jar``, or for ``"mariadb"``
+        ``tests/harness/peers/debezium-writer/target/debezium-writer.jar``, or for ``"mariadb"``
         ``target/debezium-jsonl-writer-mariadb.jar``.
 
     Raises
@@ -590,7 +591,9 @@ def _kill_leftovers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a writer in the foreground until Ctrl-C (manual use); see ``--help``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.workloads.debezium", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--build-only", action="store_true", help="build the connector's jar, print its path"
     )
