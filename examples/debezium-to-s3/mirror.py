@@ -1,6 +1,6 @@
 r"""Recipe: Debezium to S3 to Delta mirrors (the section of that name in docs/deployment.md).
 
-The debezium-writer (``bench/peers/debezium-writer``, run with ``--out s3://BUCKET/cdc/``)
+The debezium-writer (``tests/harness/peers/debezium-writer``, run with ``--out s3://BUCKET/cdc/``)
 publishes Debezium's change records as whole ``NNNNNNNNNN.jsonl`` objects under one prefix; this
 streams them with ``txn-cdc`` into ``delta-2pc`` in mirror mode: one Delta table per source table,
 every table consistent with the others at every checkpoint. Run it beside the writer::
