@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 
 from harness.servers.postgres import PgCluster
-from spark_ckpt.sources.postgres.pgoutput import PLUGIN_OPTIONS as PGOUTPUT_OPTIONS
+from spark_ckpt.sources.postgres.decoding.pgoutput import PLUGIN_OPTIONS as PGOUTPUT_OPTIONS
+from spark_ckpt.sources.postgres.decoding.wal2json import PLUGIN_OPTIONS as WAL2JSON_OPTIONS
 from spark_ckpt.sources.postgres.schema_tracking import SchemaCatalog
-from spark_ckpt.sources.postgres.wal2json import PLUGIN_OPTIONS as WAL2JSON_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS: list[tuple[str, list[str]]] = [

@@ -103,7 +103,7 @@ def raw_rate(dsn: str, slot: str) -> tuple[float, int, float, float, list[tuple[
     """(changes/s, changes, seconds, busy CPU seconds, the rows) of one full peek of ``slot``."""
     import psycopg
 
-    from spark_ckpt.sources.postgres.wal2json import PLUGIN_OPTIONS
+    from spark_ckpt.sources.postgres.decoding.wal2json import PLUGIN_OPTIONS
 
     options = [*PLUGIN_OPTIONS, "add-tables", ",".join(TABLES)]
     placeholders = ", ".join(["%s"] * len(options))
@@ -129,8 +129,8 @@ def work_per_change(rows: list[tuple[str, int, str]]) -> tuple[float, float]:
     """
     import pyarrow as pa
 
-    from spark_ckpt.sources.postgres.wal2json import decode_transactions
-    from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes
+    from spark_ckpt.sources.postgres.decoding.wal2json import decode_transactions
+    from spark_ckpt.sources.postgres.decoding.wal2json_columns import decode_changes
 
     def cpu(work: Any) -> float:
         runs = []

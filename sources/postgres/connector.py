@@ -39,6 +39,7 @@ from ..options import SourceOptions
 from .change_store import ChangeStore
 from .chunks import require_key
 from .connect import redact_dsn, scrub
+from .decoding.transactions import PgTransaction
 from .incremental import (
     ChunkEmitPartition,
     ChunkReadPartition,
@@ -64,7 +65,6 @@ from .stream_partitions import (
 )
 from .stream_reader import StreamReader
 from .tables import TableInfo, describe_tables
-from .wal2json import PgTransaction
 
 __all__ = ["PostgresConnector", "build"]
 
@@ -536,11 +536,9 @@ class PostgresConnector(ChangeConnector):
         return txns
 
     def _stream_partitions(self, txns: list[PgTransaction], emitted: int) -> list[object]:
-        relations = (
-            tuple(self.stream.relations.versions) if self.options.plugin == "pgoutput" else ()
-        )
+        relations = tuple(self.stream.relations.versions) if self.stream.plugin.binary else ()
         return plan_stream_partitions(
-            txns, emitted, self.changes_per_partition, self.source, relations
+            txns, emitted, self.changes_per_partition, self.source, self.options.plugin, relations
         )
 
     # -- executors -------------------------------------------------------------------------------

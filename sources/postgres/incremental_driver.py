@@ -18,6 +18,7 @@ from typing import Any
 from spark_ckpt.state.storage import Location
 
 from ..connector import PlannedBatch
+from .decoding.transactions import PgTransaction
 from .incremental import IncrementalState, PendingChunk
 from .incremental_plan import ChunkPlanner
 from .lsn import format_lsn
@@ -25,7 +26,6 @@ from .pg_offset import PgOffset, offset_key
 from .snapshot import estimated_rows
 from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
-from .wal2json import PgTransaction
 
 __all__ = ["FLUSH_WAIT_S", "IncrementalSnapshot"]
 

@@ -22,7 +22,6 @@ relation then), so a DDL with no change after it waits for one. Driver only.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -47,7 +46,6 @@ __all__ = [
     "CatalogColumns",
     "SchemaCatalog",
     "SchemaTracker",
-    "Wal2JsonWatcher",
     "catalog_schema",
     "drifted",
     "relation_schema",
@@ -385,45 +383,6 @@ class SchemaTracker:
                 merged.append((name, kind))  # added, and left out of this change
         merged += list(given.items())  # renamed again since: the catalog has another name
         return self.observe(table, tuple(merged), key)
-
-
-class Wal2JsonWatcher:
-    """Finds schema changes in the wal2json changes of the ``watch`` tables (driver, per peek).
-
-    Only tables whose catalog differs from the known schema are watched (:func:`drifted`):
-    parsing every change would cost the driver more than all its other work per change.
-    """
-
-    def __init__(self, tracker: SchemaTracker, watch: frozenset[str]) -> None:
-        self.tracker = tracker
-        self.watch = watch
-
-    @property
-    def state(self) -> Mapping[str, TableSchema]:
-        """Each table's schema as of the last change watched."""
-        return self.tracker.state
-
-    def schema_change(self, data: str, action: str) -> SchemaEvent | None:
-        """The schema change an insert or update shows before it, if any."""
-        if not self.watch:
-            return None
-        return _watched_change(data, action, self.tracker, self.watch)
-
-
-def _watched_change(
-    data: str, action: str, tracker: SchemaTracker, watch: frozenset[str]
-) -> SchemaEvent | None:
-    body = json.loads(data)
-    table = f"{body.get('schema')}.{body.get('table')}"
-    if table not in watch:
-        return None
-    columns = tuple((str(c["name"]), str(c.get("type", ""))) for c in body.get("columns") or ())
-    names = [name for name, _ in columns]
-    pk = {str(k["name"]) for k in body.get("pk") or ()}
-    key = tuple(name for name in names if name in pk)  # in column order, as the catalog's
-    if action == "I":
-        return tracker.observe(table, columns, key)
-    return tracker.observe_partial(table, columns, key)
 
 
 def drifted(

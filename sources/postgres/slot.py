@@ -18,10 +18,9 @@ import psycopg
 from spark_ckpt.errors import ReplicationSlotError, SlotInvalidatedError
 
 from .connect import connect, scrub
+from .decoding.by_name import output_plugin
 from .lsn import format_lsn, parse_lsn
-from .pgoutput import PLUGIN_OPTIONS as PGOUTPUT_OPTIONS
 from .plugins import PLUGIN, PLUGINS
-from .wal2json import PLUGIN_OPTIONS
 
 __all__ = [
     "HEARTBEAT_PREFIX",
@@ -297,13 +296,9 @@ class Slot:
         ``upto_lsn`` keeps only transactions that commit before it; ``upto_changes`` stops after
         the transaction holding that many rows. Either may be None (no bound).
         """
-        if self.plugin == "pgoutput":
-            assert self.publication is not None
-            options = [*PGOUTPUT_OPTIONS, "publication_names", _identifier(self.publication)]
-            function = "pg_logical_slot_peek_binary_changes"
-        else:
-            options = [*PLUGIN_OPTIONS, "add-tables", ",".join(_wal2json_table(t) for t in tables)]
-            function = "pg_logical_slot_peek_changes"
+        plugin = output_plugin(self.plugin)
+        options = plugin.peek_options(tables, self.publication)
+        function = plugin.peek_function
         placeholders = ", ".join(["%s"] * len(options))
         query = (
             f"SELECT lsn::text, xid::text::bigint, data FROM {function}("
@@ -315,7 +310,7 @@ class Slot:
             # Binary results: pgoutput's bytea arrives as bytes without hex decoding. The
             # columns are text, bigint, text (bytea): psycopg hands out tuples as they are.
             cursor = self.connection().cursor()
-            rows = cursor.stream(query, params, binary=self.plugin == "pgoutput", size=_FETCH_ROWS)
+            rows = cursor.stream(query, params, binary=plugin.binary, size=_FETCH_ROWS)
             yield from cast(Iterator[tuple[str, int | None, Any]], rows)
         except psycopg.Error as e:
             raise self._error("cannot read changes from", e) from None
@@ -337,13 +332,3 @@ class Slot:
 
 def _identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def _wal2json_table(name: str) -> str:
-    # wal2json's add-tables: "schema.table", with "," "." "*" and "\\" escaped by a backslash.
-    schema, _, table = name.partition(".")
-
-    def escape(part: str) -> str:
-        return "".join("\\" + c if c in ",.*\\ " else c for c in part)
-
-    return f"{escape(schema)}.{escape(table)}"

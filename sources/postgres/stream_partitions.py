@@ -4,7 +4,7 @@ A partition holds transactions (or parts of large ones) and the chunks of their 
 
 The driver groups a batch's transactions into partitions (:func:`fill_partitions`), each naming
 the chunk parts that hold its changes (:func:`chunk_spans`); an executor decodes one chunk part
-at a time (:func:`stream_rows`), with wal2json's native decoder or pgoutput's.
+at a time (:func:`stream_rows`) with the output plugin that wrote it (:mod:`.decoding`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from spark_ckpt.errors import ChangeDecodeError
 from ..partitions import split_after
 from ..schema import change_batch, with_types
 from .change_store import ChangeStore, Chunk, Span
-from .pgoutput import Relation
-from .pgoutput import render_change as render_pgoutput
-from .types import types_json
-from .wal2json import PgTransaction
-from .wal2json_arrow import ChangeColumns, decode_changes, decode_column_types
+from .decoding.by_name import output_plugin
+from .decoding.relations import Relation
+from .decoding.transactions import PgTransaction
 
 __all__ = [
     "PgStreamPartition",
@@ -53,6 +51,8 @@ class PgStreamPartition:
     """
 
     source: str
+    plugin: str
+    """The output plugin that wrote the changes (:func:`~.decoding.by_name.output_plugin`)."""
     pieces: tuple[Piece, ...]
     spans: tuple[Span, ...]
     relations: tuple[Relation, ...] = ()
@@ -95,14 +95,15 @@ def plan_stream_partitions(
     emitted: int,
     limit: int,
     source: str,
+    plugin: str,
     relations: tuple[Relation, ...],
 ) -> list[object]:
     """The partitions of a batch's transactions, ``emitted`` before them (driver, per batch).
 
     At transaction boundaries, in runs of about ``limit`` changes, and at least two runs when
     there is enough work for both executor cores; a transaction larger than a partition is split
-    into parts (each knows its first event index). ``relations`` are the pgoutput relations the
-    changes refer to (empty for wal2json).
+    into parts (each knows its first event index). ``plugin`` names the output plugin;
+    ``relations`` are the pgoutput relations the changes refer to (empty for wal2json).
     """
     sizes = [t.size for t in txns]
     bounds = [0, *(i + 1 for i in split_after(sizes, limit, spread=2))]
@@ -116,7 +117,7 @@ def plan_stream_partitions(
         for part in fill_partitions(pieces, limit):
             spans = chunk_spans(part)
             partitions.append(
-                PgStreamPartition(source, tuple(p for _, p in part), spans, relations)
+                PgStreamPartition(source, plugin, tuple(p for _, p in part), spans, relations)
             )
     return partitions
 
@@ -145,6 +146,7 @@ def stream_rows(
     commit_ts = pa.array([p[2] for p in pieces], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     txn_sizes = pa.array([p[3] for p in pieces], pa.int32())
     source = pa.array([partition.source], pa.string())
+    plugin = output_plugin(partition.plugin)
     first = 0
     read: tuple[Chunk, tuple[pa.Array, pa.Array | None]] | None = None
     for chunk, offset, count in partition.spans:
@@ -152,13 +154,9 @@ def stream_rows(
             read = (chunk, chunk.read())  # a chunk several spans share is read once in a row
         texts, relation_of = read[1]
         piece = texts.slice(offset, count)
-        if relation_of is None:
-            changes = decode_changes(piece)
-            types = decode_column_types(piece) if column_types else None
-        else:
-            indexes = relation_of.slice(offset, count)
-            changes = _render_pgoutput(piece, indexes, partition.relations)
-            types = _pgoutput_types(indexes, partition.relations) if column_types else None
+        indexes = None if relation_of is None else relation_of.slice(offset, count)
+        changes = plugin.render(piece, indexes, partition.relations)
+        types = plugin.column_types(piece, indexes, partition.relations) if column_types else None
         of = pa.array(owner[first : first + count])
         batch = change_batch(
             source=source.take(np.zeros(count, dtype=np.int32)),
@@ -175,24 +173,3 @@ def stream_rows(
         )
         yield batch if types is None else with_types(batch, types)
         first += count
-
-
-def _render_pgoutput(
-    messages: pa.Array, indexes: pa.Array, relations: tuple[Relation, ...]
-) -> ChangeColumns:
-    """Pgoutput change messages -> the output's text columns (executor, per chunk)."""
-    rendered = [
-        render_pgoutput(data, relations[index])
-        for data, index in zip(
-            messages.to_pylist(), indexes.to_numpy(zero_copy_only=False).tolist(), strict=True
-        )
-    ]
-    columns = list(zip(*rendered, strict=True)) if rendered else [()] * 5
-    table, op, key, before, after = (pa.array(list(c), pa.string()) for c in columns)
-    return ChangeColumns(table, op, key, before, after)
-
-
-def _pgoutput_types(indexes: pa.Array, relations: tuple[Relation, ...]) -> pa.Array:
-    """``column_types`` per change: its relation's columns (executor, per chunk)."""
-    texts = pa.array([types_json(relation.columns) for relation in relations], pa.string())
-    return texts.take(indexes)

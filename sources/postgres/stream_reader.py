@@ -1,7 +1,8 @@
 """The streaming phase's reading: peeks of the slot decoded into transactions (driver).
 
 One peek streams the slot's changes (never consumed: the slot is confirmed only when Spark
-commits) through the plugin's decoder (:mod:`.peek`) into :class:`~.wal2json.PgTransaction` s,
+commits) through the plugin's decoder (:mod:`.decoding.peek`) into
+:class:`~.decoding.transactions.PgTransaction` s,
 their changes into a :class:`~.change_store.ChangeStore` (compressed, spilled beyond
 ``streamBufferSize``), while the schema tracker (:mod:`.schema_tracking`) turns DDL the stream
 shows, or the catalog shows for wal2json, into changes of their own. The connector
@@ -18,15 +19,16 @@ from typing import Any
 from spark_ckpt.model.schema_changes import TableSchema
 
 from .change_store import ChangeStore
+from .decoding.by_name import output_plugin
+from .decoding.peek import decode_peek
+from .decoding.relations import RelationCatalog
+from .decoding.transactions import PgTransaction
 from .incremental_plan import WindowChange
 from .options import PostgresOptions
-from .peek import decode_peek
-from .pgoutput import RelationCatalog
-from .schema_tracking import SchemaCatalog, SchemaTracker, Wal2JsonWatcher, drifted
+from .schema_tracking import SchemaCatalog, SchemaTracker, drifted
 from .slot import Slot
 from .snapshot import SnapshotSpill
 from .tables import TableInfo, TypeNames
-from .wal2json import PgTransaction
 from .windows import window_changes
 
 __all__ = ["StreamReader"]
@@ -62,6 +64,7 @@ class StreamReader:
         self._tables = tables
         self._spill_cleared = False  # this process has cleared an earlier run's spill
         self.type_names = TypeNames(options.dsn)
+        self.plugin = output_plugin(options.plugin)
         self.relations = RelationCatalog(self.type_names, self._primary_key)  # pgoutput
         self.schema_catalog = SchemaCatalog(options.dsn)  # schema changes: what the stream lacks
         self._tracker: SchemaTracker | None = None  # the schemas through the current peek
@@ -87,7 +90,7 @@ class StreamReader:
         _, txns, store = self.read(upto, None, since, track=False)
         keys = {t.name: t.key_in_column_order for t in self._tables()}
         try:
-            return window_changes(txns, store, self.relations.versions, keys)
+            return window_changes(txns, store, self.plugin, self.relations.versions, keys)
         finally:
             store.discard()
 
@@ -152,7 +155,7 @@ class StreamReader:
     ) -> tuple[int, list[PgTransaction], ChangeStore]:
         """One peek of :meth:`read`, schema changes tracked unless ``schemas`` is None."""
         store = ChangeStore(
-            self.options.plugin == "pgoutput",
+            self.plugin.binary,
             self._spill.stream_directory(),
             self.options.stream_buffer_size,
         )
@@ -165,22 +168,14 @@ class StreamReader:
                 yield row
 
         tables = frozenset(self.options.tables)
-        tracker = watcher = None
+        tracker = None
         if schemas is not None:
             tracker = self._tracker = SchemaTracker(
                 schemas, self.schema_catalog.describe, rebuilds=True
             )
-            watcher = Wal2JsonWatcher(tracker, watch)
         try:
             txns = decode_peek(
-                rows(),
-                self.options.plugin,
-                self.relations,
-                tables,
-                store,
-                start_lsn,
-                tracker,
-                watcher,
+                rows(), self.plugin, self.relations, tables, store, start_lsn, tracker, watch
             )
         finally:
             self._tracker = None

@@ -4,7 +4,7 @@ A table can be captured when it exists and its updates and deletes identify the 
 key (replica identity ``default``), a replica identity index, or replica identity ``full``.
 Snapshot rows must look exactly like streamed rows, so each column is fetched as PostgreSQL's text
 and typed by the same rules wal2json applies (numbers and booleans bare, everything else text),
-then normalised by :func:`~spark_ckpt.sources.postgres.wal2json.normalize_value`. Driver only.
+then normalised by :func:`~spark_ckpt.sources.postgres.values.normalize_value`. Driver only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from psycopg import sql
 from spark_ckpt.errors import TableCaptureError
 
 from .connect import connect
-from .wal2json import NumberText, normalize_value
+from .values import NumberText, normalize_value
 
 __all__ = [
     "FLOAT_TYPES",

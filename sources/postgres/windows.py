@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pyarrow as pa
 
 from ..schema import json_text
 from .change_store import ChangeStore, Chunk
+from .decoding.plugin import OutputPlugin
+from .decoding.relations import Relation
+from .decoding.transactions import ChangeColumns, PgTransaction
 from .incremental import ALL_KEYS
 from .incremental_plan import WindowChange
-from .pgoutput import Relation
-from .pgoutput import render_change as render_pgoutput
-from .wal2json import PgTransaction, decode_change
 
 __all__ = ["window_changes"]
 
@@ -28,14 +27,15 @@ __all__ = ["window_changes"]
 def window_changes(
     txns: Sequence[PgTransaction],
     store: ChangeStore,
+    plugin: OutputPlugin,
     relations: Sequence[Relation],
     keys: Mapping[str, tuple[str, ...]],
 ) -> list[WindowChange]:
     """Every change of ``txns`` (their changes in ``store``) as a window entry (driver).
 
-    ``relations`` are the pgoutput relations the changes refer to (unused for wal2json);
-    ``keys`` the primary-key columns per table, for a key change's old key. A TRUNCATE touches
-    every key of its table (:data:`~.incremental.ALL_KEYS`).
+    The changes are rendered by ``plugin`` as executors render them (``relations``: pgoutput's,
+    unused for wal2json); ``keys`` the primary-key columns per table, for a key change's old
+    key. A TRUNCATE touches every key of its table (:data:`~.incremental.ALL_KEYS`).
     """
     found: list[WindowChange] = []
     read: tuple[Chunk, tuple[pa.Array, pa.Array | None]] | None = None
@@ -46,32 +46,27 @@ def window_changes(
             if read is None or read[0] is not chunk:
                 read = (chunk, chunk.read())  # consecutive transactions share chunks
             texts, relation_of = read[1]
-            for i in range(offset, offset + count):
-                data = texts[i].as_py()
-                if relation_of is None:
-                    table, op, key, before = _wal2json_keys(data)
-                else:
-                    table, op, key, before = _pgoutput_keys(data, relations[relation_of[i].as_py()])
+            piece = None if relation_of is None else relation_of.slice(offset, count)
+            rendered = plugin.render(texts.slice(offset, count), piece, relations)
+            for table, op, key, before in _keys(rendered):
                 if op == "t":
                     found.append((txn.end_lsn, txn.xid, table, ALL_KEYS, None))
                     continue
                 assert key is not None
                 old = None
                 if before is not None and keys.get(table):
-                    old = json_text({k: before.get(k) for k in keys[table]})
+                    image = json.loads(before)
+                    old = json_text({k: image.get(k) for k in keys[table]})
                 found.append((txn.end_lsn, txn.xid, table, key, old if old != key else None))
     return found
 
 
-def _wal2json_keys(text: str) -> tuple[str, str, str | None, dict[str, Any] | None]:
-    """``(table, op, key text, before image)`` of one wal2json change (driver, windows)."""
-    change = decode_change(text)
-    return change.table, change.op, json_text(change.key), change.before
-
-
-def _pgoutput_keys(
-    data: bytes, relation: Relation
-) -> tuple[str, str, str | None, dict[str, Any] | None]:
-    """``(table, op, key text, before image)`` of one pgoutput change (driver, windows)."""
-    table, op, key, before, _ = render_pgoutput(data, relation)
-    return table, op, key, None if before is None else json.loads(before)
+def _keys(columns: ChangeColumns) -> zip[tuple[str, str, str | None, str | None]]:
+    """``(table, op, key text, before text)`` per rendered change."""
+    return zip(
+        columns.table.to_pylist(),
+        columns.op.to_pylist(),
+        columns.key.to_pylist(),
+        columns.before.to_pylist(),
+        strict=True,
+    )

@@ -558,9 +558,10 @@ def test_the_servers_rows_decode_natively_like_the_python_reference(pg_dsn: str)
     """
     import pyarrow as pa
 
+    from harness.references.wal2json import render_change
+    from spark_ckpt.sources.postgres.decoding.wal2json import decode_transactions
+    from spark_ckpt.sources.postgres.decoding.wal2json_columns import decode_changes
     from spark_ckpt.sources.postgres.slot import Slot
-    from spark_ckpt.sources.postgres.wal2json import decode_transactions
-    from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes, render_change
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(

@@ -8,14 +8,14 @@ import struct
 import pytest
 
 from spark_ckpt.errors import ChangeDecodeError
-from spark_ckpt.sources.postgres.lsn import parse_lsn
-from spark_ckpt.sources.postgres.pgoutput import (
-    RelationCatalog,
+from spark_ckpt.sources.postgres.decoding.pgoutput import (
     decode_transactions,
     render_change,
     truncate_change,
 )
-from spark_ckpt.sources.postgres.wal2json import timestamp_micros
+from spark_ckpt.sources.postgres.decoding.relations import RelationCatalog
+from spark_ckpt.sources.postgres.lsn import parse_lsn
+from spark_ckpt.sources.postgres.values import timestamp_micros
 
 _PG_EPOCH_US = 946_684_800_000_000
 TYPES = {(23, -1): "integer", (1700, 2621454): "numeric(40,10)", (25, -1): "text"}

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.references.wal2json import decode_change
 from spark_ckpt.errors import (
     ConfigError,
     InvalidOptionError,
@@ -16,18 +17,13 @@ from spark_ckpt.errors import (
 )
 from spark_ckpt.sources.options import SourceOptions
 from spark_ckpt.sources.postgres.connect import redact_dsn, scrub
+from spark_ckpt.sources.postgres.decoding.wal2json import decode_transactions
 from spark_ckpt.sources.postgres.lsn import format_lsn, parse_lsn
 from spark_ckpt.sources.postgres.options import PostgresOptions
 from spark_ckpt.sources.postgres.pg_offset import PgOffset
 from spark_ckpt.sources.postgres.snapshot_progress import SnapshotProgress
 from spark_ckpt.sources.postgres.tables import parse_text_value
-from spark_ckpt.sources.postgres.wal2json import (
-    NumberText,
-    decode_change,
-    decode_transactions,
-    normalize_value,
-    timestamp_micros,
-)
+from spark_ckpt.sources.postgres.values import NumberText, normalize_value, timestamp_micros
 
 # Rows as a PostgreSQL 15 server with wal2json 2.5 printed them (format-version 2).
 ROWS = [
@@ -332,7 +328,7 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     """
     from spark_ckpt.sources.postgres import change_store, stream_partitions
     from spark_ckpt.sources.postgres import connector as postgres
-    from spark_ckpt.sources.postgres.wal2json import PgTransaction
+    from spark_ckpt.sources.postgres.decoding.transactions import PgTransaction
     from spark_ckpt.state.storage import Location
 
     monkeypatch.setattr(change_store, "CHUNK_CHANGES", 3)
@@ -370,7 +366,7 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     assert rows[7]["commit_ts"] is None
     assert rows[9]["commit_ts"].timestamp() == 2.0
     broken = stream_partitions.PgStreamPartition(
-        "postgres:s", ((1, 1, None, 9, 0, 9),), partitions[0].spans
+        "postgres:s", "wal2json", ((1, 1, None, 9, 0, 9),), partitions[0].spans
     )  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="holds 4 changes, its transactions 9"):
         list(stream_partitions.stream_rows(broken))

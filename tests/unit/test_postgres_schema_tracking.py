@@ -17,17 +17,18 @@ import pyarrow as pa
 import pytest
 
 from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent, TableSchema
-from spark_ckpt.sources.postgres.pgoutput import RelationCatalog, render_change
-from spark_ckpt.sources.postgres.pgoutput import decode_transactions as decode_pgoutput
+from spark_ckpt.sources.postgres.decoding.pgoutput import decode_transactions as decode_pgoutput
+from spark_ckpt.sources.postgres.decoding.pgoutput import render_change
+from spark_ckpt.sources.postgres.decoding.relations import RelationCatalog
+from spark_ckpt.sources.postgres.decoding.wal2json import Wal2JsonWatcher
+from spark_ckpt.sources.postgres.decoding.wal2json import decode_transactions as decode_wal2json
+from spark_ckpt.sources.postgres.decoding.wal2json_columns import decode_changes
 from spark_ckpt.sources.postgres.schema_tracking import (
     CatalogColumns,
     SchemaTracker,
-    Wal2JsonWatcher,
     catalog_schema,
     drifted,
 )
-from spark_ckpt.sources.postgres.wal2json import decode_transactions as decode_wal2json
-from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes
 
 FIXTURE = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "postgres" / "schema-changes-15.json").read_text()

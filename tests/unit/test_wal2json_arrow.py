@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.references.wal2json import render_change
 from spark_ckpt.errors import ChangeDecodeError
-from spark_ckpt.sources.postgres.wal2json_arrow import decode_changes, render_change
+from spark_ckpt.sources.postgres.decoding.wal2json_columns import decode_changes
 
 Item = tuple[str, str, str]  # (name, type, the value as wal2json prints it)
 

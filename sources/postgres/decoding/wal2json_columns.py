@@ -1,52 +1,33 @@
-"""Decoding wal2json row changes column-wise: a string array in, the output's columns out.
+"""wal2json's row changes decoded column-wise: a string array in, the output's columns out.
 
 :func:`decode_changes` turns a column of wal2json ``format-version 2`` ``I`` / ``U`` / ``D`` /
 ``T`` rows into the ``table``, ``op``, ``key``, ``before`` and ``after`` columns of the output
-schema, in the connector's native module (``sources/postgres/native``, the same value rules as
-the snapshot's renderer). :func:`.wal2json.decode_change` followed by ``json.dumps``
-(:func:`render_change`) is the reference it is tested against, text for text.
-:func:`decode_column_types` gives the ``column_types`` column. Runs on executors, per chunk.
+schema, in the connector's native module (``sources/postgres/native``, the value rules of
+:mod:`..values` and the snapshot's renderer). It is the one production wal2json decoder; the
+tests keep a Python decoder (``harness.references.wal2json``) as the reference it is checked
+against, text for text. :func:`decode_column_types` gives the ``column_types`` column. Runs on
+executors, per chunk, and on the driver for an incremental snapshot's windows.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..schema import json_text
-from ._native import decode_wal2json
-from .types import types_json
-from .wal2json import decode_change
+from .._native import decode_wal2json
+from ..types import types_json
+from .transactions import ChangeColumns
 
-__all__ = ["ChangeColumns", "decode_changes", "decode_column_types", "render_change"]
-
-
-@dataclass(frozen=True)
-class ChangeColumns:
-    """Output columns of a run of row changes, aligned with the input.
-
-    Attributes
-    ----------
-    table, op, key, before, after
-        String arrays as in the output schema.
-    """
-
-    table: pa.Array
-    op: pa.Array
-    key: pa.Array
-    before: pa.Array
-    after: pa.Array
+__all__ = ["decode_changes", "decode_column_types"]
 
 
 def decode_changes(texts: pa.Array) -> ChangeColumns:
     """Decode wal2json ``I`` / ``U`` / ``D`` / ``T`` rows (a string array) into output columns.
 
-    Runs on executors, per chunk, without the GIL. Equivalent to :func:`render_change` on every
-    row, text for text.
+    Runs on executors, per chunk, without the GIL (and on the driver for a snapshot window).
 
     Raises
     ------
@@ -59,21 +40,6 @@ def decode_changes(texts: pa.Array) -> ChangeColumns:
         texts = texts.cast(pa.string())
     table, op, key, before, after = decode_wal2json(texts)
     return ChangeColumns(table, op, key, before, after)
-
-
-def render_change(text: str) -> tuple[str, str, str | None, str | None, str | None]:
-    """The reference for one row: ``(table, op, key, before, after)`` as output text.
-
-    :func:`decode_changes` gives exactly this for every row.
-    """
-    change = decode_change(text)
-    return (
-        change.table,
-        change.op,
-        json_text(change.key),
-        json_text(change.before),
-        json_text(change.after),
-    )
 
 
 # Each item -> "name":"type" (the value dropped: a JSON string, or a bare number/literal).

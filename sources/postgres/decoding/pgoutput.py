@@ -9,36 +9,39 @@ message), ``Y`` / ``O`` (types, origins: not needed) and ``C`` (commit: its LSNs
 
 The driver groups messages into transactions (:func:`decode_transactions`) and keeps the row
 changes as the raw messages, each with the relation it refers to at that point of the stream
-(:class:`RelationCatalog`). Executors render them (:func:`render_change`) into exactly the
-output text the wal2json path and the snapshot give: values go through the snapshot's
-:func:`~.tables.parse_text_value`, so NaN and infinities survive as their PostgreSQL spelling
-and ``numeric`` keeps every digit. Pure Python, no database access.
+(:class:`~.relations.RelationCatalog`). Executors render them (:func:`render_change`) into
+exactly the output text the wal2json path and the snapshot give: values go through the
+snapshot's :func:`~..tables.parse_text_value`, so NaN and infinities survive as their
+PostgreSQL spelling and ``numeric`` keeps every digit. Pure Python, no database access.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from spark_ckpt.errors import ChangeDecodeError
 from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
 
-from ..schema import json_text
-from .lsn import parse_lsn
-from .tables import parse_text_value
-from .wal2json import PgTransaction
+from ...schema import json_text
+from ..lsn import parse_lsn
+from ..tables import parse_text_value
+from ..types import types_json
+from .relations import U32, U64, MessageCursor, Relation, RelationCatalog
+from .transactions import ChangeColumns, PgTransaction
 
 if TYPE_CHECKING:
-    from .change_store import ChangeStore
-    from .schema_tracking import SchemaTracker
+    from ..change_store import ChangeStore
+    from ..schema_tracking import SchemaTracker
 
 __all__ = [
+    "PGOUTPUT",
     "PLUGIN_OPTIONS",
-    "Relation",
-    "RelationCatalog",
+    "Pgoutput",
     "decode_transactions",
     "render_change",
     "schema_change",
@@ -49,153 +52,8 @@ PLUGIN_OPTIONS: tuple[str, ...] = ("proto_version", "1", "messages", "true")
 """pgoutput options besides ``publication_names`` (``name, value`` pairs, flattened)."""
 
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 (PostgreSQL's epoch) in Unix microseconds
-_U16 = struct.Struct(">h")
-_U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
 _ROW_CHANGES = frozenset(b"IUD")
-
-
-@dataclass(frozen=True)
-class Relation:
-    """A relation as a ``R`` message described it, with its columns' types named.
-
-    Attributes
-    ----------
-    table
-        ``schema.table``.
-    columns
-        ``(name, type)`` in column order, types as ``format_type`` spells them (as wal2json).
-    identity
-        Per column: part of the replica identity (what a ``K`` old tuple holds).
-    key
-        The primary key's columns (the output's ``key``; empty without a primary key).
-    """
-
-    table: str
-    columns: tuple[tuple[str, str], ...]
-    identity: tuple[bool, ...]
-    key: tuple[str, ...]
-
-
-class _Cursor:
-    """Reads pgoutput's big-endian fields from one message."""
-
-    __slots__ = ("at", "data")
-
-    def __init__(self, data: bytes, at: int = 0) -> None:
-        self.data = data
-        self.at = at
-
-    def byte(self) -> int:
-        value = self.data[self.at]
-        self.at += 1
-        return value
-
-    def int16(self) -> int:
-        (value,) = _U16.unpack_from(self.data, self.at)
-        self.at += 2
-        return int(value)
-
-    def uint32(self) -> int:
-        (value,) = _U32.unpack_from(self.data, self.at)
-        self.at += 4
-        return int(value)
-
-    def int32(self) -> int:
-        (value,) = _I32.unpack_from(self.data, self.at)
-        self.at += 4
-        return int(value)
-
-    def uint64(self) -> int:
-        (value,) = _U64.unpack_from(self.data, self.at)
-        self.at += 8
-        return int(value)
-
-    def int64(self) -> int:
-        (value,) = _I64.unpack_from(self.data, self.at)
-        self.at += 8
-        return int(value)
-
-    def string(self) -> str:
-        end = self.data.index(0, self.at)
-        value = self.data[self.at : end].decode()
-        self.at = end + 1
-        return value
-
-    def tuple_data(self) -> list[str | bool | None]:
-        """``TupleData``: per column its text, None (null) or False (an unchanged TOAST value)."""
-        values: list[str | bool | None] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == 0x74:  # 't': text
-                length = self.int32()
-                values.append(self.data[self.at : self.at + length].decode())
-                self.at += length
-            elif kind == 0x6E:  # 'n': null
-                values.append(None)
-            elif kind == 0x75:  # 'u': unchanged TOASTed value, not sent
-                values.append(False)
-            else:
-                raise ChangeDecodeError(
-                    f"pgoutput tuple data with column kind {kind!r} (binary mode is not used)"
-                )
-        return values
-
-
-class RelationCatalog:
-    """The relations of a stream, each schema version once (driver, across peeks).
-
-    Parameters
-    ----------
-    type_name
-        ``(type oid, typmod) -> format_type`` text (one catalog query per new pair).
-    primary_key
-        ``schema.table -> primary key column names``.
-    """
-
-    def __init__(
-        self,
-        type_name: Callable[[int, int], str],
-        primary_key: Callable[[str], tuple[str, ...]],
-    ) -> None:
-        self._type_name = type_name
-        self._primary_key = primary_key
-        self.versions: list[Relation] = []
-        self._index: dict[Relation, int] = {}
-        self.current: dict[int, int] = {}
-        """relation id -> index into :attr:`versions`, as of the last ``R`` message read."""
-
-    def learn(self, data: bytes) -> Relation:
-        """Read an ``R`` message: the relation's current description (returned)."""
-        cursor = _Cursor(data, 1)
-        relid = cursor.uint32()
-        table = f"{cursor.string()}.{cursor.string()}"
-        cursor.byte()  # replica identity setting: the column flags say which columns are in it
-        columns, identity = [], []
-        for _ in range(cursor.int16()):
-            flags = cursor.byte()
-            name = cursor.string()
-            oid, typmod = cursor.uint32(), cursor.int32()
-            columns.append((name, self._type_name(oid, typmod)))
-            identity.append(bool(flags & 1))
-        relation = Relation(table, tuple(columns), tuple(identity), self._primary_key(table))
-        index = self._index.get(relation)
-        if index is None:
-            index = self._index[relation] = len(self.versions)
-            self.versions.append(relation)
-        self.current[relid] = index
-        return relation
-
-    def of(self, relid: int, lsn: str) -> Relation:
-        """The relation a change refers to."""
-        index = self.current.get(relid)
-        if index is None:
-            raise ChangeDecodeError(
-                f"pgoutput sent a change of relation {relid} at LSN {lsn} before describing it"
-            )
-        return self.versions[index]
 
 
 def decode_transactions(
@@ -225,19 +83,19 @@ def decode_transactions(
         if kind in _ROW_CHANGES:
             if current is None:
                 continue  # the peek began inside the transaction: re-read whole later
-            index = catalog.current.get(_U32.unpack_from(data, 1)[0])
+            index = catalog.current.get(U32.unpack_from(data, 1)[0])
             if index is None:
-                catalog.of(_U32.unpack_from(data, 1)[0], lsn)  # raises
+                catalog.of(U32.unpack_from(data, 1)[0], lsn)  # raises
                 continue
             if catalog.versions[index].table in tables:
                 current.add(data, index)
         elif kind == 0x42:  # B: final LSN, commit time, xid
-            current = PgTransaction(_U32.unpack_from(data, 17)[0], 0, 0, None, store=store)
-            current.delivered = _U64.unpack_from(data, 1)[0] < start_lsn  # final (commit) LSN
+            current = PgTransaction(U32.unpack_from(data, 17)[0], 0, 0, None, store=store)
+            current.delivered = U64.unpack_from(data, 1)[0] < start_lsn  # final (commit) LSN
         elif kind == 0x43:  # C: flags, commit LSN, end LSN, commit time
             if current is None:
                 continue
-            cursor = _Cursor(data, 2)
+            cursor = MessageCursor(data, 2)
             current.commit_lsn = cursor.uint64()
             current.end_lsn = cursor.uint64()
             current.commit_ts_us = cursor.int64() + _PG_EPOCH_US
@@ -257,10 +115,10 @@ def decode_transactions(
                 if event is not None:
                     if event.after.key != relation.key:
                         catalog.learn(data)  # described again: the key comes from the tracker
-                    current.add(schema_change(event), catalog.current[_U32.unpack_from(data, 1)[0]])
+                    current.add(schema_change(event), catalog.current[U32.unpack_from(data, 1)[0]])
                     current.schema_changed(event)
         elif kind == 0x54 and current is not None:  # T: relations, options, relation ids
-            cursor = _Cursor(data, 1)
+            cursor = MessageCursor(data, 1)
             count = cursor.int32()
             cursor.byte()
             for _ in range(count):
@@ -284,7 +142,7 @@ def schema_change(event: SchemaEvent) -> bytes:
 
 def truncate_change(relid: int) -> bytes:
     """The change a truncate gives each captured table: a ``T`` message naming it alone."""
-    return b"T" + _I32.pack(1) + b"\x00" + _U32.pack(relid)
+    return b"T" + _I32.pack(1) + b"\x00" + U32.pack(relid)
 
 
 def _image(
@@ -316,7 +174,7 @@ def render_change(
     if kind == 0x53:  # S: a schema change (schema_change)
         old_schema, new_schema = json.loads(data[1:])
         return relation.table, SCHEMA_CHANGE_OP, None, old_schema, new_schema
-    cursor = _Cursor(data, 5)
+    cursor = MessageCursor(data, 5)
     before: dict[str, object] | None = None
     after: dict[str, object] | None = None
     marker = cursor.byte()
@@ -340,3 +198,73 @@ def render_change(
     if relation.key and image is not None:
         key = {name: image.get(name) for name in relation.key}
     return relation.table, op, json_text(key), json_text(before), json_text(after)
+
+
+def render_columns(
+    messages: pa.Array, relation_of: pa.Array | None, relations: Sequence[Relation]
+) -> ChangeColumns:
+    """Change messages -> the output's text columns (executor, per chunk)."""
+    if relation_of is None:
+        raise ChangeDecodeError("pgoutput changes stored without their relations")
+    rendered = [
+        render_change(data, relations[index])
+        for data, index in zip(
+            messages.to_pylist(), relation_of.to_numpy(zero_copy_only=False).tolist(), strict=True
+        )
+    ]
+    columns = list(zip(*rendered, strict=True)) if rendered else [()] * 5
+    table, op, key, before, after = (pa.array(list(c), pa.string()) for c in columns)
+    return ChangeColumns(table, op, key, before, after)
+
+
+def column_types(relation_of: pa.Array | None, relations: Sequence[Relation]) -> pa.Array:
+    """``column_types`` per change: its relation's columns (executor, per chunk)."""
+    if relation_of is None:
+        raise ChangeDecodeError("pgoutput changes stored without their relations")
+    texts = pa.array([types_json(relation.columns) for relation in relations], pa.string())
+    return texts.take(relation_of)
+
+
+class Pgoutput:
+    """pgoutput as an :class:`~.plugin.OutputPlugin`: binary messages, a publication."""
+
+    name = "pgoutput"
+    binary = True
+    peek_function = "pg_logical_slot_peek_binary_changes"
+
+    def peek_options(self, tables: Sequence[str], publication: str | None) -> list[str]:
+        """The peek's options: the publication streams the captured tables (driver, per peek)."""
+        if publication is None:
+            raise ChangeDecodeError("pgoutput peeks a publication, and none was named")
+        quoted = '"' + publication.replace('"', '""') + '"'
+        return [*PLUGIN_OPTIONS, "publication_names", quoted]
+
+    def transactions(
+        self,
+        rows: Iterable[tuple[str, int | None, bytes]],
+        relations: RelationCatalog,
+        tables: frozenset[str],
+        store: ChangeStore,
+        start_lsn: int,
+        tracker: SchemaTracker | None,
+        watch: frozenset[str],
+    ) -> Iterator[PgTransaction]:
+        """:func:`decode_transactions`, the catalog's relations described again (driver)."""
+        relations.current.clear()  # a new decoding session describes relations again
+        return decode_transactions(rows, relations, tables, store, start_lsn, tracker)
+
+    def render(
+        self, changes: pa.Array, relation_of: pa.Array | None, relations: Sequence[Relation]
+    ) -> ChangeColumns:
+        """:func:`render_columns` (executors and the driver's windows, per chunk)."""
+        return render_columns(changes, relation_of, relations)
+
+    def column_types(
+        self, changes: pa.Array, relation_of: pa.Array | None, relations: Sequence[Relation]
+    ) -> pa.Array:
+        """:func:`column_types` (executor, per chunk)."""
+        return column_types(relation_of, relations)
+
+
+PGOUTPUT = Pgoutput()
+"""The plugin (stateless: the relations a stream learns live in its ``RelationCatalog``)."""

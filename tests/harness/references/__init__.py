@@ -1,0 +1,1 @@
+"""Reference implementations the production decoders are checked against, value for value."""
