@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spark_ckpt.errors import ConfigError
+from spark_ckpt.model.change_rows import CHANGES_TABLE
 from spark_ckpt.model.option_types import Boolean, Choice, Duration, Names, Parsed, Size, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, option_names, read_declared
 from spark_ckpt.model.schema_changes import BEHAVIORS, Behavior
-from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
-from spark_ckpt.state.mirrors import CHANGES_TABLE
-from spark_ckpt.state.storage import Location, StorageOptions
+from spark_ckpt.model.uris import canonical_uri, check_uri, child_uri
+from spark_ckpt.state.storage_options import StorageOptions, refuse_unsafe_settings
 
 __all__ = ["SINK_OPTIONS", "SinkOptions"]
 
@@ -194,20 +194,6 @@ class SinkOptions:
             return self.change_log
         return self.path
 
-    @property
-    def table(self) -> Location:
-        """:attr:`log_path`'s location."""
-        return Location(self.log_path, self.storage)
-
-    @property
-    def mirror(self) -> Location | None:
-        """The mirror root (mirror mode), else None."""
-        return Location(self.path, self.storage) if self.mode == "mirror" else None
-
-    def checkpoint(self) -> SparkCheckpoint:
-        """The query's checkpoint location."""
-        return SparkCheckpoint(self.checkpoint_location, self.storage)
-
     @classmethod
     def parse(
         cls, options: Mapping[str, str], storage: StorageOptions | None = None
@@ -235,9 +221,9 @@ class SinkOptions:
         assert path is not None
         change_log = None
         if MODE.read(reader) == "mirror":
-            change_log = Location(
-                CHANGE_LOG.read(reader) or Location(path).child(CHANGES_TABLE).url
-            ).url
+            change_log = canonical_uri(
+                check_uri(CHANGE_LOG.read(reader) or child_uri(path, CHANGES_TABLE))
+            )
         else:
             reader.forbid("scd", "no value outside mode=mirror")
             reader.forbid("schemaChangeBehavior", "no value outside mode=mirror")
@@ -253,15 +239,14 @@ class SinkOptions:
         declared_values = read_declared(cls, reader)
         parsed = cls(
             # Canonical (absolute, s3:// for s3a://), fixed on the driver for every process.
-            path=Location(path).url,
-            checkpoint_location=checkpoint,
+            path=canonical_uri(check_uri(path)),
+            checkpoint_location=check_uri(checkpoint),
             storage=merged,
             change_log=change_log,
             table_behaviors=_table_behaviors(reader),
             **declared_values,
         )
-        parsed.table.delta_options()  # refuses unsafe settings (AWS_S3_ALLOW_UNSAFE_RENAME)
-        parsed.checkpoint()  # refuses an unknown scheme
+        refuse_unsafe_settings(parsed.log_path, parsed.storage)
         return parsed
 
 

@@ -30,6 +30,7 @@ from spark_ckpt.testing.faults import crash_point, stall_point
 from .manifest import Manifest, ManifestStore
 from .mirror.precommit import discard_staging, plan_batch
 from .options import SinkOptions
+from .places import SinkPlaces
 from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
 from .snapshots import check_out, give_back
 from .staging import StagedFile, StagingWriter
@@ -72,6 +73,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         self, options: SinkOptions, schema: StructType, control: ControlState | None = None
     ) -> None:
         self.options = options
+        self.places = SinkPlaces.of(options)
         self.control = control
         if options.mode == "mirror":
             lacking = [c for c in MIRROR_COLUMNS if c not in schema.fieldNames()]
@@ -83,18 +85,18 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 )
         # Delta only distinguishes timestamps with and without a zone; the zone name is moot.
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        options.table.check_reachable()  # a typed error naming the table, before any staging
-        table = check_out(options.table)
+        self.places.table.check_reachable()  # a typed error naming the table, before any staging
+        table = check_out(self.places.table)
         try:
             partition_by = check_writable(
-                options.table.url,
+                self.places.table.url,
                 table,
                 self.arrow_schema,
                 options.partition_by,
                 options.merge_schema,
             )
         finally:
-            give_back(options.table, table)
+            give_back(self.places.table, table)
         self.partition_by = partition_by
         # The table keeps the stream's column order; partition columns are not in the files.
         self.schema_json = Schema.from_arrow(self.arrow_schema).to_json()
@@ -111,14 +113,14 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         store.record_table(self.options.log_path)
         if not store.checkpoint.child("commits").list():
             return False  # a new query: nothing can have completed
-        published = publish_completed(store, self.options.table)
+        published = publish_completed(store, self.places.table)
         if published:
             _log.info("delta-2pc recovered and published batches %s", published)
-        clean_orphans(store, self.options.table, self.options.orphan_grace_period)
+        clean_orphans(store, self.places.table, self.options.orphan_grace_period)
         return True
 
     def _store(self) -> ManifestStore:
-        return ManifestStore(self.options.checkpoint())
+        return ManifestStore(self.places.checkpoint)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
         """Stage this task's rows as Parquet files (executor, once per task per batch)."""
@@ -136,7 +138,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         attempt = context.getLocalProperty("spark.jobGroup.id") or f"task-{uuid.uuid4().hex}"
         store = self._store()
         staging = StagingWriter(
-            self.options.table,
+            self.places.table,
             self.partition_by,
             self.options.target_file_size,
             query_id,
@@ -197,14 +199,14 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             )
         if run is not None:
             store.register_run(run)
-        mirror = self.options.mirror
+        mirror = self.places.mirror
         if mirror is not None:
             if not self._recovered:
                 # The plan is checked against the mirrors' schemas: they must hold N - 1 first.
-                publish_completed(store, self.options.table, upto=batchId - 1, run=run)
+                publish_completed(store, self.places.table, upto=batchId - 1, run=run)
             plan = plan_batch(
                 mirror,
-                self.options.table,
+                self.places.table,
                 manifest.files,
                 manifest.query_id,
                 batchId,
@@ -218,7 +220,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         if not self._recovered and mirror is None:
             # This process did not just publish everything complete while constructing the
             # writer, so publish what commits/<batchId - 1> (written before this batch) allows.
-            published = publish_completed(store, self.options.table, upto=batchId - 1, run=run)
+            published = publish_completed(store, self.places.table, upto=batchId - 1, run=run)
             if published:
                 _log.info("delta-2pc published batches %s", published)
 
@@ -230,9 +232,9 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         removed = 0
         for attempt in attempts:
             # A durable manifest of this attempt is not the abort's to undo.
-            removed += discard_unlisted(store, self.options.table, batchId, attempt)
+            removed += discard_unlisted(store, self.places.table, batchId, attempt)
             if not any(m.attempt == attempt for m in store.manifests(batchId)):
                 store.drop_intents(batchId, attempt)
-                if self.options.mirror is not None:
-                    discard_staging(self.options.mirror, batchId, attempt)
+                if self.places.mirror is not None:
+                    discard_staging(self.places.mirror, batchId, attempt)
         _log.info("delta-2pc aborted batch %d: removed %d staged files", batchId, removed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Final, Literal
 
 __all__ = [
+    "CHANGES_TABLE",
     "COLUMNS",
     "COLUMN_NAMES",
     "DATA_OPS",
@@ -28,6 +29,10 @@ __all__ = [
     "Op",
     "spark_ddl",
 ]
+
+CHANGES_TABLE = "_changes"
+"""Mirror mode: the change log's directory beneath the mirror root (unless ``changeLog`` says
+otherwise): the Delta table every batch is appended to, from which the mirrors are applied."""
 
 COLUMNS: Final[tuple[tuple[str, str], ...]] = (
     ("source", "string"),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from spark_ckpt.model.change_rows import TYPES_COLUMN
+from spark_ckpt.model.change_rows import CHANGES_TABLE, TYPES_COLUMN
 
 __all__ = [
     "CHANGES_TABLE",
@@ -43,7 +43,6 @@ __all__ = [
     "table_directory",
 ]
 
-CHANGES_TABLE = "_changes"
 CHECKPOINTS_TABLE = "_checkpoints"
 STAGING_DIR = "_spark_ckpt"
 INDEX_COLUMNS = (

@@ -51,8 +51,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_ckpt.errors import ConfigError, StorageError, StorageNotFoundError
-from spark_ckpt.model.uris import SCHEMES, check_uri, split_uri
+from spark_ckpt.errors import StorageError, StorageNotFoundError
+from spark_ckpt.model.uris import SCHEMES, canonical_uri, check_uri, child_uri, split_uri
 from spark_ckpt.state.file_systems import (
     SyncedFile,
     describe_error,
@@ -61,7 +61,12 @@ from spark_ckpt.state.file_systems import (
     s3_endpoint,
     write_local_atomically,
 )
-from spark_ckpt.state.storage_options import S3A_KEYS, StorageOptions, s3a_options
+from spark_ckpt.state.storage_options import (
+    S3A_KEYS,
+    StorageOptions,
+    refuse_unsafe_settings,
+    s3a_options,
+)
 
 __all__ = [
     "COPY_CHUNK",
@@ -145,21 +150,14 @@ class Location:
     @property
     def url(self) -> str:
         """The canonical URI: an absolute local path, or ``s3://`` for ``s3a://`` (delta-rs)."""
-        if self.is_local:
-            return self.path
-        scheme, rest = split_uri(self.uri)
-        if scheme == "s3a":
-            return "s3://" + rest.rstrip("/")
-        return f"{scheme}://{rest.rstrip('/')}"
+        return canonical_uri(self.uri)
 
     def __str__(self) -> str:
         return self.url
 
     def child(self, *parts: str) -> Location:
         """The location ``parts`` below this one."""
-        joined = "/".join(p.strip("/") for p in parts if p)
-        base = self.uri.rstrip("/")
-        return Location(f"{base}/{joined}" if joined else base, self.options)
+        return Location(child_uri(self.uri, *parts), self.options)
 
     @property
     def name(self) -> str:
@@ -197,13 +195,7 @@ class Location:
         options.pop("AWS_PATH_STYLE", None)
         options.pop("AWS_SSL", None)
         if self.scheme == "s3":
-            if (options.get("AWS_S3_ALLOW_UNSAFE_RENAME") or "").lower() == "true":
-                raise ConfigError(
-                    f"storage option AWS_S3_ALLOW_UNSAFE_RENAME=true for {self.url}: two "
-                    f"writers could both commit one Delta version, so exactly-once cannot "
-                    f"hold. Remove it; commits use S3 conditional puts (or set "
-                    f"AWS_S3_LOCKING_PROVIDER=dynamodb)"
-                )
+            refuse_unsafe_settings(self.uri, self.options)
             if "AWS_S3_LOCKING_PROVIDER" not in options:
                 options.setdefault("AWS_CONDITIONAL_PUT", "etag")
             endpoint = s3_endpoint(self.options)

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["S3A_KEYS", "StorageOptions", "s3a_options"]
+from spark_ckpt.errors import ConfigError
+from spark_ckpt.model.uris import canonical_uri, split_uri
+
+__all__ = ["S3A_KEYS", "StorageOptions", "refuse_unsafe_settings", "s3a_options"]
 
 _SECRET_WORDS = ("secret", "password", "token", "key", "credential", "sas", "signature")
 
@@ -79,3 +82,25 @@ def s3a_options(conf: Mapping[str, str]) -> dict[str, str]:
         if option is not None and value.strip():
             out[option] = value.strip()
     return out
+
+
+def refuse_unsafe_settings(uri: str, options: StorageOptions) -> None:
+    """Refuse settings under which a Delta table at ``uri`` could lose exactly-once (pure).
+
+    ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` lets two writers both commit one Delta version on S3.
+    Checked when the sink's options are parsed and again when delta-rs is handed the options.
+
+    Raises
+    ------
+    ConfigError
+        Naming the setting and what to do instead.
+    """
+    if split_uri(uri)[0] not in ("s3", "s3a"):
+        return
+    if (options.get("AWS_S3_ALLOW_UNSAFE_RENAME") or "").lower() == "true":
+        raise ConfigError(
+            f"storage option AWS_S3_ALLOW_UNSAFE_RENAME=true for {canonical_uri(uri)}: two "
+            f"writers could both commit one Delta version, so exactly-once cannot "
+            f"hold. Remove it; commits use S3 conditional puts (or set "
+            f"AWS_S3_LOCKING_PROVIDER=dynamodb)"
+        )

@@ -265,7 +265,9 @@ RUNTIME_LIBRARIES = ("pyspark", "pyarrow", "psycopg", "confluent_kafka", "deltal
 """Third-party packages that reach servers, files or a JVM: runtime, never imported by options."""
 
 OPTIONS_MODULES = sorted(
-    n for n in MODULES if under(n, "spark_ckpt.sources") and n.rpartition(".")[2] == "options"
+    n
+    for n in MODULES
+    if under(n, "spark_ckpt.sources", "spark_ckpt.sinks") and n.rpartition(".")[2] == "options"
 )
 
 
@@ -286,7 +288,7 @@ def _reached(name: str) -> set[str]:
 
 @pytest.mark.parametrize("name", OPTIONS_MODULES)
 def test_options_are_data_and_import_no_runtime(name: str) -> None:
-    """Parsing a connector's options imports no connector, storage, server client or JVM.
+    """Parsing a connector's or the sink's options imports no connector, storage, client or JVM.
 
     Options are declarations and the values read from them; the registry names the builder
     that turns them into a connector. So options parse (and their errors show) without any
@@ -303,7 +305,8 @@ def test_options_are_data_and_import_no_runtime(name: str) -> None:
 
 
 def test_the_options_check_sees_a_runtime_import() -> None:
-    assert len(OPTIONS_MODULES) == 4, OPTIONS_MODULES
+    assert len(OPTIONS_MODULES) == 5, OPTIONS_MODULES
+    assert "spark_ckpt.sinks.options" in OPTIONS_MODULES
     assert "spark_ckpt.state.storage" in _reached("spark_ckpt.sources.debezium.log_files")
 
 

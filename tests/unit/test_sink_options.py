@@ -6,6 +6,7 @@ import pytest
 
 from spark_ckpt.errors import ConfigError, InvalidOptionError, StorageError, UnknownOptionError
 from spark_ckpt.sinks.options import SinkOptions
+from spark_ckpt.sinks.places import SinkPlaces
 from spark_ckpt.state.storage import StorageOptions
 
 
@@ -49,7 +50,7 @@ def test_values_are_parsed() -> None:
 def test_the_two_modes_differ_only_in_where_batches_are_logged() -> None:
     """Append mode logs into ``path``; mirror mode into the change log beside the mirrors."""
     append = parse(path="/lake/t")
-    assert (append.mode, append.log_path, append.change_log, append.mirror) == (
+    assert (append.mode, append.log_path, append.change_log, SinkPlaces.of(append).mirror) == (
         "append",
         "/lake/t",
         None,
@@ -61,11 +62,12 @@ def test_the_two_modes_differ_only_in_where_batches_are_logged() -> None:
         "s3://lake/root",
         "s3://lake/root/_changes",
     )
-    assert mirror.mirror is not None
-    assert mirror.mirror.url == "s3://lake/root"
+    places = SinkPlaces.of(mirror)
+    assert places.mirror is not None
+    assert places.mirror.url == "s3://lake/root"
     elsewhere = parse(path="/lake/root", mode="mirror", changeLog="file:///logs/root")
     assert elsewhere.log_path == "/logs/root"
-    assert elsewhere.table.url == "/logs/root"
+    assert SinkPlaces.of(elsewhere).table.url == "/logs/root"
 
 
 def test_object_store_paths_and_storage_options() -> None:
@@ -83,7 +85,7 @@ def test_object_store_paths_and_storage_options() -> None:
     assert options.storage.get("AWS_REGION") == "eu-west-1"
     assert options.storage.get("AWS_ENDPOINT_URL") == "http://h:9000"
     assert "s3cr3t" not in repr(options), "a credential never reaches a message"
-    assert options.table.delta_options()["AWS_CONDITIONAL_PUT"] == "etag"
+    assert SinkPlaces.of(options).table.delta_options()["AWS_CONDITIONAL_PUT"] == "etag"
 
 
 def test_unsafe_rename_is_refused() -> None:

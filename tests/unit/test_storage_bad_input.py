@@ -16,6 +16,7 @@ import pytest
 from harness.servers.s3 import SECRET_KEY, S3Server
 from spark_ckpt.errors import SparkCkptError, StorageError
 from spark_ckpt.sinks.options import SinkOptions
+from spark_ckpt.sinks.places import SinkPlaces
 from spark_ckpt.sources.options import SourceOptions
 from spark_ckpt.sources.reader import make_connector
 from spark_ckpt.state.storage import Location, StorageOptions
@@ -46,7 +47,7 @@ def test_the_sinks_table_is_checked_before_anything_is_staged(
             {"path": uri, "checkpointLocation": f"s3://{s3_bucket}/ckpt"},
             StorageOptions.of(storage),
         )
-        options.table.check_reachable()  # what the writer does first on the driver
+        SinkPlaces.of(options).table.check_reachable()  # what the writer does first on the driver
 
     with pytest.raises(StorageError) as info:
         start()
@@ -109,7 +110,7 @@ def test_wrong_credentials_are_a_storage_error_naming_the_path(
     options = SinkOptions.parse({"path": uri, "checkpointLocation": f"s3://{bucket}/ck"}, bad)
 
     with pytest.raises(StorageError) as info:
-        options.table.check_reachable()  # what the writer does first on the driver
+        SinkPlaces.of(options).table.check_reachable()  # what the writer does first on the driver
     message = str(info.value)
     assert uri in message, "the message names the location"
     assert "refused these credentials" in message, message
