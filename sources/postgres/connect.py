@@ -15,7 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spark_ckpt.errors import InvalidOptionError, SourceConnectionError
 
-__all__ = ["connect", "redact_dsn", "scrub"]
+__all__ = ["connect", "quote_identifier", "redact_dsn", "scrub"]
 
 _CONNECT_TIMEOUT_S = 10
 
@@ -67,3 +67,12 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
             f"'dsn' (host, port, database, user, password) and that the server accepts "
             f"connections from this machine"
         ) from None
+
+
+def quote_identifier(name: str) -> str:
+    """``name`` as a double-quoted SQL identifier, for text that is not a parameter.
+
+    A replication command's slot name and pgoutput's ``publication_names`` option are parsed by
+    the server as identifiers, where a bind parameter cannot go.
+    """
+    return '"' + name.replace('"', '""') + '"'

@@ -17,7 +17,7 @@ import psycopg
 
 from spark_ckpt.errors import ReplicationSlotError, SlotInvalidatedError
 
-from .connect import connect, scrub
+from .connect import connect, quote_identifier, scrub
 from .decoding.by_name import output_plugin
 from .lsn import format_lsn, parse_lsn
 from .plugins import PLUGIN, PLUGINS
@@ -220,9 +220,8 @@ class Slot:
     def create_with_snapshot(self) -> ExportedSnapshot:
         """Create the slot and export a snapshot of the database at its consistent point."""
         holder = connect(self.dsn, autocommit=True, replication="database")
-        command = f"CREATE_REPLICATION_SLOT {_identifier(self.name)} LOGICAL {self.plugin} " + (
-            "(SNAPSHOT 'export')"
-        )
+        slot = quote_identifier(self.name)
+        command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL {self.plugin} (SNAPSHOT 'export')"
         # Replication connections take the simple query protocol only: libpq's PQexec.
         result = holder.pgconn.exec_(command.encode())
         if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
@@ -328,7 +327,3 @@ class Slot:
         elif "is active" in detail:
             hint = ". Another consumer is using it: give each query a slot of its own"
         return ReplicationSlotError(f"{action} replication slot {self.name!r}: {detail}{hint}")
-
-
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

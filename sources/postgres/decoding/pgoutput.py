@@ -28,6 +28,7 @@ from spark_ckpt.errors import ChangeDecodeError
 from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
 
 from ...schema import json_text
+from ..connect import quote_identifier
 from ..lsn import parse_lsn
 from ..tables import parse_text_value
 from ..types import types_json
@@ -236,8 +237,7 @@ class Pgoutput:
         """The peek's options: the publication streams the captured tables (driver, per peek)."""
         if publication is None:
             raise ChangeDecodeError("pgoutput peeks a publication, and none was named")
-        quoted = '"' + publication.replace('"', '""') + '"'
-        return [*PLUGIN_OPTIONS, "publication_names", quoted]
+        return [*PLUGIN_OPTIONS, "publication_names", quote_identifier(publication)]
 
     def transactions(
         self,
