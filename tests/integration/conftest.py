@@ -113,6 +113,15 @@ def pg_plugin(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+one_plugin = pytest.mark.parametrize("pg_plugin", ["pgoutput"], indirect=True)
+"""For a postgres test whose subject is the slot, the options or the checkpoint, not decoding:
+it runs with pgoutput (the default) only. Everything a plugin decodes goes through one
+``OutputPlugin`` interface (``sources/postgres/decoding``), whose two implementations the tests
+of decoding (values, keys, truncation, columns, filtering, heartbeats, schema changes, the
+incremental snapshot's windows) run with both plugins; running the slot's tests twice only
+repeated the same slot code."""
+
+
 @pytest.fixture
 def pg_dsn(pg_server: PgCluster) -> Iterator[str]:
     """A fresh database for one test (its slots are dropped afterwards); yields its DSN."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from conftest import wait_until
+from conftest import one_plugin, wait_until
 
 import spark_ckpt
 from harness.workloads import postgres as pg_workload
@@ -165,6 +165,7 @@ def test_values_keep_full_precision(
     assert rows()[3] == {**empty, "id": 4}
 
 
+@one_plugin
 def test_table_without_primary_key_is_refused(
     spark: SparkSession, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
@@ -188,6 +189,7 @@ def test_table_without_primary_key_is_refused(
     assert "REPLICA IDENTITY FULL" in str(info.value)
 
 
+@one_plugin
 def test_a_dsn_that_does_not_connect_never_shows_the_password(
     spark: SparkSession,
     pg_dsn: str,
@@ -291,6 +293,7 @@ def restart_failure(
     return str(info.value)
 
 
+@one_plugin
 def test_slot_moved_past_the_checkpoint_fails_the_restart_clearly(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
@@ -306,6 +309,7 @@ def test_slot_moved_past_the_checkpoint_fails_the_restart_clearly(
     assert "the changes in between can no longer be read" in message
 
 
+@one_plugin
 def test_dropped_slot_fails_the_restart_clearly(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
@@ -315,6 +319,7 @@ def test_dropped_slot_fails_the_restart_clearly(
     assert "does not exist" in message
 
 
+@one_plugin
 def test_snapshot_initial_refuses_a_slot_it_did_not_create(
     spark: SparkSession, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
@@ -487,6 +492,7 @@ def test_added_column_is_carried_through(
     ]
 
 
+@one_plugin
 def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
@@ -534,6 +540,7 @@ def test_empty_tables_snapshot_to_nothing_and_stream_from_the_slot_start(
     assert [r.txn_order for r in rows()] == [0, 0, 1]
 
 
+@one_plugin
 def test_a_restart_before_any_batch_takes_the_snapshot_again(
     spark: SparkSession, control: spark_ckpt.Control, pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from conftest import wait_until
+from conftest import one_plugin, wait_until
 from test_postgres_cdc import captured_once, plain_query, restart_failure, sql
 
 import spark_ckpt
@@ -70,6 +70,7 @@ def current_lsn(dsn: str) -> str:
     return str(row[0])
 
 
+@one_plugin
 def test_progress_events_carry_the_slot_lag_and_the_snapshots_progress(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -188,6 +189,7 @@ def test_a_heartbeat_confirms_the_slot_of_a_quiet_database_on_a_busy_server(
     assert ids == [1, 2]
 
 
+@one_plugin
 def test_an_invalidated_slot_fails_the_restart_with_a_typed_error(
     spark: SparkSession,
     control: spark_ckpt.Control,
