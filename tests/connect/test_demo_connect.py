@@ -23,7 +23,7 @@ def test_the_demo_runs_through_connect() -> None:
     done = subprocess.run(
         # A third of the default log: every step of the demo still runs through Connect (the
         # gated and the ungated stream, the mirrors); the default's volume is the demo
-        # command's to show, and cost this test a minute more.
+        # command's to show (measured: 111 s with it, 87 s with this).
         [sys.executable, str(ROOT / "examples" / "demo.py"), "--connect", "--transactions", "14"],
         capture_output=True,
         text=True,
