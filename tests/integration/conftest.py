@@ -115,11 +115,12 @@ def pg_plugin(request: pytest.FixtureRequest) -> str:
 
 one_plugin = pytest.mark.parametrize("pg_plugin", ["pgoutput"], indirect=True)
 """For a postgres test whose subject is the slot, the options or the checkpoint, not decoding:
-it runs with pgoutput (the default) only. Everything a plugin decodes goes through one
-``OutputPlugin`` interface (``sources/postgres/decoding``), whose two implementations the tests
-of decoding (values, keys, truncation, columns, filtering, heartbeats, schema changes, the
-incremental snapshot's windows) run with both plugins; running the slot's tests twice only
-repeated the same slot code."""
+it runs with pgoutput only (PostgreSQL's own, what every managed PostgreSQL offers; the
+connector's default is wal2json). Everything a plugin decodes goes through one ``OutputPlugin``
+interface (``sources/postgres/decoding``), whose two implementations the tests of decoding
+(values, keys, truncation, columns, filtering, heartbeats, schema changes, the incremental
+snapshot's windows) run with both plugins; running the slot's tests twice only repeated the
+same slot code."""
 
 
 @pytest.fixture
