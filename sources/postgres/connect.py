@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from spark_ckpt.errors import InvalidOptionError, SourceConnectionError
@@ -73,6 +74,7 @@ def quote_identifier(name: str) -> str:
     """``name`` as a double-quoted SQL identifier, for text that is not a parameter.
 
     A replication command's slot name and pgoutput's ``publication_names`` option are parsed by
-    the server as identifiers, where a bind parameter cannot go.
+    the server as identifiers, where a bind parameter cannot go: psycopg's own quoting (the one
+    ``psycopg.sql`` composes queries with elsewhere), rendered without a connection.
     """
-    return '"' + name.replace('"', '""') + '"'
+    return sql.Identifier(name).as_string()
