@@ -8,6 +8,9 @@ show it, through Debezium by the ``debezium-json`` and ``kafka`` ones
 from __future__ import annotations
 
 import json
+import re
+import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,7 @@ import psycopg
 import pyarrow as pa
 from conftest import wait_until
 from deltalake import DeltaTable, QueryBuilder
+from pyspark.sql.types import StructType
 
 import spark_ckpt
 from harness.faults.postgres_schema import mirror_table, source_table
@@ -132,12 +136,81 @@ DEBEZIUM_POSTGRES_STEPS: list[tuple[str, list[str]]] = [
 them), and a write between a drop and an add of the same name."""
 
 
-def mirror_of(
-    spark: SparkSession, root: Path, name: str = PRODUCTS
-) -> tuple[dict[str, str], set[tuple[Any, ...]]]:
-    """A mirror's columns (name -> Spark type) and rows, as ``read_consistent`` reads it."""
+Table = tuple[dict[str, str], set[tuple[Any, ...]]]
+"""A table's columns (name -> Spark type) and rows (each a sorted tuple of (column, value))."""
+
+
+def mirror_of(spark: SparkSession, root: Path, name: str = PRODUCTS) -> Table:
+    """A mirror's columns and rows as ``read_consistent`` reads it (empty when it has none)."""
     tables = spark_ckpt.read_consistent(spark, str(root))
     return mirror_table(tables[name]) if name in tables else ({}, set())
+
+
+def newest_of(root: Path, name: str = PRODUCTS) -> Table:
+    """A mirror table's newest version as delta-rs reads it (empty before its first commit).
+
+    The columns' Spark types come from the table's own schema (Delta keeps Spark's JSON form of
+    it), so they compare with :func:`mirror_of`'s.
+    """
+    path = root / name
+    if not (path / "_delta_log").is_dir():
+        return {}, set()
+    table = DeltaTable(str(path))
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    read = QueryBuilder().register("t", table).execute("SELECT * FROM t")
+    rows = {tuple(sorted(row.items())) for row in pa.table(read.read_all()).to_pylist()}
+    return {f.name: f.dataType.simpleString() for f in schema.fields}, rows
+
+
+COMMIT = re.compile(r"\d{20}\.json")
+
+
+def published_version(root: Path) -> int:
+    """The newest commit of a mirror root's checkpoint index (``_checkpoints``); -1 before one.
+
+    The sink's publish writes it last, so a new one means there is a new checkpoint to read.
+    """
+    log = root / "_checkpoints" / "_delta_log"
+    if not log.is_dir():
+        return -1
+    return max((int(p.name[:20]) for p in log.iterdir() if COMMIT.fullmatch(p.name)), default=-1)
+
+
+def wait_mirror(
+    spark: SparkSession,
+    query: StreamingQuery,
+    root: Path,
+    step: str,
+    compare: Callable[[Callable[[str], Table]], tuple[bool, Any]],
+    timeout: float = 120.0,
+) -> None:
+    """Wait (bounded) until the mirror equals its source, while ``query`` streams.
+
+    ``compare(read)`` reads the source and the mirror (``read(name)``) and returns whether they
+    are equal and what differs. Each time a checkpoint is published (and every 10 s besides) it
+    runs with delta-rs's read of the newest versions (:func:`newest_of`, milliseconds); once
+    that equals the source, with ``read_consistent`` (:func:`mirror_of`), which decides.
+    Comparing through Spark on every poll took the cores the stream needed: a
+    ``read_consistent`` is several Spark jobs, 1-6 s each time on two busy cores.
+    """
+    deadline = time.monotonic() + timeout
+    compared, compared_at, differs = published_version(root), time.monotonic(), None
+    while True:
+        if query.exception() is not None:
+            raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
+        version = published_version(root)
+        if version >= 0 and (version != compared or time.monotonic() - compared_at >= 10.0):
+            compared, compared_at = version, time.monotonic()
+            equal, differs = compare(lambda name: newest_of(root, name))
+            if equal:
+                equal, differs = compare(lambda name: mirror_of(spark, root, name))
+                if equal:
+                    return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"after '{step}' the mirror did not equal its source in {timeout:.0f} s: {differs}"
+            )
+        time.sleep(0.1)
 
 
 def wait_equal(
@@ -149,19 +222,12 @@ def wait_equal(
     name: str = PRODUCTS,
 ) -> None:
     """Wait (bounded) until the mirror of PostgreSQL table ``name`` equals it, while streaming."""
-    seen: list[Any] = []
 
-    def equal() -> bool:
-        if query.exception() is not None:
-            raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
-        if not (root / "_checkpoints").exists():
-            return False
-        source = source_table(dsn, name)
-        mirror = mirror_of(spark, root, name)
-        seen[:] = [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
-        return source == mirror
+    def compare(read: Callable[[str], Table]) -> tuple[bool, Any]:
+        source, mirror = source_table(dsn, name), read(name)
+        return source == mirror, [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
 
-    wait_until(equal, 120, f"after '{step}' the mirror never equalled the table: {seen}")
+    wait_mirror(spark, query, root, step, compare)
 
 
 def follow_debezium_postgres(
@@ -177,10 +243,7 @@ def follow_debezium_postgres(
     for step, statements in DEBEZIUM_POSTGRES_STEPS:
         run_postgres(dsn, statements)
         wait_equal(spark, query, dsn, root, step)
-    table = DeltaTable(str(root / PRODUCTS))
-    read = QueryBuilder().register("p", table).execute("SELECT * FROM p")
-    rows = {tuple(sorted(r.items())) for r in pa.table(read.read_all()).to_pylist()}
-    assert rows == source_table(dsn, PRODUCTS)[1], "delta-rs differs"
+    assert newest_of(root) == source_table(dsn, PRODUCTS), "delta-rs differs"
     changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
     kinds = [
         change["change"]

@@ -23,15 +23,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pytest
 import schema_migrations
 from changelog_checks import whole_once
 from conftest import wait_until
-from deltalake import DeltaTable, QueryBuilder
 
 import spark_ckpt
 from harness.faults.debezium import DebeziumDriver, delta_changes, delta_txn_ids, mirror_log
@@ -169,13 +168,6 @@ def _mariadb_table(server: MariaDbServer, database: str, name: str) -> set[tuple
         return {tuple(sorted(zip(columns, row, strict=True))) for row in cursor.fetchall()}
 
 
-def _mirror_rows(spark: SparkSession, root: Path, table: str) -> set[tuple[Any, ...]] | None:
-    tables = spark_ckpt.read_consistent(spark, str(root))
-    if table not in tables:
-        return None
-    return {tuple(sorted(r.asDict().items())) for r in tables[table].collect()}
-
-
 def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -216,19 +208,11 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     query = _start(spark, tmp_path, keys)
 
     def wait_equal(step: str, name: str = "products") -> None:
-        seen: list[Any] = []
+        def compare(read: Callable[[str], schema_migrations.Table]) -> tuple[bool, Any]:
+            source, (_, mirror) = _mariadb_table(server, database, name), read(f"{database}.{name}")
+            return source == mirror, sorted(source ^ mirror, key=repr)[:4]
 
-        def equal() -> bool:
-            if query.exception() is not None:
-                raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
-            if not (root / "_checkpoints").exists():
-                return False
-            source = _mariadb_table(server, database, name)
-            mirror = _mirror_rows(spark, root, f"{database}.{name}")
-            seen[:] = [sorted(source ^ (mirror or set()), key=repr)[:4]]
-            return source == mirror
-
-        wait_until(equal, 120, f"after '{step}' the mirror never equalled the table: {seen}")
+        schema_migrations.wait_mirror(spark, query, root, step, compare)
 
     try:
         wait_equal("the snapshot")
@@ -238,10 +222,8 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
                     cursor.execute(statement)
             wait_equal(step, "extra" if step.startswith("a new table") else "products")
         # delta-rs reads the evolved mirror (renamed, dropped, widened columns) as delta-spark.
-        evolved = DeltaTable(str(root / f"{database}.products"))
-        read = QueryBuilder().register("p", evolved).execute("SELECT * FROM p")
-        rows = {tuple(sorted(r.items())) for r in pa.table(read.read_all()).to_pylist()}
-        assert rows == _mariadb_table(server, database, "products"), "delta-rs differs"
+        evolved = schema_migrations.newest_of(root, f"{database}.products")[1]
+        assert evolved == _mariadb_table(server, database, "products"), "delta-rs differs"
         tables = spark_ckpt.read_consistent(spark, str(root))
         types = {f.name: f.dataType.simpleString() for f in tables[f"{database}.products"].schema}
         assert (types["qty"], types["amount"], types["flag"]) == (

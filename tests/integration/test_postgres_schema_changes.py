@@ -23,11 +23,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pytest
 import schema_migrations
 from conftest import wait_until
-from deltalake import DeltaTable, QueryBuilder
 
 import spark_ckpt
 from harness.faults.postgres_schema import mirror_table, run_scenario, source_table
@@ -85,13 +83,6 @@ def _reported_schema_changes(query: StreamingQuery) -> list[str]:
     return found
 
 
-def _deltalake_rows(root: Path) -> set[tuple[Any, ...]]:
-    """The mirror's newest version read by delta-rs (its DataFusion reader)."""
-    table = DeltaTable(str(root / PRODUCTS))
-    read = QueryBuilder().register("products", table).execute("SELECT * FROM products")
-    return {tuple(sorted(row.items())) for row in pa.table(read.read_all()).to_pylist()}
-
-
 def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -118,7 +109,7 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
                     30,
                     "no progress event reported the rename",
                 )
-        assert _deltalake_rows(root) == _source(pg_dsn)[1], "delta-rs reads another table"
+        assert schema_migrations.newest_of(root) == _source(pg_dsn), "delta-rs reads another"
         changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
         kinds = [
             change["change"]
@@ -170,7 +161,7 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         )
         _wait_equal(spark, query, pg_dsn, root, "the rebuild after a type change")
         _wait_equal(spark, query, pg_dsn, root, "the rebuild after a type change", TAGS)
-        assert _deltalake_rows(root) == _source(pg_dsn)[1], "delta-rs reads another table"
+        assert schema_migrations.newest_of(root) == _source(pg_dsn), "delta-rs reads another"
         index = spark.read.format("delta").load(str(root / "_checkpoints"))
         during = index.where("rebuilding IS NOT NULL").orderBy("checkpoint_id").collect()
         assert during, "no checkpoint said products was being rebuilt"
