@@ -33,6 +33,10 @@ CONNECTORS: dict[str, Registered] = {
         "spark_ckpt.sources.kafka.options:KafkaOptions",
         "spark_ckpt.sources.kafka.connector:build",
     ),
+    "mysql": Registered(
+        "spark_ckpt.sources.mysql.options:MySqlOptions",
+        "spark_ckpt.sources.mysql.connector:build",
+    ),
     "postgres": Registered(
         "spark_ckpt.sources.postgres.options:PostgresOptions",
         "spark_ckpt.sources.postgres.connector:build",

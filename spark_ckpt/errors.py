@@ -40,6 +40,8 @@ __all__ = [
     "SlotInvalidatedError",
     "SourceConnectionError",
     "SourcePathError",
+    "SourcePrivilegeError",
+    "SourceSettingError",
     "SparkCkptError",
     "StateFormatError",
     "StorageError",
@@ -384,6 +386,21 @@ class SourceConnectionError(SparkCkptError, OSError):
     """
 
 
+class SourceSettingError(ConfigError):
+    """A source server's setting does not allow change capture as the connector needs it.
+
+    The message names the setting, the value the server has, the value needed and how to set it
+    (MySQL's ``binlog_format=ROW``, for one).
+    """
+
+
+class SourcePrivilegeError(SparkCkptError, PermissionError):
+    """The source's user lacks a privilege the connector needs.
+
+    The message names the privilege, what it is needed for, and the ``GRANT`` that gives it.
+    """
+
+
 class ReplicationSlotError(SparkCkptError, RuntimeError):
     """A PostgreSQL replication slot cannot be read (missing, another plugin or database, busy)."""
 
@@ -412,5 +429,6 @@ class ChangeDecodeError(SparkCkptError, ValueError):
 class UnsupportedChangeError(SparkCkptError, ValueError):
     """A captured table saw a change the row-level output schema cannot carry.
 
-    No connector raises it today: a TRUNCATE is carried as a change with ``op='t'``.
+    The mysql connector raises it for a statement that changes a captured table (it does not
+    follow MySQL's DDL yet); other connectors carry a TRUNCATE as a change with ``op='t'``.
     """

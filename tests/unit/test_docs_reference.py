@@ -241,6 +241,7 @@ def test_a_missing_row_error_or_command_fails_the_checks(monkeypatch: pytest.Mon
 _SOURCE_BASES = {
     "debezium-json": {"path": "/tmp/log"},
     "kafka": {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"},
+    "mysql": {"user": "cdc", "tables": "shop.orders"},
     "postgres": {"dsn": "postgresql://u@h/db", "slot": "s", "tables": "public.t"},
 }
 

@@ -156,7 +156,7 @@ def test_missing_path(tmp_path: Path) -> None:
         ({"changesPerPartition": "-5"}, InvalidOptionError, "a positive integer"),
         ({"softDeclineTimeout": "soon"}, InvalidOptionError, "10min"),
         ({"gate": "maybe"}, InvalidOptionError, "on, off"),
-        ({"connector": "mongodb"}, InvalidOptionError, "debezium-json, kafka, postgres"),
+        ({"connector": "mongodb"}, InvalidOptionError, "debezium-json, kafka, mysql, postgres"),
         ({"kafka.bootstrap.servers": "b:9092"}, InvalidOptionError, "debezium-json connector does"),
     ],
 )

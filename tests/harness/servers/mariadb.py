@@ -138,6 +138,8 @@ class MariaDbServer:
             "binlog_format": "ROW",
             "binlog_row_image": "FULL",
             "binlog_annotate_row_events": "ON",
+            # The mysql connector decodes each row with the columns the table map names.
+            "binlog_row_metadata": "FULL",
             "log_slave_updates": "ON",
             "gtid_strict_mode": "ON",
             # Throwaway durability: commits reach the OS, not the disk, before they return.

@@ -1,0 +1,1 @@
+"""The ``mysql`` connector: MySQL's and MariaDB's binary log, read over the replication protocol."""

@@ -1,0 +1,71 @@
+"""Offsets of the ``mysql`` connector, as Spark logs them.
+
+JSON, with a stable key order::
+
+    {"v": 1, "checkpoint": k, "emitted": n,
+     "file": "mariadb-bin.000003", "pos": 1234, "gtid": "0-1-42" | null}
+
+``file`` and ``pos`` are the binlog coordinates just after the last emitted transaction (its
+``XID`` or ``COMMIT`` event ends there): the next batch starts with the transaction after it.
+``gtid`` is the server's GTID state at that point where it has GTIDs (MariaDB's
+``domain-server-seq`` list), recorded for a resume on another server of the same history.
+Pure; runs on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..offsets import OffsetHeader, offset_json, read_offset
+
+__all__ = ["BinlogOffset", "BinlogPosition"]
+
+
+@dataclass(frozen=True, order=True)
+class BinlogPosition:
+    """Coordinates in the binlog: a file of the server's binlog index and a byte offset in it.
+
+    Ordered as the server writes them: binlog files are numbered by their extension.
+    """
+
+    file: str
+    pos: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}"
+
+
+@dataclass(frozen=True)
+class BinlogOffset:
+    """A position of the ``mysql`` connector (see the module docstring)."""
+
+    checkpoint: int
+    emitted: int
+    position: BinlogPosition
+    gtid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The offset's JSON, keys in their fixed order."""
+        body = {"file": self.position.file, "pos": self.position.pos, "gtid": self.gtid}
+        return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> BinlogOffset:
+        """Parse an offset this connector wrote.
+
+        Raises
+        ------
+        LogRewrittenError
+            When ``value`` is not an offset of this connector.
+        """
+
+        def body(header: OffsetHeader, keys: Mapping[str, Any]) -> BinlogOffset:
+            position = BinlogPosition(str(keys["file"]), int(keys["pos"]))
+            gtid = keys.get("gtid")
+            return cls(
+                header.checkpoint, header.emitted, position, None if gtid is None else str(gtid)
+            )
+
+        return read_offset(value, "mysql", body)

@@ -1,0 +1,117 @@
+"""The ``mysql`` connector's own options (MySQL 8.x and MariaDB 10.6+)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from spark_ckpt.errors import InvalidOptionError
+from spark_ckpt.model.option_types import Choice, Names, PositiveInt, Text
+from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
+
+from ..options import ConnectorOptions
+
+__all__ = ["MySqlOptions"]
+
+SnapshotMode = Literal["never"]
+SNAPSHOT_MODES: tuple[SnapshotMode, ...] = ("never",)
+
+HOST: OptionSpec[str] = OptionSpec(
+    "host", "the server's host name or address", Text(), default="localhost"
+)
+PORT: OptionSpec[int] = OptionSpec("port", "the server's port", PositiveInt(), default=3306)
+USER: OptionSpec[str] = OptionSpec(
+    "user",
+    "the user to connect as; it needs `REPLICATION SLAVE`, `REPLICATION CLIENT` (MariaDB: "
+    "`BINLOG MONITOR`) and `SELECT` on the tables",
+    Text(),
+    required=".option('user', 'cdc')",
+)
+PASSWORD: OptionSpec[str] = OptionSpec(
+    "password",
+    "the user's password; never printed (errors and logs show `***`)",
+    Text(),
+    default_note="none",
+)
+SERVER_ID: OptionSpec[int] = OptionSpec(
+    "serverId",
+    "the replica server id the connector reads the binlog as: unique among the server's "
+    "replicas and readers (as Debezium's `database.server.id`)",
+    PositiveInt(),
+    default=5_400,
+)
+TABLES: OptionSpec[tuple[str, ...]] = OptionSpec(
+    "tables",
+    "`database.table` list; each needs a primary key",
+    Names("database.table names"),
+    required=".option('tables', 'shop.orders,shop.items')",
+)
+SNAPSHOT: OptionSpec[SnapshotMode] = OptionSpec(
+    "snapshot",
+    "`never`: the changes committed after the query's first start, from the binlog's end "
+    "then (the tables' existing rows are not read)",
+    Choice(SNAPSHOT_MODES),
+    default="never",
+)
+
+
+@dataclass(frozen=True)
+class MySqlOptions(ConnectorOptions):
+    """Options of ``connector=mysql``.
+
+    Attributes
+    ----------
+    host, port
+        Where the server listens.
+    user, password
+        Whom to connect as (the password is never printed).
+    server_id
+        The replica server id the binlog is read as.
+    tables
+        The captured tables, ``database.table``.
+    snapshot
+        ``never``: changes only, from the binlog's end at the query's first start.
+    """
+
+    OPTIONS: ClassVar[tuple[OptionSpec[Any], ...]] = (
+        HOST,
+        PORT,
+        USER,
+        PASSWORD,
+        SERVER_ID,
+        TABLES,
+        SNAPSHOT,
+    )
+    CHANGES_PER_PARTITION: ClassVar[int] = 20_000
+
+    user: str = declared(USER)
+    tables: tuple[str, ...] = declared(TABLES)
+    host: str = declared(HOST)
+    port: int = declared(PORT)
+    password: str | None = declared(PASSWORD)
+    server_id: int = declared(SERVER_ID)
+    snapshot: SnapshotMode = declared(SNAPSHOT)
+
+    def __repr__(self) -> str:
+        # Options end up in logs and errors: never show the password.
+        return (
+            f"MySqlOptions(host={self.host!r}, port={self.port!r}, user={self.user!r}, "
+            f"password={'<set>' if self.password else None}, server_id={self.server_id!r}, "
+            f"tables={self.tables!r}, snapshot={self.snapshot!r})"
+        )
+
+    @classmethod
+    def parse(cls, options: OptionReader) -> MySqlOptions:
+        """Read the connection and table options (driver, once per query start)."""
+        options.forbid("path", "no value: the mysql connector reads options 'host' and 'port'")
+        if (options.text("gate") or "on").lower() == "off":
+            raise InvalidOptionError(
+                "gate", options.raw("gate"), "on: the mysql connector delivers whole transactions"
+            )
+        parsed = cls(**read_declared(cls, options, "the mysql connector"))
+        for name in parsed.tables:
+            if name.count(".") != 1 or not all(name.split(".")):
+                raise InvalidOptionError(
+                    "tables", ",".join(parsed.tables), f"database.table names ({name!r} is not)"
+                )
+        return parsed

@@ -1,0 +1,266 @@
+"""The MySQL or MariaDB server: connecting, its binlog settings and grants, its binlog position.
+
+Checked once at a query's start (:func:`check_server`), so a server that cannot be read as the
+connector needs fails then with a typed error naming the setting or the grant, not later in a
+decode. Runs on the driver; every function opens and closes its own short connection (PyMySQL,
+which the binlog client uses too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_ckpt.errors import (
+    SourceConnectionError,
+    SourcePrivilegeError,
+    SourceSettingError,
+    TableCaptureError,
+)
+
+from .binlog_offset import BinlogPosition
+
+if TYPE_CHECKING:
+    from pymysql.connections import Connection
+
+    from .options import MySqlOptions
+
+__all__ = [
+    "ServerInfo",
+    "binlog_files",
+    "check_server",
+    "connect",
+    "connection_settings",
+    "current_position",
+    "primary_keys",
+]
+
+# What change capture needs of the binlog (MySQL's and MariaDB's replication documentation): rows,
+# whole images, and the table map's full metadata (column names, signedness, primary key), which
+# makes every row event decodable as it was written, whatever DDL came after it.
+_NEEDED = {
+    "binlog_format": "ROW",
+    "binlog_row_image": "FULL",
+    "binlog_row_metadata": "FULL",
+}
+_WHAT_IS_LOST = {
+    "binlog_format": "statements are logged instead of rows, so changes cannot be read",
+    "binlog_row_image": "updates and deletes log only some columns, so images are incomplete",
+    "binlog_row_metadata": "row events carry no column names, so a row written before a later "
+    "ALTER TABLE would be decoded with the new columns",
+}
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the connector needs to know about the server."""
+
+    version: str
+    mariadb: bool
+
+
+def connection_settings(options: MySqlOptions) -> dict[str, Any]:
+    """PyMySQL's keyword arguments for the options' server (holds the password: never log it)."""
+    settings: dict[str, Any] = {
+        "host": options.host,
+        "port": options.port,
+        "user": options.user,
+        "charset": "utf8mb4",
+        "connect_timeout": 10,
+    }
+    if options.password:
+        settings["passwd"] = options.password
+    return settings
+
+
+@contextlib.contextmanager
+def connect(options: MySqlOptions) -> Iterator[Connection[Any]]:
+    """A short autocommit connection to the server (driver).
+
+    Raises
+    ------
+    SourceConnectionError
+        When the server cannot be reached or refuses the user; the message names the endpoint
+        and the user, never the password.
+    """
+    import pymysql
+
+    settings = connection_settings(options)
+    settings["password"] = settings.pop("passwd", "")
+    try:
+        conn = pymysql.connect(autocommit=True, **settings)
+    except pymysql.MySQLError as e:
+        reason = _without_password(str(e.args[-1] if e.args else e), options.password)
+        raise SourceConnectionError(
+            f"cannot connect to MySQL/MariaDB at {options.host}:{options.port} as user "
+            f"{options.user!r}: {reason}"
+        ) from None
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _without_password(text: str, password: str | None) -> str:
+    return text.replace(password, "***") if password else text
+
+
+def _one(conn: Connection[Any], sql: str) -> tuple[Any, ...] | None:
+    with conn.cursor() as cursor:
+        cursor.execute(sql)
+        row = cursor.fetchone()
+    return None if row is None else tuple(row)
+
+
+def check_server(options: MySqlOptions) -> tuple[ServerInfo, dict[str, tuple[str, ...]]]:
+    """Check the binlog's settings, the user's grants and the tables (driver, once per start).
+
+    Returns the server's version and flavour, and each table's primary key columns.
+
+    Raises
+    ------
+    SourceSettingError
+        When the binlog is off or a setting of :data:`_NEEDED` differs (the message says what a
+        weaker setting would lose and how to set it).
+    SourcePrivilegeError
+        When the user lacks ``REPLICATION SLAVE``, ``REPLICATION CLIENT`` or ``SELECT``.
+    TableCaptureError
+        When a table is missing or has no primary key.
+    """
+    with connect(options) as conn:
+        version = str((_one(conn, "SELECT VERSION()") or ("",))[0])
+        info = ServerInfo(version, "mariadb" in version.lower())
+        _check_settings(conn)
+        _check_grants(conn, options.user, info)
+        keys = primary_keys(conn, options.tables)
+    return info, keys
+
+
+def _check_settings(conn: Connection[Any]) -> None:
+    import pymysql
+
+    log_bin = _one(conn, "SELECT @@GLOBAL.log_bin")
+    if log_bin is None or str(log_bin[0]) not in ("1", "ON"):
+        raise SourceSettingError(
+            "the server writes no binary log (log_bin is off), so there are no changes to read: "
+            "start it with log_bin (and binlog_format=ROW, binlog_row_image=FULL, "
+            "binlog_row_metadata=FULL)"
+        )
+    for name, needed in _NEEDED.items():
+        try:
+            found = _one(conn, f"SELECT @@GLOBAL.{name}")
+        except pymysql.MySQLError:  # an unknown variable: a server too old for it
+            found = None
+        value = None if found is None else str(found[0]).upper()
+        if value != needed:
+            raise SourceSettingError(
+                f"the server has {name}={value or 'unsupported'}, but change capture needs "
+                f"{name}={needed} ({_WHAT_IS_LOST[name]}): set it with SET PERSIST {name} = "
+                f"'{needed}' (MariaDB: SET GLOBAL, and in the option file) and restart the query; "
+                f"{name} needs MySQL 8.0.14+ or MariaDB 10.5+"
+            )
+
+
+_GRANT_ON_ALL = re.compile(r"^GRANT (?P<privileges>.+?) ON \*\.\* TO ", re.IGNORECASE)
+
+
+def _check_grants(conn: Connection[Any], user: str, info: ServerInfo) -> None:
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW GRANTS FOR CURRENT_USER()")
+        grants = [str(row[0]) for row in cursor.fetchall()]
+    held: set[str] = set()
+    for grant in grants:
+        found = _GRANT_ON_ALL.match(grant)
+        if found:
+            held |= {p.strip().upper() for p in found["privileges"].split(",")}
+    if "ALL PRIVILEGES" in held:
+        return
+    # MariaDB 10.5+ shows REPLICATION CLIENT as BINLOG MONITOR (its new name).
+    client = {"REPLICATION CLIENT", "BINLOG MONITOR"}
+    for needed, accepted, purpose in (
+        ("REPLICATION SLAVE", {"REPLICATION SLAVE", "REPLICATION REPLICA"}, "read the binlog"),
+        ("REPLICATION CLIENT", client, "read the binlog's position (SHOW MASTER STATUS)"),
+    ):
+        if not held & accepted:
+            alias = info.mariadb and needed == "REPLICATION CLIENT"
+            also = "; MariaDB 10.5+ calls it BINLOG MONITOR" if alias else ""
+            raise SourcePrivilegeError(
+                f"user {user!r} lacks {needed}, needed to {purpose}: GRANT {needed} ON *.* TO "
+                f"the user (the connector needs REPLICATION SLAVE, REPLICATION CLIENT and SELECT "
+                f"on the captured tables{also})"
+            )
+
+
+def primary_keys(conn: Connection[Any], tables: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each table's primary key columns, in key order (driver, once per start).
+
+    Raises
+    ------
+    SourcePrivilegeError
+        When the user may not read a table.
+    TableCaptureError
+        When a table is missing or has no primary key.
+    """
+    import pymysql
+
+    keys: dict[str, tuple[str, ...]] = {}
+    with conn.cursor() as cursor:
+        for name in tables:
+            database, table = name.split(".")
+            try:
+                cursor.execute(f"SELECT 1 FROM `{database}`.`{table}` LIMIT 0")
+            except pymysql.MySQLError as e:
+                code = e.args[0] if e.args else None
+                if code in (1142, 1044):  # table access denied, database access denied
+                    raise SourcePrivilegeError(
+                        f"user lacks SELECT on {name}, needed to capture it: GRANT SELECT ON "
+                        f"`{database}`.`{table}` TO the user"
+                    ) from None
+                raise TableCaptureError(f"table {name} cannot be captured: {e.args[-1]}") from None
+            cursor.execute(
+                "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE "
+                "TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' "
+                "ORDER BY ORDINAL_POSITION",
+                (database, table),
+            )
+            columns = tuple(str(row[0]) for row in cursor.fetchall())
+            if not columns:
+                raise TableCaptureError(
+                    f"table {name} has no primary key: the mysql connector keys every change by "
+                    f"it (ALTER TABLE {name} ADD PRIMARY KEY (...))"
+                )
+            keys[name] = columns
+    return keys
+
+
+def current_position(options: MySqlOptions, info: ServerInfo) -> tuple[BinlogPosition, str | None]:
+    """The binlog's end now, and the server's GTID state there where it has GTIDs (driver)."""
+    import pymysql
+
+    with connect(options) as conn:
+        # MySQL 8.4 renamed SHOW MASTER STATUS; MariaDB and MySQL 8.0 know the old name.
+        status = None
+        for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
+            try:
+                status = _one(conn, statement)
+                break
+            except pymysql.MySQLError:  # the other spelling
+                continue
+        if status is None:
+            raise SourceSettingError("the server reports no binlog position (is log_bin on?)")
+        position = BinlogPosition(str(status[0]), int(status[1]))
+        if info.mariadb:
+            gtid = _one(conn, "SELECT @@GLOBAL.gtid_binlog_pos")
+            return position, (str(gtid[0]) or None) if gtid else None
+        executed = str(status[4]) if len(status) > 4 and status[4] else None
+        return position, executed
+
+
+def binlog_files(options: MySqlOptions) -> list[str]:
+    """The binlog files the server still has, oldest first (driver)."""
+    with connect(options) as conn, conn.cursor() as cursor:
+        cursor.execute("SHOW BINARY LOGS")
+        return [str(row[0]) for row in cursor.fetchall()]

@@ -1,0 +1,162 @@
+"""The mysql connector's pure parts: transactions, values, offsets, options, rows, statements.
+
+Event objects are the assembler's own (reduced) events, in the orders MySQL's and MariaDB's
+replication documentation give; the integration tests read a real MariaDB's binlog.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_ckpt.errors import InvalidOptionError, LogRewrittenError, UnsupportedChangeError
+from spark_ckpt.model.options import OptionReader
+from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
+from spark_ckpt.sources.mysql.connector import MySqlConnector
+from spark_ckpt.sources.mysql.options import MySqlOptions
+from spark_ckpt.sources.mysql.rows import pack, unpack
+from spark_ckpt.sources.mysql.server import ServerInfo
+from spark_ckpt.sources.mysql.transactions import (
+    Begin,
+    Commit,
+    RowChange,
+    Rows,
+    Statement,
+    TransactionAssembler,
+)
+from spark_ckpt.sources.mysql.values import json_value
+
+
+def _at(pos: int) -> BinlogPosition:
+    return BinlogPosition("mariadb-bin.000002", pos)
+
+
+def test_transactions_close_at_xid_or_commit_and_statements_only_move_the_position() -> None:
+    assembler = TransactionAssembler()
+    change = RowChange("shop.orders", "c", None, {"id": 1})
+    # MariaDB: a GTID event opens the transaction (no BEGIN), XID closes it.
+    assembler.begin(Begin("0-1-7"))
+    assembler.rows(Rows((change, change)))
+    assert assembler.held_changes == 2
+    txn = assembler.commit(Commit(_at(500), 1_700_000_000))
+    assert txn is not None
+    assert (txn.gtid, len(txn.changes), txn.end, txn.commit_ts_us) == (
+        "0-1-7",
+        2,
+        _at(500),
+        1_700_000_000_000_000,
+    )
+    assert assembler.held_changes == 0
+    # A DDL statement outside a transaction moves the position past it.
+    assembler.statement(Statement("ALTER TABLE t ADD c int", "shop", _at(600), 1))
+    assert assembler.passed == _at(600)
+    # A transaction of uncaptured tables only (no rows reach the assembler) yields nothing,
+    # but moves the position; a non-transactional engine's COMMIT closes like XID.
+    assembler.begin(Begin("0-1-9"))
+    assert assembler.commit(Commit(_at(700), 2)) is None
+    assert assembler.passed == _at(700)
+    # Row events without a BEGIN (MySQL's BEGIN seen before a restart's start) open one.
+    assembler.rows(Rows((change,)))
+    closed = assembler.commit(Commit(_at(800), 3))
+    assert closed is not None
+    assert closed.changes == (change,)
+
+
+def test_a_statement_inside_an_open_transaction_does_not_move_the_position() -> None:
+    assembler = TransactionAssembler()
+    assembler.begin(Begin("0-1-1"))
+    assembler.statement(Statement("SAVEPOINT a", "shop", _at(300), 1))
+    assert assembler.passed is None
+
+
+def test_values_keep_every_digit_and_the_servers_spelling() -> None:
+    cases: list[tuple[Any, Any]] = [
+        (None, None),
+        (18446744073709551615, 18446744073709551615),  # BIGINT UNSIGNED max: exact
+        (-(2**63), -(2**63)),
+        (Decimal("12345678901234567890.123456789"), "12345678901234567890.123456789"),
+        (Decimal("0.10"), "0.10"),
+        (1.5, 1.5),
+        (datetime(2026, 11, 28, 10, 0, 0, 123456), "2026-11-28 10:00:00.123456"),
+        (datetime(2026, 11, 28, 10, 0, 0), "2026-11-28 10:00:00"),
+        (date(2026, 2, 28), "2026-02-28"),
+        (timedelta(hours=-838, minutes=-59, seconds=-59), "-838:59:59"),
+        (timedelta(seconds=3661, microseconds=5), "01:01:01.000005"),
+        (b"\x00\xff", "AP8="),
+        ({"b", "a"}, "a,b"),
+        ({b"k": [1, b"v"]}, '{"k":[1,"v"]}'),
+        ("naïve", "naïve"),
+    ]
+    for value, expected in cases:
+        assert json_value(value) == expected, value
+
+
+def test_offsets_round_trip_in_a_fixed_key_order_and_refuse_another_connectors() -> None:
+    offset = BinlogOffset(4, 12, BinlogPosition("mysql-bin.000010", 4242), "0-1-19")
+    value = offset.to_json()
+    assert list(value) == ["v", "checkpoint", "emitted", "file", "pos", "gtid"]
+    assert BinlogOffset.from_json(json.loads(json.dumps(value))) == offset
+    with pytest.raises(LogRewrittenError, match="mysql"):
+        BinlogOffset.from_json({"v": 1, "checkpoint": 0, "emitted": 0, "lsn": "0/1"})
+    assert BinlogPosition("b.000009", 900) < BinlogPosition("b.000010", 4)
+
+
+def _parse(**given: str) -> MySqlOptions:
+    options = {"user": "cdc", "tables": "shop.orders"} | given
+    return MySqlOptions.parse(OptionReader(options, "txn-cdc", [*MySqlOptions.NAMES, "gate"]))
+
+
+def test_options_default_from_their_declarations_and_never_show_the_password() -> None:
+    parsed = _parse(password="s3cret-value")
+    assert (parsed.host, parsed.port, parsed.snapshot) == ("localhost", 3306, "never")
+    assert "s3cret-value" not in repr(parsed)
+    with pytest.raises(InvalidOptionError, match=r"database\.table"):
+        _parse(tables="orders")
+    with pytest.raises(InvalidOptionError, match="gate"):
+        _parse(gate="off")
+
+
+def test_rows_are_numbered_keyed_and_carry_both_images() -> None:
+    update = RowChange("shop.orders", "u", {"id": 3, "v": "a"}, {"id": 200, "v": "a"})
+    delete = RowChange("shop.orders", "d", {"id": 5, "v": "b"}, None)
+    assembler = TransactionAssembler()
+    assembler.begin(Begin("0-1-5"))
+    assembler.rows(Rows((update, delete)))
+    txn = assembler.commit(Commit(_at(900), 10))
+    assert txn is not None
+    partition = pack("mysql:h:3306", [txn], 7, {"shop.orders": ("id",)})
+    (batch,) = list(unpack(partition, column_types=True))
+    rows = pa.Table.from_batches([batch]).to_pylist()
+    assert [r["txn_order"] for r in rows] == [7, 7]
+    assert [r["event_index"] for r in rows] == [0, 1]
+    assert [r["key"] for r in rows] == ['{"id":200}', '{"id":5}']
+    assert json.loads(rows[0]["before"]) == {"id": 3, "v": "a"}
+    assert rows[1]["after"] is None
+    assert {r["txn_id"] for r in rows} == {"0-1-5"}
+    assert rows[0]["column_types"] is None
+    assert rows[0]["commit_ts"] == datetime(1970, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
+
+
+def test_a_statement_naming_a_captured_table_stops_the_query() -> None:
+    connector = MySqlConnector(
+        _parse(tables="shop.orders"), ServerInfo("10.11", True), {}, 10, False
+    )
+    for harmless in (
+        Statement("ALTER TABLE orders_archive ADD c int", "shop", _at(1), 1),
+        Statement("ALTER TABLE orders ADD c int", "other", _at(1), 1),
+        Statement("CREATE DATABASE reports", "", _at(1), 1),
+    ):
+        connector._check_statement(harmless)
+    for changing in (
+        Statement("ALTER TABLE `orders` ADD c int", "shop", _at(1), 1),
+        Statement("alter table shop.orders drop column c", "", _at(1), 1),
+        Statement("TRUNCATE TABLE Orders", "shop", _at(1), 1),
+        Statement("RENAME TABLE shop.orders TO shop.old", "mysql", _at(1), 1),
+    ):
+        with pytest.raises(UnsupportedChangeError, match=r"shop\.orders"):
+            connector._check_statement(changing)
