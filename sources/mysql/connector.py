@@ -136,6 +136,9 @@ class MySqlConnector(ChangeConnector):
         assert self._read_to is not None
         target = self._target
         if target is None or self._read_to < target:
+            # Each read starts after the last commit read: a transaction still open at the end
+            # of the last read is read again whole.
+            self._assembler.discard_open()
             for found in read_transactions(
                 self.options,
                 connection_settings(self.options),

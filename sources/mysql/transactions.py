@@ -120,6 +120,10 @@ class TransactionAssembler:
         if not self.is_open:
             self.passed = event.end
 
+    def discard_open(self) -> None:
+        """Forget a transaction still open: the next read starts at :attr:`passed`, before it."""
+        self.is_open, self.open_gtid, self.pending = False, None, []
+
     @property
     def held_changes(self) -> int:
         """Changes read of a transaction whose commit is not read yet."""

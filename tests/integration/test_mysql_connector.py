@@ -15,8 +15,6 @@ Debian's, PyPI's and Maven Central's mirrors is on the network): MariaDB is the 
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +24,9 @@ from conftest import wait_until
 
 import spark_ckpt
 from harness.faults.debezium import delta_changes, delta_txn_ids
+from harness.faults.mysql import run_scenario
 from harness.servers.mariadb import PASSWORD, MariaDbServer
+from harness.workloads import mysql as workload
 from spark_ckpt.errors import (
     SourceConnectionError,
     SourcePrivilegeError,
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 pytestmark = pytest.mark.integration
-
-KEYS = {"orders": ("id",), "items": ("id",)}
 
 
 def _options(server: MariaDbServer, database: str, **given: str) -> dict[str, str]:
@@ -98,17 +96,6 @@ def _landed(query: StreamingQuery, table: Path, count: int) -> bool:
     return len(delta_txn_ids(table)) >= count
 
 
-def _create(server: MariaDbServer, database: str) -> None:
-    for sql in (
-        "CREATE TABLE orders (id int PRIMARY KEY, customer varchar(20), amount decimal(10,2), "
-        "placed datetime(6))",
-        "CREATE TABLE items (id bigint unsigned PRIMARY KEY, order_id int, qty int, note text)",
-        "CREATE TABLE other (id int PRIMARY KEY, v int)",
-        "INSERT INTO orders VALUES (1, 'before', 1.00, '2026-01-01 00:00:00')",
-    ):
-        server.execute(sql, database)
-
-
 def _transactions(server: MariaDbServer, database: str, batches: list[list[str]]) -> None:
     """Each inner list in one transaction (committed), in order."""
     with server.connect(database) as conn, conn.cursor() as cursor:
@@ -119,24 +106,6 @@ def _transactions(server: MariaDbServer, database: str, batches: list[list[str]]
             conn.commit()
 
 
-def _value(column: str, value: Any) -> Any:
-    """A value of the source table as the connector writes it (its JSON rules)."""
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ")
-    return value
-
-
-def _source(server: MariaDbServer, database: str, table: str) -> dict[tuple[Any, ...], Any]:
-    """The table's rows by key, values as the connector writes them."""
-    with server.connect(database) as conn, conn.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {table}")
-        columns = [d[0] for d in cursor.description or ()]
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-    return {(row["id"],): {c: _value(c, v) for c, v in row.items()} for row in rows}
-
-
 def test_a_live_workload_lands_whole_once_in_order_through_a_restart(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -145,7 +114,7 @@ def test_a_live_workload_lands_whole_once_in_order_through_a_restart(
     tmp_path: Path,
 ) -> None:
     server, database = mariadb_server, mariadb_database
-    _create(server, database)
+    workload.create_tables(server, database)
     options = _options(server, database)
     first = [
         [
@@ -194,9 +163,9 @@ def test_a_live_workload_lands_whole_once_in_order_through_a_restart(
 
         rows = delta_changes(table)
         _check_log(rows, expected, database)
-        folded = _fold(rows)
-        for name in KEYS:  # orders' row 1 predates the query: its update brings its whole row
-            assert folded[name] == _source(server, database, name), name
+        folded = workload.fold(rows)
+        for name in workload.KEYS:  # orders' row 1 predates the query: its update brings it whole
+            assert folded[name] == workload.source_rows(server, database, name), name
 
         # A statement altering a captured table: the query stops, naming it.
         server.execute("ALTER TABLE orders ADD COLUMN note text", database)
@@ -223,24 +192,11 @@ def _check_log(rows: list[dict[str, Any]], expected: int, database: str) -> None
     assert json.loads(update["before"])["id"] == 3, update  # the key update's both images
 
 
-def _fold(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[Any, ...], Any]]:
-    """The change log replayed by key in commit order (a key update moves the row)."""
-    state: dict[str, dict[tuple[Any, ...], Any]] = {name: {} for name in KEYS}
-    for row in sorted(rows, key=lambda r: (r["txn_order"], r["event_index"])):
-        rows_of = state[row["table"].split(".")[1]]
-        if row["before"] is not None:
-            rows_of.pop((json.loads(row["before"])["id"],), None)
-        if row["after"] is not None:
-            after = json.loads(row["after"])
-            rows_of[(after["id"],)] = after
-    return state
-
-
 def test_settings_grants_and_tables_are_checked_at_the_start_by_name(
     mariadb_server: MariaDbServer, mariadb_database: str
 ) -> None:
     server, database = mariadb_server, mariadb_database
-    _create(server, database)
+    workload.create_tables(server, database)
     server.execute("CREATE TABLE nokey (a int, b text)", database)
 
     def check(**given: str) -> None:
@@ -283,7 +239,7 @@ def test_a_restart_after_its_binlog_was_purged_is_a_data_loss_error(
     tmp_path: Path,
 ) -> None:
     server, database = mariadb_server, mariadb_database
-    _create(server, database)
+    workload.create_tables(server, database)
     options = _options(server, database)
     query = _start(spark, options, tmp_path)
     try:
@@ -306,3 +262,15 @@ def test_a_restart_after_its_binlog_was_purged_is_a_data_loss_error(
         restarted.awaitTermination(120)
     assert "purged" in str(lost.value)
     assert PASSWORD not in str(lost.value)
+
+
+def test_a_driver_killed_mid_stream_loses_and_repeats_nothing(
+    mariadb_server: MariaDbServer, mariadb_database: str, tmp_path: Path
+) -> None:
+    """A real SIGKILL of the driver (its JVM and Python workers) after batch 2's pre-commit.
+
+    The restart reads the killed batch again from its logged binlog positions and goes on, while
+    transactions were committed beside the killed driver (``harness.faults.mysql``).
+    """
+    problems = run_scenario(mariadb_server, mariadb_database, tmp_path)
+    assert problems == [], problems

@@ -74,6 +74,20 @@ def test_a_statement_inside_an_open_transaction_does_not_move_the_position() -> 
     assert assembler.passed is None
 
 
+def test_a_transaction_open_at_the_end_of_a_read_is_read_again_whole() -> None:
+    """The next read starts after the last commit: what was read of an open one is dropped."""
+    assembler = TransactionAssembler()
+    change = RowChange("shop.orders", "c", None, {"id": 1})
+    assembler.begin(Begin("0-1-1"))
+    assembler.rows(Rows((change,)))
+    assembler.discard_open()
+    assembler.begin(Begin("0-1-1"))
+    assembler.rows(Rows((change, change)))
+    txn = assembler.commit(Commit(_at(400), 1))
+    assert txn is not None
+    assert len(txn.changes) == 2
+
+
 def test_values_keep_every_digit_and_the_servers_spelling() -> None:
     cases: list[tuple[Any, Any]] = [
         (None, None),
