@@ -90,6 +90,7 @@ class MySqlConnector(ChangeConnector):
         self._units: list[BinlogTransaction] = []
         self._target: BinlogPosition | None = None
         self._last_batch = time.monotonic()
+        self._lag_seconds: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need only what read() uses: no planning state, no password.
@@ -151,6 +152,7 @@ class MySqlConnector(ChangeConnector):
                 else:
                     self._units.append(found)
             self._read_to = self._assembler.passed or self._read_to
+        self._lag_seconds = lag_seconds(self._units, time.time())
         held = self._assembler.held_changes
         reason = None
         if held:
@@ -275,6 +277,7 @@ class MySqlConnector(ChangeConnector):
             "server": "mariadb" if self.info.mariadb else "mysql",
             "binlogPosition": str(self._read_to),
             "gtid": self._base.gtid if self._base else None,
+            "lagSeconds": self._lag_seconds,
         }
 
     # -- executors: reading --------------------------------------------------------------------
@@ -283,6 +286,16 @@ class MySqlConnector(ChangeConnector):
         """Yield one partition's rows (executor, once per task)."""
         assert isinstance(partition, MySqlPartition)
         return unpack(partition, self.column_types)
+
+
+def lag_seconds(pending: list[BinlogTransaction], now: float) -> float:
+    """Age of the oldest transaction read but not yet delivered; 0 when caught up.
+
+    The binlog keeps commit times in whole seconds, so this is too (driver, per trigger).
+    """
+    if not pending:
+        return 0.0
+    return max(0.0, now - pending[0].commit_ts_us / 1_000_000)
 
 
 def _names(sql: str, identifier: str) -> bool:

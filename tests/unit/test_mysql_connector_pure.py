@@ -17,7 +17,7 @@ import pytest
 from spark_ckpt.errors import InvalidOptionError, LogRewrittenError, UnsupportedChangeError
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
-from spark_ckpt.sources.mysql.connector import MySqlConnector
+from spark_ckpt.sources.mysql.connector import MySqlConnector, lag_seconds
 from spark_ckpt.sources.mysql.options import MySqlOptions
 from spark_ckpt.sources.mysql.rows import pack, unpack
 from spark_ckpt.sources.mysql.server import ServerInfo
@@ -174,3 +174,15 @@ def test_a_statement_naming_a_captured_table_stops_the_query() -> None:
     ):
         with pytest.raises(UnsupportedChangeError, match=r"shop\.orders"):
             connector._check_statement(changing)
+
+
+def test_lag_is_the_age_of_the_oldest_transaction_not_yet_delivered() -> None:
+    assembler = TransactionAssembler()
+    pending = []
+    for second in (100, 130):
+        assembler.rows(Rows((RowChange("shop.orders", "c", None, {"id": second}),)))
+        txn = assembler.commit(Commit(_at(second), second))
+        assert txn is not None
+        pending.append(txn)
+    assert lag_seconds(pending, 160.5) == 60.5
+    assert lag_seconds([], 160.5) == 0.0
