@@ -182,13 +182,8 @@ class MySqlConnector(ChangeConnector):
         """Stop at a statement that changes a captured table: the mirror cannot follow it yet."""
         for name in self.options.tables:
             database, table = name.split(".")
-            mentions_table = re.search(
-                rf"(?<![\w$]){re.escape(table)}(?![\w$])", statement.sql, re.I
-            )
-            in_database = statement.database.lower() == database.lower() or re.search(
-                rf"(?<![\w$]){re.escape(database)}(?![\w$])", statement.sql, re.I
-            )
-            if mentions_table and in_database:
+            in_database = statement.database.lower() == database.lower()
+            if _names(statement.sql, table) and (in_database or _names(statement.sql, database)):
                 raise UnsupportedChangeError(
                     f"the binlog at {statement.end} holds a statement on captured table {name}: "
                     f"{statement.sql[:200]!r}. The mysql connector does not follow schema "

@@ -72,7 +72,7 @@ def connection_settings(options: MySqlOptions) -> dict[str, Any]:
         "connect_timeout": 10,
     }
     if options.password:
-        settings["passwd"] = options.password
+        settings["password"] = options.password
     return settings
 
 
@@ -88,10 +88,8 @@ def connect(options: MySqlOptions) -> Iterator[Connection[Any]]:
     """
     import pymysql
 
-    settings = connection_settings(options)
-    settings["password"] = settings.pop("passwd", "")
     try:
-        conn = pymysql.connect(autocommit=True, **settings)
+        conn = pymysql.connect(autocommit=True, **connection_settings(options))
     except pymysql.MySQLError as e:
         reason = _without_password(str(e.args[-1] if e.args else e), options.password)
         raise SourceConnectionError(
