@@ -187,14 +187,16 @@ def wait_mirror(
     """Wait (bounded) until the mirror equals its source, while ``query`` streams.
 
     ``compare(read)`` reads the source and the mirror (``read(name)``) and returns whether they
-    are equal and what differs. Each time a checkpoint is published (and every 10 s besides) it
-    runs with delta-rs's read of the newest versions (:func:`newest_of`, milliseconds); once
-    that equals the source, with ``read_consistent`` (:func:`mirror_of`), which decides.
+    are equal and what differs. It runs at once, then each time a checkpoint is published (and
+    every 10 s besides), with delta-rs's read of the newest versions (:func:`newest_of`,
+    milliseconds); once that equals the source, with ``read_consistent`` (:func:`mirror_of`),
+    which decides.
     Comparing through Spark on every poll took the cores the stream needed: a
     ``read_consistent`` is several Spark jobs, 1-6 s each time on two busy cores.
     """
     deadline = time.monotonic() + timeout
-    compared, compared_at, differs = published_version(root), time.monotonic(), None
+    # The first comparison runs at once: the step's checkpoint may be published already.
+    compared, compared_at, differs = -2, 0.0, None
     while True:
         if query.exception() is not None:
             raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
