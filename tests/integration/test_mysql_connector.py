@@ -75,7 +75,11 @@ def _query(spark: SparkSession, options: dict[str, str], tmp_path: Path) -> Stre
 
 def _start(spark: SparkSession, options: dict[str, str], tmp_path: Path) -> StreamingQuery:
     """:func:`_query`, once its first trigger fixed where it reads from."""
-    query = _query(spark, options, tmp_path)
+    return _started(_query(spark, options, tmp_path))
+
+
+def _started(query: StreamingQuery) -> StreamingQuery:
+    """``query`` once its first trigger fixed where it reads from (or it failed: raises)."""
     # snapshot=never captures what commits after the first trigger fixed the initial offset.
     wait_until(
         lambda: (
@@ -301,14 +305,7 @@ def test_mirrors_equal_the_tables_while_the_query_streams(
         .start()
     )
     try:
-        wait_until(
-            lambda: (
-                query.lastProgress is not None
-                or query.status["message"] == "Waiting for data to arrive"
-            ),
-            120,
-            "the query's first trigger did not finish",
-        )
+        _started(query)
         workload.run_transactions(server, database, 20, seed=4)
 
         def mirrored(name: str) -> dict[Any, dict[str, Any]]:
