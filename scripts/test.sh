@@ -63,6 +63,12 @@ PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}
 # The slowest tests are printed at the end of every run, so growth is seen when it happens.
 DURATIONS=(--durations=10 --durations-min=1.0)
 
+if [ "$QUICK" = 1 ] || [ $# = 0 ]; then
+    # One session first, alone, with retries: two pytest processes starting theirs at once on a
+    # fresh machine would download the same jars into Ivy's unlocked cache side by side.
+    say "Spark's packages into Ivy's cache (Delta, s3a, Spark's Kafka source)"
+    PYTHONSAFEPATH=1 "$VENV/bin/python" -m harness.spark_packages
+fi
 if [ "$QUICK" = 1 ]; then
     say "pytest, quick tier (unit tests and the integration tests marked quick)"
     "${PYTEST[@]}" "${DURATIONS[@]}" -m "not integration or quick" "$@"
