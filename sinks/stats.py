@@ -20,9 +20,15 @@ __all__ = ["StatsCollector"]
 
 _STRING_PREFIX = 32
 _MAX_INDEXED_COLUMNS = 32  # Delta's default dataSkippingNumIndexedCols
+_EPOCH = dt.datetime(1970, 1, 1)
 
 
-def _timestamp_text(value: int, unit: str, tz: str | None, *, round_up: bool) -> str:
+def _timestamp_text(value: int, unit: str, tz: str | None, *, round_up: bool) -> str | None:
+    """A timestamp statistic in milliseconds, rounded outward (driver or executor, per file).
+
+    None when rounding leaves the range Python's datetime holds: a max after
+    9999-12-31 23:59:59.999 rounds up past it.
+    """
     per_ms = {"s": 0, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
     if per_ms == 0:
         ms = value * 1000
@@ -30,8 +36,11 @@ def _timestamp_text(value: int, unit: str, tz: str | None, *, round_up: bool) ->
         ms = value // per_ms
         if round_up and value % per_ms:
             ms += 1
-    stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
-    text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+    try:
+        stamp = _EPOCH + dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        return None  # no statistic is a safe one: data skipping then never drops the file
+    text = stamp.isoformat(timespec="milliseconds")  # four-digit years, also before 1000
     return text + "Z" if tz is not None else text
 
 
@@ -107,15 +116,16 @@ class StatsCollector:
             if pa.types.is_timestamp(kind):
                 low = _timestamp_text(low, kind.unit, kind.tz, round_up=False)
                 high = _timestamp_text(high, kind.unit, kind.tz, round_up=True)
-            elif pa.types.is_date(kind):
+                if low is not None:
+                    minimum[name] = low
+                if high is not None:
+                    maximum[name] = high
+                continue
+            if pa.types.is_date(kind):
                 low, high = low.isoformat(), high.isoformat()
             elif isinstance(low, float) and (math.isinf(low) or math.isinf(high)):
                 continue
-            if (
-                isinstance(low, str)
-                and not pa.types.is_timestamp(kind)
-                and not pa.types.is_date(kind)
-            ):
+            if isinstance(low, str) and not pa.types.is_date(kind):
                 minimum[name] = low[:_STRING_PREFIX]
                 if len(high) <= _STRING_PREFIX:
                     maximum[name] = high
