@@ -160,6 +160,23 @@ def _check_settings(conn: Connection[Any]) -> None:
                 f"'{needed}' (MariaDB: SET GLOBAL, and in the option file) and restart the query; "
                 f"{name} needs MySQL 8.0.14+ or MariaDB 10.5+"
             )
+    _check_partial_json(conn)
+
+
+def _check_partial_json(conn: Connection[Any]) -> None:
+    """MySQL 8's ``binlog_row_value_options=PARTIAL_JSON`` logs a JSON update as a diff."""
+    import pymysql
+
+    try:
+        found = _one(conn, "SELECT @@GLOBAL.binlog_row_value_options")
+    except pymysql.MySQLError:  # MariaDB has no such variable: its JSON is text
+        return
+    if found is not None and "PARTIAL_JSON" in str(found[0]).upper():
+        raise SourceSettingError(
+            "the server has binlog_row_value_options=PARTIAL_JSON, so an update of a JSON column "
+            "logs only what changed in the document and the row's new image is incomplete: "
+            "SET PERSIST binlog_row_value_options = '' and restart the query"
+        )
 
 
 _GRANT_ON_ALL = re.compile(r"^GRANT (?P<privileges>.+?) ON \*\.\* TO ", re.IGNORECASE)
