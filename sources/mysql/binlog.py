@@ -11,10 +11,11 @@ the offset. Runs on the driver, once per trigger (a connection per read).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from spark_ckpt.errors import SourceConnectionError
 
+from . import time2
 from .binlog_offset import BinlogPosition
 from .transactions import (
     Begin,
@@ -25,12 +26,13 @@ from .transactions import (
     Statement,
     TransactionAssembler,
 )
+from .types import MySqlColumn, types_json
 from .values import row_values
 
 if TYPE_CHECKING:
     from .options import MySqlOptions
 
-__all__ = ["read_transactions"]
+__all__ = ["TableMaps", "feed", "read_transactions", "wanted_events"]
 
 _MARIADB_STANDALONE = 0x01
 """MariaDB's GTID event flag ``FL_STANDALONE``: the event group is one statement (DDL), with no
@@ -57,10 +59,10 @@ def read_transactions(
     """
     import pymysql
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+    time2.install()
     captured = frozenset(options.tables)
+    table_maps = TableMaps()
     stream = BinLogStreamReader(
         connection_settings=dict(settings),
         server_id=options.server_id,
@@ -68,15 +70,7 @@ def read_transactions(
         blocking=False,
         log_file=start.file,
         log_pos=start.pos,
-        only_events=[
-            GtidEvent,
-            MariadbGtidEvent,
-            QueryEvent,
-            XidEvent,
-            WriteRowsEvent,
-            UpdateRowsEvent,
-            DeleteRowsEvent,
-        ],
+        only_events=wanted_events(),
         only_schemas=sorted({name.split(".")[0] for name in captured}),
         enable_logging=False,
     )
@@ -92,7 +86,7 @@ def read_transactions(
             if event is None:
                 return
             end = BinlogPosition(stream.log_file, stream.log_pos)
-            found = _feed(assembler, event, end, captured)
+            found = feed(assembler, event, end, captured, table_maps)
             if found is not None:
                 yield found
             if stop is not None and end >= stop:
@@ -101,10 +95,72 @@ def read_transactions(
         stream.close()
 
 
-def _feed(
-    assembler: TransactionAssembler, event: Any, end: BinlogPosition, captured: frozenset[str]
+def wanted_events() -> list[type]:
+    """The client's event classes :func:`feed` takes (the reader asks for these only)."""
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    return [
+        GtidEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        XidEvent,
+        WriteRowsEvent,
+        UpdateRowsEvent,
+        DeleteRowsEvent,
+    ]
+
+
+class TableMaps:
+    """The columns of each table map read, described once per map rather than per row event.
+
+    A row event points at the table map before it (by table id); the client replaces the map
+    when the server writes a new one (after DDL, and in each binlog file), so a description is
+    reused only while the client's column list is the same object. Driver, per read.
+    """
+
+    def __init__(self) -> None:
+        self._described: dict[int, tuple[object, dict[str, MySqlColumn], str]] = {}
+
+    def columns(self, event: Any) -> tuple[dict[str, MySqlColumn], str]:
+        """A row event's columns by name, and their ``column_types`` text (per row event)."""
+        known = self._described.get(event.table_id)
+        if known is not None and known[0] is event.columns:
+            return known[1], known[2]
+        described = tuple(_column(column) for column in event.columns)
+        by_name = {column.name: column for column in described}
+        self._described[event.table_id] = (event.columns, by_name, types_json(described))
+        return by_name, self._described[event.table_id][2]
+
+
+def _column(column: Any) -> MySqlColumn:
+    """The client's column of a table map -> its description (``binlog_row_metadata=FULL``)."""
+    bits = getattr(column, "bits", None)
+    return MySqlColumn(
+        name=str(column.name),
+        code=int(column.type),
+        unsigned=bool(column.unsigned),
+        precision=getattr(column, "precision", None),
+        scale=getattr(column, "decimals", None),
+        charset=column.character_set_name,
+        bits=int(bits) if bits is not None else None,
+        fsp=int(getattr(column, "fsp", 0) or 0),
+        length=getattr(column, "max_length", None),
+        members=tuple(column.set_values or ()),
+    )
+
+
+def feed(
+    assembler: TransactionAssembler,
+    event: Any,
+    end: BinlogPosition,
+    captured: frozenset[str],
+    table_maps: TableMaps,
 ) -> BinlogTransaction | Statement | None:
-    """One client event into the assembler; what it completed, if anything."""
+    """One client event into the assembler; what it completed, if anything.
+
+    Driver, per event read (also the unit tests' entry for replayed events).
+    """
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
@@ -134,14 +190,24 @@ def _feed(
     name = f"{event.schema}.{event.table}"
     if name not in captured:
         return None
+    columns, types = table_maps.columns(event)
     if isinstance(event, UpdateRowsEvent):
         changes = tuple(
-            RowChange(name, "u", row_values(row["before_values"]), row_values(row["after_values"]))
+            RowChange(
+                name,
+                "u",
+                row_values(row["before_values"], columns, row.get("before_none_sources")),
+                row_values(row["after_values"], columns, row.get("after_none_sources")),
+                types,
+            )
             for row in event.rows
         )
-    elif isinstance(event, DeleteRowsEvent):
-        changes = tuple(RowChange(name, "d", row_values(r["values"]), None) for r in event.rows)
     else:
-        changes = tuple(RowChange(name, "c", None, row_values(r["values"])) for r in event.rows)
+        op: Literal["c", "d"] = "d" if isinstance(event, DeleteRowsEvent) else "c"
+        images = [row_values(r["values"], columns, r.get("none_sources")) for r in event.rows]
+        changes = tuple(
+            RowChange(name, op, image if op == "d" else None, None if op == "d" else image, types)
+            for image in images
+        )
     assembler.rows(Rows(changes))
     return None

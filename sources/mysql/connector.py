@@ -65,7 +65,7 @@ class MySqlConnector(ChangeConnector):
     changes_per_partition
         About how many changes a Spark partition holds (whole transactions).
     column_types
-        Add the ``column_types`` column (null: typed mirrors of this connector come next).
+        Add the ``column_types`` column (each row's table map's types, :mod:`.types`).
     """
 
     name = "mysql"

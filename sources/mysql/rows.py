@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.ipc
 
-from ..schema import ARROW_SCHEMA, json_text, with_types
+from ..schema import ARROW_SCHEMA, TYPES_COLUMN, json_text
 from .transactions import BinlogTransaction, RowChange
 
 __all__ = ["MySqlPartition", "pack", "unpack"]
 
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+_PACKED_SCHEMA = ARROW_SCHEMA.append(pa.field(TYPES_COLUMN, pa.string()))
+"""The change rows with their ``column_types``: unpacking drops them unless asked for."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,12 @@ def pack(
             "key": json_text(_key(change, keys[change.table])),
             "before": json_text(change.before),
             "after": json_text(change.after),
+            TYPES_COLUMN: change.types,
         }
         for order, txn in enumerate(txns, start=first_order)
         for index, change in enumerate(txn.changes)
     ]
-    batch = pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+    batch = pa.RecordBatch.from_pylist(rows, schema=_PACKED_SCHEMA)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema, options=_IPC) as writer:
         writer.write_batch(batch)
@@ -68,6 +71,6 @@ def _key(change: RowChange, columns: tuple[str, ...]) -> dict[str, object]:
 
 
 def unpack(partition: MySqlPartition, column_types: bool) -> Iterator[pa.RecordBatch]:
-    """A partition's rows (executor, per task); ``column_types`` adds that column (null)."""
+    """A partition's rows (executor, per task); ``column_types`` keeps that column."""
     for batch in pa.ipc.open_stream(partition.data):
-        yield with_types(batch, None) if column_types else batch
+        yield batch if column_types else batch.select(ARROW_SCHEMA.names)

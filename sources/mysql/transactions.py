@@ -34,12 +34,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RowChange:
-    """One row changed: ``table`` is ``database.table``; images are JSON-ready dicts."""
+    """One row changed: ``table`` is ``database.table``; images are JSON-ready dicts.
+
+    ``types`` is the ``column_types`` text of the table map the row was written with (shared by
+    the rows of one table map).
+    """
 
     table: str
     op: Literal["c", "u", "d"]
     before: dict[str, object] | None
     after: dict[str, object] | None
+    types: str | None = None
 
 
 @dataclass(frozen=True)

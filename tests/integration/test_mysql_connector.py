@@ -6,7 +6,9 @@ deletes, a primary-key update, a rollback, writes to a table not captured) strea
 Delta version, whole, once and in commit order, and the change log folded by key equals the
 tables. A statement altering a captured table stops the query with a typed error instead of
 delivering rows of another shape. The checks at a start name the setting, the grant or the table
-(and never the password), and a restart whose binlog file was purged is a data-loss error.
+(and never the password), and a restart whose binlog file was purged is a data-loss error. Typed
+mirrors (``columnTypes=true``) equal the tables value for value, a table of every column type at
+its extremes included.
 
 No MySQL 8 server is reachable from these machines (Debian ships MariaDB only, and nothing but
 Debian's, PyPI's and Maven Central's mirrors is on the network): MariaDB is the server tested.
@@ -28,6 +30,7 @@ from harness.faults.debezium import delta_changes, delta_txn_ids
 from harness.faults.mysql import run_scenario
 from harness.servers.mariadb import PASSWORD, MariaDbServer
 from harness.workloads import mysql as workload
+from harness.workloads import mysql_types as every_type
 from spark_ckpt.errors import (
     SourceConnectionError,
     SourcePrivilegeError,
@@ -282,20 +285,27 @@ def test_a_driver_killed_mid_stream_loses_and_repeats_nothing(
     assert problems == [], problems
 
 
-def test_mirrors_equal_the_tables_while_the_query_streams(
+def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
     spark: SparkSession,
     control: spark_ckpt.Control,
     mariadb_server: MariaDbServer,
     mariadb_database: str,
     tmp_path: Path,
 ) -> None:
-    """``mode=mirror``: one table per captured table, equal to it row for row."""
+    """``mode=mirror`` with ``columnTypes=true``: typed tables equal the sources value for value.
+
+    Types come from the binlog's table maps. ``every_type`` has every column type at its
+    extremes; where its mirror keeps text, the comparison is with the server's own text.
+    """
     server, database = mariadb_server, mariadb_database
     workload.create_tables(server, database)
+    server.execute(every_type.TABLE, database)
+    tables = [*workload.KEYS, "every_type"]
     root = tmp_path / "mirror"
     query = (
         spark.readStream.format("txn-cdc")
-        .options(**_options(server, database))
+        .options(**_options(server, database, tables=",".join(f"{database}.{t}" for t in tables)))
+        .option("columnTypes", "true")
         .load()
         .writeStream.format("delta-2pc")
         .option("mode", "mirror")
@@ -306,6 +316,8 @@ def test_mirrors_equal_the_tables_while_the_query_streams(
     )
     try:
         _started(query)
+        for statement in every_type.STATEMENTS:
+            server.execute(statement, database)
         workload.run_transactions(server, database, 20, seed=4)
 
         def mirrored(name: str) -> dict[Any, dict[str, Any]]:
@@ -315,13 +327,35 @@ def test_mirrors_equal_the_tables_while_the_query_streams(
             rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
             return {row["id"]: row for row in rows}
 
+        def sources() -> dict[str, dict[Any, dict[str, Any]]]:
+            found = {
+                name: workload.source_rows(server, database, name, as_json=False)
+                for name in workload.KEYS
+            }
+            found["orders"].pop(1)  # written before the query started, never changed since
+            return found | {"every_type": every_type.source_rows(server, database)}
+
         def equal() -> bool:
             if query.exception() is not None:
                 raise AssertionError(f"the query failed: {query.exception()}")
-            sources = {name: workload.source_rows(server, database, name) for name in workload.KEYS}
-            sources["orders"].pop(1)  # written before the query started, never changed since
-            return all(mirrored(name) == sources[name] for name in workload.KEYS)
+            return all(mirrored(name) == rows for name, rows in sources().items())
 
         wait_until(equal, 120, "the mirrors never equalled the tables")
     finally:
         query.stop()
+    schema = spark.read.format("delta").load(str(root / f"{database}.every_type")).schema
+    assert {f.name: f.dataType.simpleString() for f in schema.fields} == EVERY_TYPE_MIRRORED
+    assert mirrored("every_type") == every_type.source_rows(server, database)
+
+
+EVERY_TYPE_MIRRORED = {
+    "id": "int", "t": "tinyint", "tu": "smallint", "s": "smallint", "su": "int", "m": "int",
+    "mu": "int", "i": "int", "iu": "bigint", "b": "bigint", "bu": "decimal(20,0)",
+    "d": "decimal(12,4)", "dw": "string", "f": "float", "dbl": "double", "dt": "date",
+    "dtm": "timestamp_ntz", "dtm6": "timestamp_ntz", "ts": "timestamp", "ts3": "timestamp",
+    "tm": "string", "tm6": "string", "y": "smallint", "c": "string", "vc": "string",
+    "tx": "string", "l1": "string", "bin": "binary", "vb": "binary", "bl": "binary",
+    "js": "string", "e": "string", "st": "string", "bt1": "boolean", "bt": "bigint",
+    "bt64": "decimal(20,0)",
+}  # fmt: skip
+"""The Spark types of ``every_type``'s mirror (delta-spark reads the schema)."""

@@ -1,4 +1,4 @@
-"""The mysql connector's pure parts: transactions, values, offsets, options, rows, statements.
+"""The mysql connector's pure parts: transactions, offsets, options, rows, statements.
 
 Event objects are the assembler's own (reduced) events, in the orders MySQL's and MariaDB's
 replication documentation give; the integration tests read a real MariaDB's binlog.
@@ -7,9 +7,7 @@ replication documentation give; the integration tests read a real MariaDB's binl
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
-from typing import Any
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -29,7 +27,6 @@ from spark_ckpt.sources.mysql.transactions import (
     Statement,
     TransactionAssembler,
 )
-from spark_ckpt.sources.mysql.values import json_value
 
 
 def _at(pos: int) -> BinlogPosition:
@@ -86,28 +83,6 @@ def test_a_transaction_open_at_the_end_of_a_read_is_read_again_whole() -> None:
     txn = assembler.commit(Commit(_at(400), 1))
     assert txn is not None
     assert len(txn.changes) == 2
-
-
-def test_values_keep_every_digit_and_the_servers_spelling() -> None:
-    cases: list[tuple[Any, Any]] = [
-        (None, None),
-        (18446744073709551615, 18446744073709551615),  # BIGINT UNSIGNED max: exact
-        (-(2**63), -(2**63)),
-        (Decimal("12345678901234567890.123456789"), "12345678901234567890.123456789"),
-        (Decimal("0.10"), "0.10"),
-        (1.5, 1.5),
-        (datetime(2026, 11, 28, 10, 0, 0, 123456), "2026-11-28 10:00:00.123456"),
-        (datetime(2026, 11, 28, 10, 0, 0), "2026-11-28 10:00:00"),
-        (date(2026, 2, 28), "2026-02-28"),
-        (timedelta(hours=-838, minutes=-59, seconds=-59), "-838:59:59"),
-        (timedelta(seconds=3661, microseconds=5), "01:01:01.000005"),
-        (b"\x00\xff", "AP8="),
-        ({"b", "a"}, "a,b"),
-        ({b"k": [1, b"v"]}, '{"k":[1,"v"]}'),
-        ("naïve", "naïve"),
-    ]
-    for value, expected in cases:
-        assert json_value(value) == expected, value
 
 
 def test_offsets_round_trip_in_a_fixed_key_order_and_refuse_another_connectors() -> None:

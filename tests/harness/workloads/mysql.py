@@ -79,21 +79,31 @@ def run_transactions(server: MariaDbServer, database: str, count: int, seed: int
 
 
 def _value(value: Any) -> Any:
-    """A source value as the connector writes it (its JSON rules, for these tables' types)."""
+    """A source value as the connector writes it (its JSON rules, for these tables' types).
+
+    ``placed`` is a ``DATETIME(6)``: printed with its six digits, as MySQL prints it.
+    """
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, datetime):
-        return value.isoformat(sep=" ")
+        return value.isoformat(sep=" ", timespec="microseconds")
     return value
 
 
-def source_rows(server: MariaDbServer, database: str, table: str) -> dict[Any, dict[str, Any]]:
-    """A table's rows by ``id``, values as the connector writes them."""
+def source_rows(
+    server: MariaDbServer, database: str, table: str, *, as_json: bool = True
+) -> dict[Any, dict[str, Any]]:
+    """A table's rows by ``id``, values as the connector writes them.
+
+    With ``as_json=False`` values are as PyMySQL returns them: the forms a typed mirror holds
+    (``Decimal``, ``datetime``).
+    """
     with server.connect(database) as conn, conn.cursor() as cursor:
         cursor.execute(f"SELECT * FROM {table}")
         columns = [d[0] for d in cursor.description or ()]
         rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-    return {row["id"]: {c: _value(v) for c, v in row.items()} for row in rows}
+    convert = _value if as_json else (lambda value: value)
+    return {row["id"]: {c: convert(v) for c, v in row.items()} for row in rows}
 
 
 def fold(rows: list[dict[str, Any]]) -> dict[str, dict[Any, Any]]:
