@@ -2,7 +2,8 @@
 
 A live workload on two captured tables (multi-table transactions, a 300-row transaction, updates,
 deletes, a primary-key update, a rollback, writes to a table not captured) streams into
-``delta-2pc`` through a stop and a restart: every committed transaction lands in exactly one
+``delta-2pc`` through a crash of the server (SIGKILL; the query stops with a typed error) and
+the query's restart once the server is back: every committed transaction lands in exactly one
 Delta version, whole, once and in commit order, and the change log folded by key equals the
 tables. A statement altering a captured table stops the query with a typed error instead of
 delivering rows of another shape. The checks at a start name the setting, the grant or the table
@@ -114,7 +115,7 @@ def _transactions(server: MariaDbServer, database: str, batches: list[list[str]]
             conn.commit()
 
 
-def test_a_live_workload_lands_whole_once_in_order_through_a_restart(
+def test_a_live_workload_lands_whole_once_in_order_through_a_server_crash_and_restart(
     spark: SparkSession,
     control: spark_ckpt.Control,
     mariadb_server: MariaDbServer,
@@ -155,10 +156,19 @@ def test_a_live_workload_lands_whole_once_in_order_through_a_restart(
         assert status["connector"] == "mysql", status
         assert status["server"] == "mariadb", status
         assert status["lagSeconds"] is not None, status
+
+        # The server crashes (SIGKILL) under the running query: a typed error, no password.
+        server.kill()
+        wait_until(lambda: query.exception() is not None, 120, "the crash did not stop the query")
+        message = str(query.exception())
+        assert "SourceConnectionError" in message, message
+        assert server.password not in message
     finally:
         query.stop()
 
-    # Committed while the query is stopped: the restart reads them from its offset.
+    # The server is back (a new binlog file after its crash recovery) and commits more while
+    # the query is down: the query's restart reads them from its offset, in the old file.
+    server.start()
     second = [[f"UPDATE items SET qty = qty + {i + 1} WHERE id = {100 + i}"] for i in range(8)]
     _transactions(server, database, second)
     query = _start(spark, options, tmp_path)
