@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["creates_table", "renamed_columns"]
+__all__ = ["altered_table", "creates_table", "renamed_columns"]
 
 _TOKEN = re.compile(
     r"""
@@ -68,8 +68,8 @@ def _clauses(tokens: list[str]) -> list[list[str]]:
     return parts
 
 
-def _alter_body(tokens: list[str]) -> list[str] | None:
-    """The tokens after ``ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] name``, or None."""
+def _alter_parts(tokens: list[str]) -> tuple[list[str], list[str]] | None:
+    """``ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] name body``: (name's parts, body), or None."""
     upper = [t.upper() for t in tokens]
     if not upper or upper[0] != "ALTER":
         return None
@@ -81,10 +81,37 @@ def _alter_body(tokens: list[str]) -> list[str] | None:
     i += 1
     if upper[i : i + 2] == ["IF", "EXISTS"]:
         i += 2
+    name = [_name(tokens[i])] if i < len(tokens) else []
     i += 1  # the table's name, perhaps qualified
     while i + 1 < len(tokens) and tokens[i] == ".":
+        name.append(_name(tokens[i + 1]))
         i += 2
-    return tokens[i:]
+    return name, tokens[i:]
+
+
+def _alter_body(tokens: list[str]) -> list[str] | None:
+    """The tokens after ``ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] name``, or None."""
+    parts = _alter_parts(tokens)
+    return None if parts is None else parts[1]
+
+
+def altered_table(ddl: str) -> tuple[str | None, str, bool] | None:
+    """``(database or None, table, renames_table)`` of an ``ALTER TABLE``; None for others.
+
+    ``renames_table``: a ``RENAME [TO|AS] new`` clause gives the table another name (a
+    ``RENAME COLUMN`` or ``RENAME INDEX`` clause does not).
+    """
+    parts = _alter_parts(_tokens(ddl))
+    if parts is None or not parts[0]:
+        return None
+    name, body = parts
+    renames = any(
+        [t.upper() for t in clause[:2]][:1] == ["RENAME"]
+        and (len(clause) < 2 or clause[1].upper() not in ("COLUMN", "INDEX", "KEY"))
+        for clause in _clauses(body)
+    )
+    database = name[0] if len(name) == 2 else None
+    return database, name[-1], renames
 
 
 def _rename(clause: list[str]) -> tuple[str, str] | None:

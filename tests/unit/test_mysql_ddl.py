@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from spark_ckpt.sources.debezium_format.mysql_ddl import creates_table, renamed_columns
+from spark_ckpt.sources.debezium_format.mysql_ddl import (
+    altered_table,
+    creates_table,
+    renamed_columns,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,3 +49,22 @@ def test_renames_are_read_from_rename_column_and_change_clauses(
 )
 def test_a_new_table_is_told_by_its_create_table_statement(ddl: str, creates: bool) -> None:
     assert creates_table(ddl) is creates
+
+
+@pytest.mark.parametrize(
+    ("ddl", "altered"),
+    [
+        ("ALTER TABLE products ADD note text", (None, "products", False)),
+        ("alter online table if exists `shop`.`my t` drop x", ("shop", "my t", False)),
+        ("ALTER TABLE p RENAME COLUMN a TO b, RENAME INDEX i TO j", (None, "p", False)),
+        ("ALTER TABLE shop.p RENAME TO q", ("shop", "p", True)),
+        ("ALTER TABLE p ADD c int, RENAME AS q", (None, "p", True)),
+        ("ALTER TABLE p RENAME q", (None, "p", True)),
+        ("RENAME TABLE a TO b", None),
+        ("DROP TABLE p", None),
+    ],
+)
+def test_an_alter_table_names_its_table_and_says_whether_it_renames_it(
+    ddl: str, altered: tuple[str | None, str, bool] | None
+) -> None:
+    assert altered_table(ddl) == altered
