@@ -11,12 +11,14 @@ the offset. Runs on the driver, once per trigger (a connection per read).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_ckpt.errors import SourceConnectionError
 
 from . import time2
 from .binlog_offset import BinlogPosition
+from .schemas import SchemaTracker
 from .transactions import (
     Begin,
     BinlogTransaction,
@@ -44,13 +46,16 @@ def read_transactions(
     settings: dict[str, Any],
     start: BinlogPosition,
     assembler: TransactionAssembler,
+    tracker: SchemaTracker,
     stop: BinlogPosition | None = None,
 ) -> Iterator[BinlogTransaction | Statement]:
     """Committed transactions of captured tables, and standalone statements, after ``start``.
 
     Reads until the binlog's current end, or until the event ending at ``stop``. Statements are
-    yielded so the caller can tell whether one changes a captured table; the assembler keeps
-    what a transaction still open at the end read (:attr:`~.TransactionAssembler.held_changes`).
+    yielded so the caller can tell whether one changes a captured table (and let ``tracker``
+    follow it); the assembler keeps what a transaction still open at the end read
+    (:attr:`~.TransactionAssembler.held_changes`). A table map that changes a captured table's
+    schema puts its schema change ahead of the rows written under it.
 
     Raises
     ------
@@ -86,7 +91,7 @@ def read_transactions(
             if event is None:
                 return
             end = BinlogPosition(stream.log_file, stream.log_pos)
-            found = feed(assembler, event, end, captured, table_maps)
+            found = feed(assembler, event, end, captured, table_maps, tracker)
             if found is not None:
                 yield found
             if stop is not None and end >= stop:
@@ -109,6 +114,15 @@ def wanted_events() -> list[type]:
         UpdateRowsEvent,
         DeleteRowsEvent,
     ]
+
+
+def _committed(
+    assembler: TransactionAssembler, tracker: SchemaTracker, commit: Commit
+) -> BinlogTransaction | None:
+    """Close the open transaction, with the schemas as delivered up to its end."""
+    txn = assembler.commit(commit)
+    tracker.commit()
+    return None if txn is None else replace(txn, schemas=tracker.state)
 
 
 class TableMaps:
@@ -146,7 +160,8 @@ def _column(column: Any) -> MySqlColumn:
         bits=int(bits) if bits is not None else None,
         fsp=int(getattr(column, "fsp", 0) or 0),
         length=getattr(column, "max_length", None),
-        members=tuple(column.set_values or ()),
+        members=tuple(column.set_values or (column.enum_values or [""])[1:]),
+        primary=bool(getattr(column, "is_primary", False)),
     )
 
 
@@ -156,6 +171,7 @@ def feed(
     end: BinlogPosition,
     captured: frozenset[str],
     table_maps: TableMaps,
+    tracker: SchemaTracker,
 ) -> BinlogTransaction | Statement | None:
     """One client event into the assembler; what it completed, if anything.
 
@@ -172,7 +188,7 @@ def feed(
         assembler.open_gtid = event.gtid  # MySQL: BEGIN follows, or a DDL statement
         return None
     if isinstance(event, XidEvent):
-        return assembler.commit(Commit(end, event.timestamp))
+        return _committed(assembler, tracker, Commit(end, event.timestamp))
     if isinstance(event, QueryEvent):
         sql = event.query.strip() if isinstance(event.query, str) else str(event.query)
         word = sql.upper()
@@ -180,17 +196,21 @@ def feed(
             assembler.begin(Begin(assembler.open_gtid))
             return None
         if word == "COMMIT":
-            return assembler.commit(Commit(end, event.timestamp))
+            return _committed(assembler, tracker, Commit(end, event.timestamp))
         if assembler.is_open:
             return None  # a statement inside a transaction (SAVEPOINT): its rows come as rows
         database = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
         statement = Statement(sql, database, end, event.timestamp)
         assembler.statement(statement)
+        tracker.commit()
         return statement
     name = f"{event.schema}.{event.table}"
     if name not in captured:
         return None
     columns, types = table_maps.columns(event)
+    schema_change = tracker.observe(name, tuple(columns.values()))
+    if schema_change is not None:
+        assembler.rows(Rows((RowChange(name, "s", None, None, None, schema_change),)))
     if isinstance(event, UpdateRowsEvent):
         changes = tuple(
             RowChange(

@@ -3,13 +3,16 @@
 JSON, with a stable key order::
 
     {"v": 1, "checkpoint": k, "emitted": n,
-     "file": "mariadb-bin.000003", "pos": 1234, "gtid": "0-1-42" | null}
+     "file": "mariadb-bin.000003", "pos": 1234, "gtid": "0-1-42" | null,
+     "schemas": {"tables": {...}, "renames": {...}}}   # once a captured table was seen
 
 ``file`` and ``pos`` are the binlog coordinates just after the last emitted transaction (its
 ``XID`` or ``COMMIT`` event ends there): the next batch starts with the transaction after it.
 ``gtid`` is the server's GTID state at that point where it has GTIDs (MariaDB's
 ``domain-server-seq`` list), recorded for a resume on another server of the same history.
-Pure; runs on the driver.
+``schemas`` is what the stream delivered of each captured table's schema up to there
+(:class:`~.schemas.SchemaState`): the next batch compares table maps with it. Pure; runs on the
+driver.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..offsets import OffsetHeader, offset_json, read_offset
+from .schemas import SchemaState
 
 __all__ = ["BinlogOffset", "BinlogPosition"]
 
@@ -45,10 +49,17 @@ class BinlogOffset:
     emitted: int
     position: BinlogPosition
     gtid: str | None = None
+    schemas: SchemaState | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The offset's JSON, keys in their fixed order."""
-        body = {"file": self.position.file, "pos": self.position.pos, "gtid": self.gtid}
+        body: dict[str, Any] = {
+            "file": self.position.file,
+            "pos": self.position.pos,
+            "gtid": self.gtid,
+        }
+        if self.schemas is not None and (self.schemas.tables or self.schemas.renames):
+            body["schemas"] = self.schemas.to_json()
         return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
 
     @classmethod
@@ -63,9 +74,13 @@ class BinlogOffset:
 
         def body(header: OffsetHeader, keys: Mapping[str, Any]) -> BinlogOffset:
             position = BinlogPosition(str(keys["file"]), int(keys["pos"]))
-            gtid = keys.get("gtid")
+            gtid, schemas = keys.get("gtid"), keys.get("schemas")
             return cls(
-                header.checkpoint, header.emitted, position, None if gtid is None else str(gtid)
+                header.checkpoint,
+                header.emitted,
+                position,
+                None if gtid is None else str(gtid),
+                None if schemas is None else SchemaState.from_json(schemas),
             )
 
         return read_offset(value, "mysql", body)

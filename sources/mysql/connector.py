@@ -4,9 +4,9 @@ The driver reads the binlog from the last offset (:mod:`.binlog`, non-blocking: 
 has when the trigger asks), keeps the transactions it completed, and cuts batches between them;
 a batch's end offset is the binlog position after its last transaction (:mod:`.binlog_offset`).
 Partitions carry their rows built (:mod:`.rows`). After a restart, Spark's last logged batch is
-read again from its start position to its end, which must give the same transactions. A
-statement that changes a captured table's schema stops the query (the mirror would otherwise
-differ silently): following MySQL's DDL is the next step of this connector.
+read again from its start position to its end, which must give the same transactions. Schema
+changes of captured tables are followed from the table maps and ``ALTER TABLE`` statements
+(:mod:`.schemas`); a table dropped, truncated or renamed stops the query.
 """
 
 from __future__ import annotations
@@ -22,13 +22,16 @@ from spark_ckpt.errors import DataLossError, LogRewrittenError, UnsupportedChang
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
+from ..debezium_format.mysql_ddl import altered_table
 from ..gate import Cut
 from ..partitions import split_after
 from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition
 from .rows import MySqlPartition, pack, unpack
+from .schemas import SchemaState, SchemaTracker
 from .server import (
     ServerInfo,
+    added_column_default,
     binlog_files,
     check_server,
     connection_settings,
@@ -86,6 +89,7 @@ class MySqlConnector(ChangeConnector):
         self.source = f"mysql:{options.host}:{options.port}"
         self._base: BinlogOffset | None = None
         self._assembler = TransactionAssembler()
+        self._tracker = SchemaTracker(SchemaState())
         self._read_to: BinlogPosition | None = None
         self._units: list[BinlogTransaction] = []
         self._target: BinlogPosition | None = None
@@ -130,6 +134,15 @@ class MySqlConnector(ChangeConnector):
         if self._base != start:
             self._base, self._units = start, []
             self._assembler, self._read_to = TransactionAssembler(), start.position
+            self._tracker = self._new_tracker(start)
+
+    def _new_tracker(self, start: BinlogOffset) -> SchemaTracker:
+        """A schema tracker from ``start``'s schemas, asking the server for added defaults."""
+
+        def defaults(table: str, column: str) -> tuple[bool, Any]:
+            return added_column_default(self.options, self.info, table, column)
+
+        return SchemaTracker(start.schemas or SchemaState(), defaults)
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
         """Read the binlog from where the last read stopped; the transactions complete so far."""
@@ -140,15 +153,17 @@ class MySqlConnector(ChangeConnector):
             # Each read starts after the last commit read: a transaction still open at the end
             # of the last read is read again whole.
             self._assembler.discard_open()
+            self._tracker.rollback()
             for found in read_transactions(
                 self.options,
                 connection_settings(self.options),
                 self._read_to,
                 self._assembler,
+                self._tracker,
                 target,
             ):
                 if isinstance(found, Statement):
-                    self._check_statement(found)
+                    self._follow_statement(found, self._tracker)
                 else:
                     self._units.append(found)
             self._read_to = self._assembler.passed or self._read_to
@@ -175,21 +190,39 @@ class MySqlConnector(ChangeConnector):
         if time.monotonic() - self._last_batch < IDLE_ADVANCE_S:
             return None
         self._last_batch = time.monotonic()
-        end = BinlogOffset(base.checkpoint + 1, base.emitted, passed, base.gtid)
+        end = BinlogOffset(
+            base.checkpoint + 1, base.emitted, passed, base.gtid, self._tracker.committed
+        )
         return PlannedBatch(end.to_json(), [])
 
-    def _check_statement(self, statement: Statement) -> None:
-        """Stop at a statement that changes a captured table: the mirror cannot follow it yet."""
+    def _follow_statement(self, statement: Statement, tracker: SchemaTracker) -> None:
+        """Follow an ``ALTER TABLE`` of a captured table; stop at any other statement on one.
+
+        The tracker learns an ALTER's column renames (its table maps show the rest). A table
+        dropped, truncated, created again or renamed is a change the stream cannot carry as
+        rows, so the query stops rather than let a mirror differ.
+        """
+        altered = altered_table(statement.sql)
         for name in self.options.tables:
             database, table = name.split(".")
             in_database = statement.database.lower() == database.lower()
-            if _names(statement.sql, table) and (in_database or _names(statement.sql, database)):
-                raise UnsupportedChangeError(
-                    f"the binlog at {statement.end} holds a statement on captured table {name}: "
-                    f"{statement.sql[:200]!r}. The mysql connector does not follow schema "
-                    f"changes yet, so the query stops rather than deliver rows of another "
-                    f"shape; start a new query (new checkpointLocation) after the change"
-                )
+            if not _names(statement.sql, table) or not (
+                in_database or _names(statement.sql, database)
+            ):
+                continue
+            if altered is not None and not altered[2] and _is(altered, name, statement):
+                tracker.statement(name, statement.sql)
+                continue
+            if altered is not None and not _is(altered, name, statement):
+                continue  # another table's ALTER naming this one (a foreign key to it)
+            raise UnsupportedChangeError(
+                f"the binlog at {statement.end} holds a statement on captured table {name} "
+                f"that a change stream cannot carry as rows: {statement.sql[:200]!r}. The "
+                f"mysql connector follows ALTER TABLE (columns added, dropped, renamed, "
+                f"retyped); a table dropped, truncated, created again or renamed stops the "
+                f"query rather than let a mirror differ: start a new query (new "
+                f"checkpointLocation) after it"
+            )
 
     def availability(self, cut: Cut) -> SnapshotAvailability:
         """Available exactly between transactions."""
@@ -222,7 +255,11 @@ class MySqlConnector(ChangeConnector):
         ]
         last = txns[-1]
         end = BinlogOffset(
-            checkpoint_id, base.emitted + len(txns), last.end, last.gtid or base.gtid
+            checkpoint_id,
+            base.emitted + len(txns),
+            last.end,
+            last.gtid or base.gtid,
+            last.schemas or base.schemas,
         )
         return end.to_json(), partitions
 
@@ -238,17 +275,20 @@ class MySqlConnector(ChangeConnector):
         count = last.emitted - first.emitted
         if count == 0:
             return []
-        txns = [
-            found
-            for found in read_transactions(
-                self.options,
-                connection_settings(self.options),
-                first.position,
-                TransactionAssembler(),
-                last.position,
-            )
-            if isinstance(found, BinlogTransaction)
-        ]
+        tracker = self._new_tracker(first)
+        txns: list[BinlogTransaction] = []
+        for found in read_transactions(
+            self.options,
+            connection_settings(self.options),
+            first.position,
+            TransactionAssembler(),
+            tracker,
+            last.position,
+        ):
+            if isinstance(found, Statement):
+                self._follow_statement(found, tracker)
+            else:
+                txns.append(found)
         if len(txns) != count or txns[-1].end != last.position:
             raise LogRewrittenError(
                 f"reading the logged batch {last.checkpoint} again from {first.position} to "
@@ -291,6 +331,12 @@ def lag_seconds(pending: list[BinlogTransaction], now: float) -> float:
     if not pending:
         return 0.0
     return max(0.0, now - pending[0].commit_ts_us / 1_000_000)
+
+
+def _is(altered: tuple[str | None, str, bool], name: str, statement: Statement) -> bool:
+    """Whether an ALTER's table (its database, else the statement's) is captured ``name``."""
+    database = altered[0] if altered[0] is not None else statement.database
+    return f"{database}.{altered[1]}".lower() == name.lower()
 
 
 def _names(sql: str, identifier: str) -> bool:

@@ -48,9 +48,7 @@ def pack(
             "commit_ts": txn.commit_ts_us,
             "table": change.table,
             "op": change.op,
-            "key": json_text(_key(change, keys[change.table])),
-            "before": json_text(change.before),
-            "after": json_text(change.after),
+            **_images(change, keys[change.table]),
             TYPES_COLUMN: change.types,
         }
         for order, txn in enumerate(txns, start=first_order)
@@ -61,6 +59,18 @@ def pack(
     with pa.ipc.new_stream(sink, batch.schema, options=_IPC) as writer:
         writer.write_batch(batch)
     return MySqlPartition(sink.getvalue().to_pybytes(), batch.num_rows)
+
+
+def _images(change: RowChange, key: tuple[str, ...]) -> dict[str, str | None]:
+    """``key``, ``before`` and ``after`` of a change row (a schema change's are its schemas)."""
+    if change.schema is not None:
+        event = change.schema
+        return {"key": None, "before": event.before_json(), "after": event.after_json()}
+    return {
+        "key": json_text(_key(change, key)),
+        "before": json_text(change.before),
+        "after": json_text(change.after),
+    }
 
 
 def _key(change: RowChange, columns: tuple[str, ...]) -> dict[str, object]:

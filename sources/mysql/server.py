@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ServerInfo",
+    "added_column_default",
     "binlog_files",
     "check_server",
     "connect",
@@ -279,3 +280,39 @@ def binlog_files(options: MySqlOptions) -> list[str]:
     with connect(options) as conn, conn.cursor() as cursor:
         cursor.execute("SHOW BINARY LOGS")
         return [str(row[0]) for row in cursor.fetchall()]
+
+
+_LITERAL = re.compile(r"^(?:[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|'(?:[^'\\]|\\.|'')*')$")
+"""A number or a quoted string: a default MariaDB's catalog spells as a literal."""
+
+
+def added_column_default(
+    options: MySqlOptions, info: ServerInfo, table: str, column: str
+) -> tuple[bool, Any]:
+    """What the existing rows of ``table`` read for ``column``, just added: ``(known, value)``.
+
+    MySQL fills existing rows with the column's default when a column is added: NULL for a
+    nullable column without one; a literal default's value (MariaDB's catalog spells defaults as
+    SQL expressions, so a literal is evaluated by the server, never a function). Not known: a
+    default that is an expression (``current_timestamp()``: evaluated at the ALTER, not now), a
+    ``NOT NULL`` column without a default (MySQL's implicit 0 or ''), MySQL's literal spellings
+    (untested here), and a column the catalog no longer has. Driver, once per added column.
+    """
+    database, name = table.split(".")
+    with connect(options) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT IS_NULLABLE, COLUMN_DEFAULT FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND COLUMN_NAME = %s",
+            (database, name, column),
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return False, None
+        nullable, default = str(row[0]).upper() == "YES", row[1]
+        if default is None or (info.mariadb and str(default).upper() == "NULL"):
+            return nullable, None
+        if not info.mariadb or not _LITERAL.match(str(default)):
+            return False, None
+        cursor.execute(f"SELECT {default}")
+        found = cursor.fetchone()
+        return True, None if found is None else found[0]

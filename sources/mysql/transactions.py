@@ -17,9 +17,14 @@ MySQL's implicit commit).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .binlog_offset import BinlogPosition
+
+if TYPE_CHECKING:
+    from spark_ckpt.model.schema_changes import SchemaEvent
+
+    from .schemas import SchemaState
 
 __all__ = [
     "Begin",
@@ -37,14 +42,16 @@ class RowChange:
     """One row changed: ``table`` is ``database.table``; images are JSON-ready dicts.
 
     ``types`` is the ``column_types`` text of the table map the row was written with (shared by
-    the rows of one table map).
+    the rows of one table map). A schema change (``op='s'``) carries its ``schema`` event
+    instead of images.
     """
 
     table: str
-    op: Literal["c", "u", "d"]
+    op: Literal["c", "u", "d", "s"]
     before: dict[str, object] | None
     after: dict[str, object] | None
     types: str | None = None
+    schema: SchemaEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,8 @@ class BinlogTransaction:
     commit_ts_us: int
     changes: tuple[RowChange, ...]
     end: BinlogPosition
+    schemas: SchemaState | None = None
+    """The captured tables' schemas as delivered up to this transaction's end."""
 
 
 @dataclass

@@ -128,7 +128,9 @@ class MySqlColumn:
         A ``BINARY(n)`` column's n: the binlog drops a value's trailing zero bytes, which the
         column keeps (MySQL's ``Field_string::pack``).
     members
-        A ``SET`` column's members in their declared order.
+        An ``ENUM``'s or ``SET``'s members in their declared order.
+    primary
+        Whether the column is part of the primary key.
     """
 
     name: str
@@ -141,6 +143,7 @@ class MySqlColumn:
     fsp: int = 0
     length: int | None = None
     members: tuple[str, ...] = ()
+    primary: bool = False
 
     @property
     def fixed_binary_length(self) -> int | None:

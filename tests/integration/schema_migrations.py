@@ -2,7 +2,8 @@
 
 PostgreSQL's is run by the ``postgres`` connector's test and, as far as Debezium's records can
 show it, through Debezium by the ``debezium-json`` and ``kafka`` ones
-(:func:`follow_debezium_postgres`); each step is a list of statements followed by ordinary writes.
+(:func:`follow_debezium_postgres`); MariaDB's by the ``debezium-json`` and ``mysql`` ones. Each
+step is a list of statements followed by ordinary writes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from harness.faults.postgres_schema import mirror_table, source_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from harness.servers.mariadb import MariaDbServer
 
 PRODUCTS, TAGS = "public.products", "public.tags"
 
@@ -271,3 +274,71 @@ def follow_debezium_postgres(
     assert "MirrorSchemaError" in message, message
     assert "rename from a drop and an add" in message, message
     assert mirror_of(spark, root) == published
+
+
+MARIADB_STEPS: list[tuple[str, list[str]]] = [
+    (
+        "add a nullable column",
+        ["ALTER TABLE products ADD COLUMN note text NULL", "UPDATE products SET note = 'n'"],
+    ),
+    (
+        "add a column with a default existing rows read",
+        [
+            "ALTER TABLE products ADD COLUMN flag tinyint NOT NULL DEFAULT 1",
+            "INSERT INTO products (id, name, price, qty, sku, amount, flag) "
+            "VALUES (100, 'late', 1.00, 1, 's100', 2.50, 0)",
+        ],
+    ),
+    (
+        "drop a column",
+        [
+            "ALTER TABLE products DROP COLUMN price",
+            "INSERT INTO products (id, name, qty, sku, amount) VALUES (101, 'x', 3, 's', 1.25)",
+        ],
+    ),
+    (
+        "drop a column, write, add one of the same name",
+        [
+            "ALTER TABLE products DROP COLUMN note",
+            "UPDATE products SET qty = qty + 1 WHERE id = 1",
+            "ALTER TABLE products ADD COLUMN note int NULL",
+            "UPDATE products SET note = id * 10 WHERE id < 4",
+        ],
+    ),
+    (
+        "widen int to bigint and decimal precision, lengthen a varchar",
+        [
+            "ALTER TABLE products MODIFY qty bigint",
+            "ALTER TABLE products MODIFY amount decimal(14,2)",
+            "ALTER TABLE products MODIFY sku varchar(40)",
+            "UPDATE products SET qty = 5000000000, sku = repeat('k', 30) WHERE id = 1",
+        ],
+    ),
+    (
+        # Debezium's MariaDB connector writes the DDL before the changes: renames are followed.
+        "rename a column, and another with CHANGE",
+        [
+            "ALTER TABLE products RENAME COLUMN name TO title",
+            "UPDATE products SET qty = qty + 1 WHERE id = 2",
+            "ALTER TABLE products CHANGE sku code varchar(40)",
+            "INSERT INTO products (id, title, qty, code, amount) VALUES (102, 'y', 4, 'c', 2)",
+        ],
+    ),
+    (
+        "a new table, created and written",
+        [
+            "CREATE TABLE extra (id int PRIMARY KEY, label varchar(20))",
+            "INSERT INTO extra VALUES (1, 'e1'), (2, 'e2')",
+        ],
+    ),
+]
+"""MariaDB's sequence: the ``debezium-json`` test runs it through Debezium's MariaDB connector,
+the ``mysql`` connector's test reads it from the binlog itself."""
+
+
+def mariadb_table(server: MariaDbServer, database: str, name: str) -> set[tuple[Any, ...]]:
+    """A MariaDB table's rows as sets of ``(column, value)`` pairs (PyMySQL's values)."""
+    with server.connect(database) as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {name}")
+        columns = [d[0] for d in cursor.description or ()]
+        return {tuple(sorted(zip(columns, row, strict=True))) for row in cursor.fetchall()}

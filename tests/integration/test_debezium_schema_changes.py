@@ -103,71 +103,6 @@ def test_mirror_follows_migrations_debezium_writes_and_refuses_a_rename_it_canno
         writer.close()
 
 
-MARIADB_STEPS: list[tuple[str, list[str]]] = [
-    (
-        "add a nullable column",
-        ["ALTER TABLE products ADD COLUMN note text NULL", "UPDATE products SET note = 'n'"],
-    ),
-    (
-        "add a column with a default existing rows read",
-        [
-            "ALTER TABLE products ADD COLUMN flag tinyint NOT NULL DEFAULT 1",
-            "INSERT INTO products (id, name, price, qty, sku, amount, flag) "
-            "VALUES (100, 'late', 1.00, 1, 's100', 2.50, 0)",
-        ],
-    ),
-    (
-        "drop a column",
-        [
-            "ALTER TABLE products DROP COLUMN price",
-            "INSERT INTO products (id, name, qty, sku, amount) VALUES (101, 'x', 3, 's', 1.25)",
-        ],
-    ),
-    (
-        "drop a column, write, add one of the same name",
-        [
-            "ALTER TABLE products DROP COLUMN note",
-            "UPDATE products SET qty = qty + 1 WHERE id = 1",
-            "ALTER TABLE products ADD COLUMN note int NULL",
-            "UPDATE products SET note = id * 10 WHERE id < 4",
-        ],
-    ),
-    (
-        "widen int to bigint and decimal precision, lengthen a varchar",
-        [
-            "ALTER TABLE products MODIFY qty bigint",
-            "ALTER TABLE products MODIFY amount decimal(14,2)",
-            "ALTER TABLE products MODIFY sku varchar(40)",
-            "UPDATE products SET qty = 5000000000, sku = repeat('k', 30) WHERE id = 1",
-        ],
-    ),
-    (
-        # Debezium's MariaDB connector writes the DDL before the changes: renames are followed.
-        "rename a column, and another with CHANGE",
-        [
-            "ALTER TABLE products RENAME COLUMN name TO title",
-            "UPDATE products SET qty = qty + 1 WHERE id = 2",
-            "ALTER TABLE products CHANGE sku code varchar(40)",
-            "INSERT INTO products (id, title, qty, code, amount) VALUES (102, 'y', 4, 'c', 2)",
-        ],
-    ),
-    (
-        "a new table, created and written",
-        [
-            "CREATE TABLE extra (id int PRIMARY KEY, label varchar(20))",
-            "INSERT INTO extra VALUES (1, 'e1'), (2, 'e2')",
-        ],
-    ),
-]
-
-
-def _mariadb_table(server: MariaDbServer, database: str, name: str) -> set[tuple[Any, ...]]:
-    with server.connect(database) as conn, conn.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {name}")
-        columns = [d[0] for d in cursor.description or ()]
-        return {tuple(sorted(zip(columns, row, strict=True))) for row in cursor.fetchall()}
-
-
 def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -209,21 +144,23 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
 
     def wait_equal(step: str, name: str = "products") -> None:
         def compare(read: Callable[[str], schema_migrations.Table]) -> tuple[bool, Any]:
-            source, (_, mirror) = _mariadb_table(server, database, name), read(f"{database}.{name}")
+            source = schema_migrations.mariadb_table(server, database, name)
+            _, mirror = read(f"{database}.{name}")
             return source == mirror, sorted(source ^ mirror, key=repr)[:4]
 
         schema_migrations.wait_mirror(spark, query, root, step, compare)
 
     try:
         wait_equal("the snapshot")
-        for step, statements in MARIADB_STEPS:
+        for step, statements in schema_migrations.MARIADB_STEPS:
             with server.connect(database) as conn, conn.cursor() as cursor:
                 for statement in statements:
                     cursor.execute(statement)
             wait_equal(step, "extra" if step.startswith("a new table") else "products")
         # delta-rs reads the evolved mirror (renamed, dropped, widened columns) as delta-spark.
         evolved = schema_migrations.newest_of(root, f"{database}.products")[1]
-        assert evolved == _mariadb_table(server, database, "products"), "delta-rs differs"
+        source = schema_migrations.mariadb_table(server, database, "products")
+        assert evolved == source, "delta-rs differs"
         tables = spark_ckpt.read_consistent(spark, str(root))
         types = {f.name: f.dataType.simpleString() for f in tables[f"{database}.products"].schema}
         assert (types["qty"], types["amount"], types["flag"]) == (

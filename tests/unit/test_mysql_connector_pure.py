@@ -18,6 +18,7 @@ from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
 from spark_ckpt.sources.mysql.connector import MySqlConnector, lag_seconds
 from spark_ckpt.sources.mysql.options import MySqlOptions
 from spark_ckpt.sources.mysql.rows import pack, unpack
+from spark_ckpt.sources.mysql.schemas import SchemaState, SchemaTracker
 from spark_ckpt.sources.mysql.server import ServerInfo
 from spark_ckpt.sources.mysql.transactions import (
     Begin,
@@ -131,24 +132,31 @@ def test_rows_are_numbered_keyed_and_carry_both_images() -> None:
     assert rows[0]["commit_ts"] == datetime(1970, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
 
 
-def test_a_statement_naming_a_captured_table_stops_the_query() -> None:
+def test_an_alter_table_is_followed_and_other_statements_on_captured_tables_stop_it() -> None:
     connector = MySqlConnector(
         _parse(tables="shop.orders"), ServerInfo("10.11", True), {}, 10, False
     )
+    tracker = SchemaTracker(SchemaState())
     for harmless in (
         Statement("ALTER TABLE orders_archive ADD c int", "shop", _at(1), 1),
         Statement("ALTER TABLE orders ADD c int", "other", _at(1), 1),
         Statement("CREATE DATABASE reports", "", _at(1), 1),
-    ):
-        connector._check_statement(harmless)
-    for changing in (
+        Statement(
+            "ALTER TABLE items ADD FOREIGN KEY (o) REFERENCES orders (id)", "shop", _at(1), 1
+        ),
         Statement("ALTER TABLE `orders` ADD c int", "shop", _at(1), 1),
-        Statement("alter table shop.orders drop column c", "", _at(1), 1),
+        Statement("alter table shop.orders rename column c to d", "", _at(1), 1),
+    ):
+        connector._follow_statement(harmless, tracker)
+    assert tracker.state.renames == {"shop.orders": (("c", "d"),)}
+    for changing in (
+        Statement("ALTER TABLE shop.orders RENAME TO shop.old", "", _at(1), 1),
         Statement("TRUNCATE TABLE Orders", "shop", _at(1), 1),
+        Statement("DROP TABLE orders", "shop", _at(1), 1),
         Statement("RENAME TABLE shop.orders TO shop.old", "mysql", _at(1), 1),
     ):
         with pytest.raises(UnsupportedChangeError, match=r"shop\.orders"):
-            connector._check_statement(changing)
+            connector._follow_statement(changing, tracker)
 
 
 def test_lag_is_the_age_of_the_oldest_transaction_not_yet_delivered() -> None:

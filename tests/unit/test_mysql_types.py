@@ -32,6 +32,7 @@ from spark_ckpt.sources.mysql import time2
 from spark_ckpt.sources.mysql.binlog import TableMaps, feed, wanted_events
 from spark_ckpt.sources.mysql.binlog_offset import BinlogPosition
 from spark_ckpt.sources.mysql.rows import pack, unpack
+from spark_ckpt.sources.mysql.schemas import SchemaState, SchemaTracker
 from spark_ckpt.sources.mysql.transactions import BinlogTransaction, TransactionAssembler
 from spark_ckpt.sources.mysql.types import FieldType, MySqlColumn, spark_type
 from spark_ckpt.sources.mysql.values import json_value, row_values
@@ -96,9 +97,10 @@ def _replayed_events() -> Iterator[Any]:
 
 
 def _transactions() -> list[BinlogTransaction]:
-    assembler, maps = TransactionAssembler(), TableMaps()
+    assembler, maps, tracker = TransactionAssembler(), TableMaps(), SchemaTracker(SchemaState())
+    captured = frozenset({TABLE})
     found = [
-        feed(assembler, event, BinlogPosition("mariadb-bin.000001", n), frozenset({TABLE}), maps)
+        feed(assembler, event, BinlogPosition("mariadb-bin.000001", n), captured, maps, tracker)
         for n, event in enumerate(_replayed_events())
     ]
     return [txn for txn in found if isinstance(txn, BinlogTransaction)]
