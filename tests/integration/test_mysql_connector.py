@@ -299,6 +299,25 @@ def test_a_driver_killed_mid_stream_loses_and_repeats_nothing(
     assert problems == [], problems
 
 
+def _typed_mirror(
+    spark: SparkSession, server: MariaDbServer, database: str, tables: list[str], tmp_path: Path
+) -> StreamingQuery:
+    """``tables`` into typed mirrors under ``tmp_path / "mirror"`` (``columnTypes=true``)."""
+    names = ",".join(f"{database}.{name}" for name in tables)
+    return (
+        spark.readStream.format("txn-cdc")
+        .options(**_options(server, database, tables=names))
+        .option("columnTypes", "true")
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("mode", "mirror")
+        .option("path", str(tmp_path / "mirror"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+
+
 def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -314,20 +333,8 @@ def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
     server, database = mariadb_server, mariadb_database
     workload.create_tables(server, database)
     server.execute(every_type.TABLE, database)
-    tables = [*workload.KEYS, "every_type"]
     root = tmp_path / "mirror"
-    query = (
-        spark.readStream.format("txn-cdc")
-        .options(**_options(server, database, tables=",".join(f"{database}.{t}" for t in tables)))
-        .option("columnTypes", "true")
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("mode", "mirror")
-        .option("path", str(root))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="300 milliseconds")
-        .start()
-    )
+    query = _typed_mirror(spark, server, database, [*workload.KEYS, "every_type"], tmp_path)
     try:
         _started(query)
         for statement in every_type.STATEMENTS:
@@ -394,21 +401,8 @@ def test_a_typed_mirror_follows_migrations_read_from_the_binlog(
         "sku varchar(10), amount decimal(8,2))",
         database,
     )
-    names = ",".join(f"{database}.{name}" for name in ("products", "orders"))
-    workload.create_tables(server, database)
     root = tmp_path / "mirror"
-    query = (
-        spark.readStream.format("txn-cdc")
-        .options(**_options(server, database, tables=names))
-        .option("columnTypes", "true")
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("mode", "mirror")
-        .option("path", str(root))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="300 milliseconds")
-        .start()
-    )
+    query = _typed_mirror(spark, server, database, ["products"], tmp_path)
 
     def wait_equal(step: str) -> None:
         def compare(read: Callable[[str], schema_migrations.Table]) -> tuple[bool, Any]:
