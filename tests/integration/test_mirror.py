@@ -168,7 +168,10 @@ def test_mirror_tables_track_the_source_and_read_consistently(
             index = root / "_checkpoints"
             if not (index / "_delta_log").exists():
                 return False
-            changes = DeltaTable(str(root / "_changes")).to_pyarrow_table(columns=["txn_id"])
+            try:
+                changes = DeltaTable(str(root / "_changes")).to_pyarrow_table(columns=["txn_id"])
+            except TableNotFoundError:
+                return False  # its log directory is there before its first commit file is
             return len(set(changes.column("txn_id").to_pylist())) == final_txn
 
         wait_until(caught_up, 120, "the mirrors did not catch up with the log")
