@@ -4,10 +4,14 @@
 #   ./scripts/test.sh            the whole suite (the CI gate)
 #   ./scripts/test.sh --quick    the edit loop: lint, types, unit tests and the integration tests
 #                                marked `quick` (one per component), Connect's included
+#   ./scripts/test.sh --soak     lint, types, then the tests marked `soak`: the scenarios the
+#                                whole suite leaves out for its time budget (bench/soak.sh)
 #   ./scripts/test.sh ARGS       lint, types, then pytest ARGS (a file, -k ...), no Connect tests
 set -euo pipefail
 QUICK=0
+SOAK=0
 if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+if [ "${1:-}" = "--soak" ]; then SOAK=1; shift; fi
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" test
 cd "$ROOT"
 
@@ -63,22 +67,13 @@ PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}
 # The slowest tests are printed at the end of every run, so growth is seen when it happens.
 DURATIONS=(--durations=10 --durations-min=1.0)
 
-if [ "$QUICK" = 1 ] || [ $# = 0 ]; then
+if [ "$QUICK" = 1 ] || [ "$SOAK" = 1 ] || [ $# = 0 ]; then
     # One session first, alone, with retries: two pytest processes starting theirs at once on a
     # fresh machine would download the same jars into Ivy's unlocked cache side by side.
     say "Spark's packages into Ivy's cache (Delta, s3a, Spark's Kafka source)"
     PYTHONSAFEPATH=1 "$VENV/bin/python" -m harness.spark_packages
 fi
-if [ "$QUICK" = 1 ]; then
-    say "pytest, quick tier (unit tests and the integration tests marked quick)"
-    "${PYTEST[@]}" "${DURATIONS[@]}" -m "not integration or quick" "$@"
-    say "pytest tests/connect, quick tier"
-    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 -m quick tests/connect
-elif [ $# -gt 0 ]; then
-    # With arguments (a test file, -k ...) only those run, without the Connect tests.
-    say "pytest $*"
-    "${PYTEST[@]}" "${DURATIONS[@]}" "$@"
-else
+build_wheel() {
     # The release's wheel: the cluster tests' executors run it from a packed environment (no
     # Rust there). Other runs build it on demand when they select a cluster test.
     "$ROOT/scripts/wheel.sh" --no-setup
@@ -87,8 +82,26 @@ else
     shopt -u nullglob
     [ "${#WHEELS[@]}" = 1 ] || die "scripts/wheel.sh left ${#WHEELS[@]} manylinux wheels in dist/"
     export SPARK_CKPT_TEST_WHEEL="${WHEELS[0]}"
-    say "pytest (integration and unit, ${SPARK_CKPT_TEST_WORKERS:-2} processes)"
-    "${PYTEST[@]}" "${DURATIONS[@]}"
+}
+if [ "$QUICK" = 1 ]; then
+    say "pytest, quick tier (unit tests and the integration tests marked quick)"
+    "${PYTEST[@]}" "${DURATIONS[@]}" -m "(not integration or quick) and not soak" "$@"
+    say "pytest tests/connect, quick tier"
+    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 -m quick tests/connect
+elif [ "$SOAK" = 1 ]; then
+    build_wheel
+    say "pytest, soak tier (the tests marked soak, ${SPARK_CKPT_TEST_WORKERS:-2} processes)"
+    "${PYTEST[@]}" "${DURATIONS[@]}" -m soak "$@"
+elif [ $# -gt 0 ]; then
+    # With arguments (a test file, -k ...) only those run, without the Connect tests.
+    say "pytest $*"
+    "${PYTEST[@]}" "${DURATIONS[@]}" "$@"
+else
+    build_wheel
+    # The soak tier's scenarios are left out (bench/soak.sh runs them): each repeats, for minutes,
+    # a path a test here already kills or runs (docs/development.md, "The soak tier").
+    say "pytest (integration and unit, ${SPARK_CKPT_TEST_WORKERS:-2} processes, soak tier left out)"
+    "${PYTEST[@]}" "${DURATIONS[@]}" -m "not soak"
     # In a process of their own: a Connect server and a classic session cannot share one. Not
     # beside the main run: its two processes keep both cores busy already (measured: 97% busy),
     # and a third JVM beside them slowed the demo past its bounds.

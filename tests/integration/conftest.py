@@ -122,6 +122,16 @@ interface (``sources/postgres/decoding``), whose two implementations the tests o
 snapshot's windows) run with both plugins; running the slot's tests twice only repeated the
 same slot code."""
 
+pgoutput_then_wal2json_in_soak = pytest.mark.parametrize(
+    "pg_plugin", ["pgoutput", pytest.param("wal2json", marks=pytest.mark.soak)], indirect=True
+)
+"""For a postgres scenario of a minute or more (a migration sequence, a live workload with
+restarts): the test command runs it with pgoutput, the soak tier (``bench/soak.sh``) with
+wal2json as well. What the plugins decode differently is tested with both plugins in the test
+command by the decoding tests (values, keys, truncation, columns, schema detection), which take
+seconds each; a second plugin's run of a long scenario repeats the same recovery and mirror code
+for a minute or more."""
+
 
 @pytest.fixture
 def pg_dsn(pg_server: PgCluster) -> Iterator[str]:

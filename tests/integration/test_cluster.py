@@ -72,6 +72,7 @@ class ClusterRun:
         return crash.verify(spark, self.store.uri("table"), self.expected, self.store.storage)
 
 
+@pytest.mark.soak
 def test_executor_and_driver_kills_on_a_growing_log_on_s3(
     spark: SparkSession, cluster: SparkCluster, s3_server: S3Server, s3_bucket: str
 ) -> None:

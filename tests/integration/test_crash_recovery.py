@@ -100,6 +100,7 @@ def test_a_restart_with_nothing_to_read_publishes_what_the_killed_run_completed(
     assert (lost, duplicated, torn) == (0, 0, 0)
 
 
+@pytest.mark.soak
 def test_supervised_restart_after_a_kill_restores_the_exact_checkpoint_and_its_hook_data(
     spark: SparkSession, tmp_path: Path
 ) -> None:

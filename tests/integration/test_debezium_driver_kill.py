@@ -30,6 +30,10 @@ from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 
+# The soak tier (bench/soak.sh): the test command kills drivers reading Debezium's logs in
+# test_crash_recovery (every protocol point) and test_debezium_schema_changes' siblings.
+pytestmark = pytest.mark.soak
+
 KILL_BATCH = 3
 """The batch whose manifest is the first driver's last act (batch 0 is the snapshot)."""
 ACCOUNTS = 30

@@ -84,6 +84,7 @@ def _start(spark: SparkSession, tmp_path: Path, keys: str = KEYS) -> StreamingQu
     )
 
 
+@pytest.mark.soak
 def test_mirror_follows_migrations_debezium_writes_and_refuses_a_rename_it_cannot_tell(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -193,6 +194,7 @@ def _mirrors(spark: SparkSession, root: Path) -> dict[str, tuple[list[str], list
     }
 
 
+@pytest.mark.soak
 def test_driver_killed_around_schema_changes_loses_and_repeats_nothing(
     spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
 ) -> None:

@@ -37,7 +37,7 @@ from harness.workloads import postgres as pg_workload
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 ACCOUNTS = 30
 LARGE_ROWS = 20_000

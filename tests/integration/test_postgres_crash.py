@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from harness.faults.postgres import run_scenario
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+@pytest.mark.soak
 def test_driver_killed_during_snapshot_and_mid_stream_loses_and_repeats_nothing(
     spark: SparkSession, pg_dsn: str, tmp_path: Path
 ) -> None:

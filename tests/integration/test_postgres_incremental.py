@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from conftest import slow_wal_writer, wait_until
+from conftest import pgoutput_then_wal2json_in_soak, slow_wal_writer, wait_until
 from test_postgres_cdc import plain_query
 
 import spark_ckpt
@@ -74,6 +74,7 @@ def phase(query: Any) -> str | None:
     return str(json.loads(query.recentProgress[-1].sources[0].latestOffset)["status"]["phase"])
 
 
+@pgoutput_then_wal2json_in_soak
 def test_an_incremental_snapshot_with_a_live_workload_and_a_restart_is_exact(
     spark: SparkSession,
     control: spark_ckpt.Control,

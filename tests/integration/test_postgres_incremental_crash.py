@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from harness.faults.postgres_incremental import run_scenario
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+@pytest.mark.soak
 def test_three_kills_during_an_incremental_snapshot_lose_and_repeat_nothing(
     spark: SparkSession, pg_dsn: str, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from conftest import wait_until
+from conftest import pgoutput_then_wal2json_in_soak, wait_until
 
 import spark_ckpt
 from spark_ckpt.testing.shop_workload import invariant_violations
@@ -175,6 +175,7 @@ def _as_set(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     return {tuple(sorted((k, _canonical(v)) for k, v in row.items())) for row in rows}
 
 
+@pgoutput_then_wal2json_in_soak
 def test_postgres_mirrors_equal_their_tables_typed_and_consistent(
     spark: SparkSession,
     control: spark_ckpt.Control,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import schema_migrations
-from conftest import wait_until
+from conftest import pgoutput_then_wal2json_in_soak, wait_until
 
 import spark_ckpt
 from harness.faults.postgres_schema import mirror_table, run_scenario, source_table
@@ -83,6 +83,7 @@ def _reported_schema_changes(query: StreamingQuery) -> list[str]:
     return found
 
 
+@pgoutput_then_wal2json_in_soak
 def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
     spark: SparkSession,
     control: spark_ckpt.Control,
@@ -191,8 +192,10 @@ def test_driver_killed_between_a_schema_change_and_its_publish_loses_and_repeats
     After the schema change's batch is pre-committed and in its publish; once a rebuild's first
     batch is pre-committed, and in the publish that ends it.
 
-    pgoutput only: the kill test of the other postgres path runs wal2json, and what recovery
-    does after the pre-commit does not depend on the plugin.
+    pgoutput only: the kill test of the other postgres path runs wal2json (in the soak tier),
+    and what recovery does after the pre-commit does not depend on the plugin. The test
+    command's postgres kill test: its kills fall at the pre-commit, in the publish and inside a
+    rebuild's snapshot chunks.
     """
     verdict = run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
     assert verdict.ok, verdict
