@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from spark_ckpt.errors import InvalidOptionError
-from spark_ckpt.model.option_types import Boolean, Choice, Duration, PositiveInt
+from spark_ckpt.model.option_types import Boolean, Choice, Duration, PositiveInt, Text
 from spark_ckpt.model.options import (
     IDENTITY_OPTION,
     OptionReader,
@@ -34,6 +34,7 @@ __all__ = [
     "COMMON_OPTIONS",
     "COMMON_OPTION_SPECS",
     "IDENTITY_OPTION",
+    "SNAPSHOT_DIR",
     "SOFT_DECLINE_TIMEOUT",
     "STORAGE_PREFIX",
     "ConnectorOptions",
@@ -103,6 +104,15 @@ STORAGE: OptionSpec[str] = OptionSpec(
     "overriding the session's (`storageOptions.AWS_REGION`, ...)",
     placeholder="KEY",
 )
+
+SNAPSHOT_DIR: OptionSpec[str] = OptionSpec(
+    "snapshotDir",
+    "where the snapshot spills its rows, a local directory or an object-store URI (executors "
+    "must see it: shared storage beyond `local` mode)",
+    Text(),
+    default_note="the driver's temp directory",
+)
+"""A connector with a one-unit snapshot (postgres, mysql) lists it among its own options."""
 
 COMMON_OPTION_SPECS: tuple[OptionSpec[Any], ...] = (
     CONNECTOR,

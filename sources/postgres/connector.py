@@ -36,6 +36,7 @@ from spark_ckpt.state.storage import Location
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
 from ..options import SourceOptions
+from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .change_store import ChangeStore
 from .chunks import require_key
 from .connect import redact_dsn, scrub
@@ -57,7 +58,6 @@ from .publication import ensure_publication
 from .slot import SLOT_HEALTH_KEYS, Slot, SlotHealth
 from .slot_checks import check_resume, claim_snapshot_slot
 from .snapshot import SnapshotSpill
-from .snapshot_partitions import PgSnapshotPartition, snapshot_rows
 from .stream_partitions import (
     PgStreamPartition,
     plan_stream_partitions,
@@ -554,7 +554,7 @@ class PostgresConnector(ChangeConnector):
         if isinstance(partition, ChunkEmitPartition):
             yield from emit_rows(partition)
             return
-        assert isinstance(partition, PgSnapshotPartition)
+        assert isinstance(partition, SnapshotPartition)
         yield from snapshot_rows(partition, self.column_types)
 
 

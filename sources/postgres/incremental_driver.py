@@ -18,13 +18,13 @@ from typing import Any
 from spark_ckpt.state.storage import Location
 
 from ..connector import PlannedBatch
+from ..snapshot_progress import SnapshotProgress
 from .decoding.transactions import PgTransaction
 from .incremental import IncrementalState, PendingChunk
 from .incremental_plan import ChunkPlanner
 from .lsn import format_lsn
 from .pg_offset import PgOffset, offset_key
 from .snapshot import estimated_rows
-from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
 
 __all__ = ["FLUSH_WAIT_S", "IncrementalSnapshot"]

@@ -3,7 +3,7 @@
 A :class:`~.snapshot.SnapshotTask` reads every captured table in one repeatable-read
 transaction exported by the slot's creation, spilling the rows (:mod:`.snapshot`); while it
 runs the source declines softly (one open unit, growing); once done, the whole snapshot is one
-unit, a batch of its own, whose partitions read the spill (:mod:`.snapshot_partitions`). A re-run
+unit, a batch of its own, whose partitions read the spill (:mod:`..snapshot_spill`). A re-run
 of that batch after a restart reads the spill again, or takes the snapshot again when the spill
 did not survive. The streaming phase starts at the slot's consistent point.
 """
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from spark_ckpt.model.availability import SnapshotAvailability
 
 from ..connector import Plan
+from ..snapshot_progress import SnapshotProgress
+from ..snapshot_spill import SnapshotPartition, snapshot_partitions
 from .lsn import format_lsn
 from .options import PostgresOptions
 from .slot import Slot
 from .slot_checks import claim_snapshot_slot, own_snapshot_slot
 from .snapshot import SnapshotSpill, SnapshotTask
-from .snapshot_partitions import PgSnapshotPartition, snapshot_partitions
-from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
 from .types import types_json
 
@@ -140,7 +140,7 @@ class InitialSnapshot:
         types: tuple[tuple[str, str], ...] = ()
         if self._column_types:
             types = tuple((t.name, types_json(t.columns)) for t in self._tables())
-        values = PgSnapshotPartition(
+        values = SnapshotPartition(
             (), manifest.rows, txn_id, manifest.taken_at_us, self._source, types
         )
-        return snapshot_partitions(manifest, self._spill, values, self._changes_per_partition)
+        return snapshot_partitions(manifest.files, self._spill, values, self._changes_per_partition)

@@ -10,7 +10,7 @@ from spark_ckpt.model.option_types import Choice, Duration, Names, PositiveInt, 
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
 from spark_ckpt.model.uris import check_uri
 
-from ..options import ConnectorOptions
+from ..options import SNAPSHOT_DIR, ConnectorOptions
 from .plugins import PLUGIN, PLUGINS
 
 __all__ = ["PostgresOptions"]
@@ -72,13 +72,6 @@ SNAPSHOT_PARALLELISM: OptionSpec[int] = OptionSpec(
     "executors' cores)",
     PositiveInt(),
     default=2,
-)
-SNAPSHOT_DIR: OptionSpec[str] = OptionSpec(
-    "snapshotDir",
-    "where the snapshot spills its rows, a local directory or an object-store URI (executors "
-    "must see it: shared storage beyond `local` mode)",
-    Text(),
-    default_note="the driver's temp directory",
 )
 STREAM_BUFFER_SIZE: OptionSpec[int] = OptionSpec(
     "streamBufferSize",

@@ -25,26 +25,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-import pyarrow as pa
-import pyarrow.ipc
 from psycopg import sql
 
 from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
+from ..snapshot_progress import SnapshotProgress
+from ..snapshot_spill import FILE_ROWS, SpillDirectory
 from .connect import connect
 from .plugins import PLUGIN
 from .row_text import copy_rows
 from .slot import Slot
-from .snapshot_progress import SnapshotProgress
 from .tables import TableInfo
 
-__all__ = ["SPILL_SCHEMA", "SnapshotManifest", "SnapshotSpill", "SnapshotTask", "estimated_rows"]
+__all__ = ["SnapshotManifest", "SnapshotSpill", "SnapshotTask", "estimated_rows"]
 
-SPILL_SCHEMA = pa.schema([("table", pa.string()), ("key", pa.string()), ("after", pa.string())])
-"""What a spill file holds per row; the rest of the output row is the same for every row."""
-
-_FILE_ROWS = 50_000  # rows per spill file (a file is read by one task at most)
 _LOG_EVERY = 10.0  # seconds between progress lines in the log
 
 _log = logging.getLogger(__name__)
@@ -91,38 +86,20 @@ class SnapshotManifest:
         return cls(**body)
 
 
-class SnapshotSpill:
-    """A directory (or object-store prefix) of spill files plus ``manifest.json``.
+class SnapshotSpill(SpillDirectory):
+    """The postgres connector's spill: the snapshot's files with its :class:`SnapshotManifest`.
 
     Its ``stream/`` directory belongs to the stream phase (:meth:`stream_directory`).
-
-    Parameters
-    ----------
-    directory
-        Where the files go. Executors read them: beyond ``local`` mode it must be storage they
-        share with the driver (an object store, or a shared mount).
     """
-
-    def __init__(self, directory: Location) -> None:
-        self.directory = directory
 
     def manifest(self) -> SnapshotManifest | None:
         """The manifest, or None."""
-        data = self.directory.child("manifest.json").read_bytes()
+        data = self.manifest_bytes()
         return None if data is None else SnapshotManifest.from_bytes(data)
 
     def write_manifest(self, manifest: SnapshotManifest) -> None:
         """Durably replace the manifest (one whole object)."""
-        self.directory.child("manifest.json").write_bytes(manifest.to_bytes())
-
-    def exists(self) -> bool:
-        """True while anything of the snapshot is spilled."""
-        return bool(self.directory.list())
-
-    def clear(self) -> None:
-        """Remove every spill file and the manifest (the stream's spill below stays)."""
-        for entry in self.directory.list():
-            self.directory.child(entry.name).delete()
+        self.write_manifest_bytes(manifest.to_bytes())
 
     def stream_directory(self) -> Location:
         """Where the stream spills changes beyond its memory limit (:mod:`.change_store`)."""
@@ -135,10 +112,6 @@ class SnapshotSpill:
             return
         for name, _ in manifest.files:
             self.file(name).delete()
-
-    def file(self, name: str) -> Location:
-        """A spill file's location."""
-        return self.directory.child(name)
 
 
 class SnapshotTask(threading.Thread):
@@ -233,17 +206,8 @@ class SnapshotTask(threading.Thread):
         return manifest
 
     def _spill_table(self, conn: Any, table: TableInfo, manifest: SnapshotManifest) -> None:
-        for keys, afters in copy_rows(conn, table, table.select_text(), _FILE_ROWS):
-            name = f"part-{len(manifest.files):05d}.arrow"
-            batch = pa.RecordBatch.from_arrays(
-                [pa.repeat(table.name, len(afters)).cast(pa.string()), keys, afters],
-                schema=SPILL_SCHEMA,
-            )
-            with (
-                self.spill.file(name).open_output() as sink,
-                pa.ipc.new_file(sink, SPILL_SCHEMA) as writer,
-            ):
-                writer.write_batch(batch)
+        for keys, afters in copy_rows(conn, table, table.select_text(), FILE_ROWS):
+            name = self.spill.write_file(table.name, keys, afters, len(manifest.files))
             manifest.files.append((name, len(afters)))
             self.rows_read += len(afters)
             self._log_progress()

@@ -21,9 +21,9 @@ from spark_ckpt.sources.postgres.decoding.wal2json import decode_transactions
 from spark_ckpt.sources.postgres.lsn import format_lsn, parse_lsn
 from spark_ckpt.sources.postgres.options import PostgresOptions
 from spark_ckpt.sources.postgres.pg_offset import PgOffset
-from spark_ckpt.sources.postgres.snapshot_progress import SnapshotProgress
 from spark_ckpt.sources.postgres.tables import parse_text_value
 from spark_ckpt.sources.postgres.values import NumberText, normalize_value, timestamp_micros
+from spark_ckpt.sources.snapshot_progress import SnapshotProgress
 
 # Rows as a PostgreSQL 15 server with wal2json 2.5 printed them (format-version 2).
 ROWS = [

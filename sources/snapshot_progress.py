@@ -1,8 +1,8 @@
 """How far a snapshot has got: tables, rows, and the words and JSON it is reported in.
 
-Pure Python. The snapshot updates one :class:`SnapshotProgress` as it reads; the connector
-reports it in every progress event (``status.snapshot``) and in its soft declines, so the history
-and ``spark-ckpt status`` show it too.
+Pure Python. A connector's snapshot (postgres, mysql) updates one :class:`SnapshotProgress` as
+it reads; the connector reports it in every progress event (``status.snapshot``) and in its soft
+declines, so the history and ``spark-ckpt status`` show it too.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class SnapshotProgress:
     rows_read
         Rows read so far, over all tables.
     rows_estimated
-        The server's estimate of all the tables' rows (``pg_class.reltuples``); None when the
-        tables were never analyzed.
+        The server's estimate of all the tables' rows (PostgreSQL's ``pg_class.reltuples``,
+        MySQL's ``information_schema.TABLES.TABLE_ROWS``); None when the server has none.
     current_table
         The table being read, if any.
     chunks_done, chunks_pending
