@@ -11,8 +11,12 @@ JSON, with a stable key order::
 ``gtid`` is the server's GTID state at that point where it has GTIDs (MariaDB's
 ``domain-server-seq`` list), recorded for a resume on another server of the same history.
 ``schemas`` is what the stream delivered of each captured table's schema up to there
-(:class:`~.schemas.SchemaState`): the next batch compares table maps with it. Pure; runs on the
-driver.
+(:class:`~.schemas.SchemaState`): the next batch compares table maps with it.
+
+A query with ``snapshot=initial`` starts at ``{"v": 1, "checkpoint": -1, "emitted": 0,
+"phase": "snapshot"}``: no position yet, the snapshot (:mod:`.snapshot`) finds it. The snapshot's
+batch ends at the binlog position the snapshot is consistent with, with the tables' schemas as
+the snapshot read them. Pure; runs on the driver.
 """
 
 from __future__ import annotations
@@ -47,12 +51,22 @@ class BinlogOffset:
 
     checkpoint: int
     emitted: int
-    position: BinlogPosition
+    position: BinlogPosition | None
+    """None while the initial snapshot is still to be delivered (it finds the position)."""
     gtid: str | None = None
     schemas: SchemaState | None = None
 
+    @property
+    def at(self) -> BinlogPosition:
+        """The position of an offset past the snapshot phase."""
+        assert self.position is not None, "a snapshot-phase offset has no binlog position"
+        return self.position
+
     def to_json(self) -> dict[str, Any]:
         """The offset's JSON, keys in their fixed order."""
+        header = OffsetHeader(self.checkpoint, self.emitted)
+        if self.position is None:
+            return offset_json(header, {"phase": "snapshot"})
         body: dict[str, Any] = {
             "file": self.position.file,
             "pos": self.position.pos,
@@ -60,7 +74,7 @@ class BinlogOffset:
         }
         if self.schemas is not None and (self.schemas.tables or self.schemas.renames):
             body["schemas"] = self.schemas.to_json()
-        return offset_json(OffsetHeader(self.checkpoint, self.emitted), body)
+        return offset_json(header, body)
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> BinlogOffset:
@@ -73,6 +87,8 @@ class BinlogOffset:
         """
 
         def body(header: OffsetHeader, keys: Mapping[str, Any]) -> BinlogOffset:
+            if keys.get("phase") == "snapshot":
+                return cls(header.checkpoint, header.emitted, None)
             position = BinlogPosition(str(keys["file"]), int(keys["pos"]))
             gtid, schemas = keys.get("gtid"), keys.get("schemas")
             return cls(

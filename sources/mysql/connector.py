@@ -6,27 +6,35 @@ a batch's end offset is the binlog position after its last transaction (:mod:`.b
 Partitions carry their rows built (:mod:`.rows`). After a restart, Spark's last logged batch is
 read again from its start position to its end, which must give the same transactions. Schema
 changes of captured tables are followed from the table maps and ``ALTER TABLE`` statements
-(:mod:`.schemas`); a table dropped, truncated or renamed stops the query.
+(:mod:`.schemas`); a table dropped, truncated or renamed stops the query. With
+``snapshot=initial`` the tables' rows come first, as one unit consistent with the binlog position
+the stream then starts at (:mod:`.initial_snapshot`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
+import os
 import re
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import DataLossError, LogRewrittenError, UnsupportedChangeError
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
+from spark_ckpt.state.storage import Location
 
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..debezium_format.mysql_ddl import altered_table
 from ..gate import Cut
 from ..partitions import split_after
+from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition
+from .initial_snapshot import InitialSnapshot
 from .rows import MySqlPartition, pack, unpack
 from .schemas import SchemaState, SchemaTracker
 from .server import (
@@ -37,6 +45,7 @@ from .server import (
     connection_settings,
     current_position,
 )
+from .snapshot import SnapshotSpill
 from .transactions import BinlogTransaction, Statement, TransactionAssembler
 
 if TYPE_CHECKING:
@@ -69,6 +78,8 @@ class MySqlConnector(ChangeConnector):
         About how many changes a Spark partition holds (whole transactions).
     column_types
         Add the ``column_types`` column (each row's table map's types, :mod:`.types`).
+    spill
+        Where the snapshot spills (``snapshotDir``); None: the driver's temp directory.
     """
 
     name = "mysql"
@@ -80,6 +91,7 @@ class MySqlConnector(ChangeConnector):
         keys: dict[str, tuple[str, ...]],
         changes_per_partition: int,
         column_types: bool,
+        spill: Location | None = None,
     ) -> None:
         self.options = options
         self.info = info
@@ -95,6 +107,18 @@ class MySqlConnector(ChangeConnector):
         self._target: BinlogPosition | None = None
         self._last_batch = time.monotonic()
         self._lag_seconds: float | None = None
+        where = f"{options.host}:{options.port}:{options.server_id}|{','.join(options.tables)}"
+        digest = hashlib.sha256(where.encode()).hexdigest()[:12]
+        default = os.path.join(tempfile.gettempdir(), "spark-ckpt-mysql", digest)
+        self._snapshot = InitialSnapshot(
+            options,
+            keys,
+            SnapshotSpill(spill or Location(default)),
+            self.source,
+            changes_per_partition,
+            column_types,
+        )
+        self._snapshot_unit = False  # the last plan() offered the snapshot as its one unit
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need only what read() uses: no planning state, no password.
@@ -106,7 +130,9 @@ class MySqlConnector(ChangeConnector):
     # -- driver: planning ----------------------------------------------------------------------
 
     def initial_offset(self) -> dict[str, Any]:
-        """The binlog's end now: the query captures what commits after its first start."""
+        """The snapshot to come, or the binlog's end now (``snapshot=never``)."""
+        if self.options.snapshot == "initial":
+            return BinlogOffset(-1, 0, None).to_json()
         position, gtid = current_position(self.options, self.info)
         return BinlogOffset(-1, 0, position, gtid).to_json()
 
@@ -119,6 +145,8 @@ class MySqlConnector(ChangeConnector):
             When that file was purged: the changes after the offset can no longer be read.
         """
         restored = BinlogOffset.from_json(offset)
+        if restored.position is None:
+            return  # the snapshot is (re)taken: nothing was read yet
         files = binlog_files(self.options)
         if restored.position.file not in files:
             raise DataLossError(
@@ -133,7 +161,7 @@ class MySqlConnector(ChangeConnector):
     def _start_at(self, start: BinlogOffset) -> None:
         if self._base != start:
             self._base, self._units = start, []
-            self._assembler, self._read_to = TransactionAssembler(), start.position
+            self._assembler, self._read_to = TransactionAssembler(), start.at
             self._tracker = self._new_tracker(start)
 
     def _new_tracker(self, start: BinlogOffset) -> SchemaTracker:
@@ -145,8 +173,20 @@ class MySqlConnector(ChangeConnector):
         return SchemaTracker(start.schemas or SchemaState(), defaults)
 
     def plan(self, start: dict[str, Any], max_changes: int | None) -> Plan:
-        """Read the binlog from where the last read stopped; the transactions complete so far."""
-        self._start_at(BinlogOffset.from_json(start))
+        """Read the binlog from where the last read stopped; the transactions complete so far.
+
+        In the snapshot phase: the snapshot's progress, then the snapshot as one unit.
+        """
+        offset = BinlogOffset.from_json(start)
+        self._snapshot_unit = False
+        if offset.position is None:
+            plan = self._snapshot.plan(bounded=self._target is not None)
+            if plan.held_back is not None or plan.unit_sizes:
+                self._snapshot_unit = bool(plan.unit_sizes)
+                return plan
+            # The tables were empty: no snapshot batch; the stream starts at its position.
+            offset = self._snapshot.end(offset, offset.checkpoint, self._snapshot.manifest())
+        self._start_at(offset)
         assert self._read_to is not None
         target = self._target
         if target is None or self._read_to < target:
@@ -185,7 +225,7 @@ class MySqlConnector(ChangeConnector):
     def _idle_batch(self) -> PlannedBatch | None:
         """An empty batch past uncaptured transactions, once they are old enough (see above)."""
         base, passed = self._base, self._assembler.passed
-        if self._units or base is None or passed is None or passed <= base.position:
+        if self._units or base is None or passed is None or passed <= base.at:
             return None
         if time.monotonic() - self._last_batch < IDLE_ADVANCE_S:
             return None
@@ -232,6 +272,11 @@ class MySqlConnector(ChangeConnector):
 
     def batch(self, cut: Cut, checkpoint_id: int) -> PlannedBatch:
         """The batch of the planned transactions up to ``cut``; its end is the next plan's base."""
+        if self._snapshot_unit:  # the whole snapshot is the one unit
+            self._snapshot_unit = False
+            manifest = self._snapshot.manifest()
+            after = self._snapshot.end(BinlogOffset(-1, 0, None), checkpoint_id, manifest)
+            return PlannedBatch(after.to_json(), self._snapshot.partitions(manifest))
         base = self._base
         assert base is not None
         assert cut.at_boundary
@@ -272,6 +317,19 @@ class MySqlConnector(ChangeConnector):
             When the binlog between the two positions no longer holds those transactions.
         """
         first, last = BinlogOffset.from_json(start), BinlogOffset.from_json(end)
+        if first.position is None:
+            manifest = self._snapshot.spilled(last) if last.emitted > first.emitted else None
+            if manifest is not None and manifest.rows:
+                return self._snapshot.partitions(manifest)
+            # After an empty snapshot the batch is the stream's from the snapshot's position.
+            manifest = manifest or self._snapshot.spill.manifest()
+            if manifest is None:
+                raise LogRewrittenError(
+                    f"the logged batch {last.checkpoint} starts at the snapshot, whose manifest "
+                    f"in {self._snapshot.spill.directory.url} is gone: start over with a new "
+                    f"checkpointLocation"
+                )
+            first = self._snapshot.end(first, first.checkpoint, manifest)
         count = last.emitted - first.emitted
         if count == 0:
             return []
@@ -280,16 +338,16 @@ class MySqlConnector(ChangeConnector):
         for found in read_transactions(
             self.options,
             connection_settings(self.options),
-            first.position,
+            first.at,
             TransactionAssembler(),
             tracker,
-            last.position,
+            last.at,
         ):
             if isinstance(found, Statement):
                 self._follow_statement(found, tracker)
             else:
                 txns.append(found)
-        if len(txns) != count or txns[-1].end != last.position:
+        if len(txns) != count or txns[-1].end != last.at:
             raise LogRewrittenError(
                 f"reading the logged batch {last.checkpoint} again from {first.position} to "
                 f"{last.position} found {len(txns)} transactions, not {count}: the binlog "
@@ -303,22 +361,32 @@ class MySqlConnector(ChangeConnector):
         """Fix the binlog's current end as the target of ``Trigger.availableNow``."""
         self._target, _ = current_position(self.options, self.info)
 
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed ``end``: the snapshot's spill is no longer needed (driver, per batch)."""
+        if BinlogOffset.from_json(end).position is not None:
+            self._snapshot.done()
+
     def status(self) -> dict[str, Any] | None:
         """Where the binlog is read, for progress events (driver, per trigger)."""
-        if self._read_to is None:
+        progress = self._snapshot.progress()
+        if self._read_to is None and progress is None:
             return None
         return {
             "connector": self.name,
             "server": "mariadb" if self.info.mariadb else "mysql",
-            "binlogPosition": str(self._read_to),
+            "phase": "stream" if self._read_to is not None else "snapshot",
+            "binlogPosition": None if self._read_to is None else str(self._read_to),
             "gtid": self._base.gtid if self._base else None,
             "lagSeconds": self._lag_seconds,
+            "snapshot": None if progress is None else progress.to_json(),
         }
 
     # -- executors: reading --------------------------------------------------------------------
 
     def read(self, partition: object) -> Iterator[pa.RecordBatch]:
         """Yield one partition's rows (executor, once per task)."""
+        if isinstance(partition, SnapshotPartition):
+            return snapshot_rows(partition, self.column_types)
         assert isinstance(partition, MySqlPartition)
         return unpack(partition, self.column_types)
 
@@ -347,4 +415,7 @@ def _names(sql: str, identifier: str) -> bool:
 def build(options: MySqlOptions, common: SourceOptions) -> MySqlConnector:
     """The connector, with the server's settings, grants and tables checked (driver, per run)."""
     info, keys = check_server(options)
-    return MySqlConnector(options, info, keys, common.changes_per_partition, common.column_types)
+    spill = Location(options.snapshot_dir, common.storage) if options.snapshot_dir else None
+    return MySqlConnector(
+        options, info, keys, common.changes_per_partition, common.column_types, spill
+    )

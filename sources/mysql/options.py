@@ -9,12 +9,12 @@ from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.model.option_types import Choice, Names, PositiveInt, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
 
-from ..options import ConnectorOptions
+from ..options import SNAPSHOT_DIR, ConnectorOptions
 
 __all__ = ["MySqlOptions"]
 
-SnapshotMode = Literal["never"]
-SNAPSHOT_MODES: tuple[SnapshotMode, ...] = ("never",)
+SnapshotMode = Literal["initial", "never"]
+SNAPSHOT_MODES: tuple[SnapshotMode, ...] = ("initial", "never")
 
 HOST: OptionSpec[str] = OptionSpec(
     "host", "the server's host name or address", Text(), default="localhost"
@@ -48,10 +48,12 @@ TABLES: OptionSpec[tuple[str, ...]] = OptionSpec(
 )
 SNAPSHOT: OptionSpec[SnapshotMode] = OptionSpec(
     "snapshot",
-    "`never`: the changes committed after the query's first start, from the binlog's end "
-    "then (the tables' existing rows are not read)",
+    "`initial`: the tables' existing rows first (`op='r'`) as one consistent unit, then the "
+    "changes from the binlog position the snapshot is consistent with (MariaDB: no lock; "
+    "MySQL: the global read lock while the snapshot starts, which needs `RELOAD`); `never`: "
+    "the changes committed after the query's first start, from the binlog's end then",
     Choice(SNAPSHOT_MODES),
-    default="never",
+    default="initial",
 )
 
 
@@ -70,7 +72,10 @@ class MySqlOptions(ConnectorOptions):
     tables
         The captured tables, ``database.table``.
     snapshot
-        ``never``: changes only, from the binlog's end at the query's first start.
+        ``initial``: the tables' rows first, as one unit; ``never``: changes only, from the
+        binlog's end at the query's first start.
+    snapshot_dir
+        Where the snapshot spills its rows (None: the driver's temp directory).
     """
 
     OPTIONS: ClassVar[tuple[OptionSpec[Any], ...]] = (
@@ -81,6 +86,7 @@ class MySqlOptions(ConnectorOptions):
         SERVER_ID,
         TABLES,
         SNAPSHOT,
+        SNAPSHOT_DIR,
     )
     CHANGES_PER_PARTITION: ClassVar[int] = 20_000
 
@@ -91,13 +97,15 @@ class MySqlOptions(ConnectorOptions):
     password: str | None = declared(PASSWORD)
     server_id: int = declared(SERVER_ID)
     snapshot: SnapshotMode = declared(SNAPSHOT)
+    snapshot_dir: str | None = declared(SNAPSHOT_DIR)
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the password.
         return (
             f"MySqlOptions(host={self.host!r}, port={self.port!r}, user={self.user!r}, "
             f"password={'<set>' if self.password else None}, server_id={self.server_id!r}, "
-            f"tables={self.tables!r}, snapshot={self.snapshot!r})"
+            f"tables={self.tables!r}, snapshot={self.snapshot!r}, "
+            f"snapshot_dir={self.snapshot_dir!r})"
         )
 
     @classmethod

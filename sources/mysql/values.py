@@ -29,12 +29,22 @@ from spark_ckpt.errors import ChangeDecodeError
 
 from .types import FieldType, MySqlColumn
 
-__all__ = ["json_value", "row_values", "time_text"]
+__all__ = ["json_value", "queried_values", "row_values", "time_text"]
 
 _EMPTY_SET = "empty set"
 """``mysql-replication``'s ``NONE_SOURCE.EMPTY_SET``: the None it decoded is a ``SET`` with no
 member."""
 _ZONED = frozenset({FieldType.TIMESTAMP, FieldType.TIMESTAMP2})
+_DATES = frozenset(
+    {
+        FieldType.DATE,
+        FieldType.NEWDATE,
+        FieldType.DATETIME,
+        FieldType.DATETIME2,
+        FieldType.TIMESTAMP,
+        FieldType.TIMESTAMP2,
+    }
+)
 
 
 def row_values(
@@ -57,6 +67,25 @@ def row_values(
         else:
             out[name] = json_value(value, column)
     return out
+
+
+def queried_values(row: Mapping[str, Any], columns: Mapping[str, MySqlColumn]) -> dict[str, Any]:
+    """A row a query returned (PyMySQL, session time zone UTC) -> the binlog's JSON values.
+
+    Two values come from a query in another form than from the binlog client: MySQL's ``JSON``
+    arrives as its text (parsed here into the document the binlog holds), and a zero or invalid
+    date (``0000-00-00``, ``2020-00-10``: PyMySQL cannot make a date of it and returns the text)
+    is null, as the binlog client decodes it. Driver, per snapshot row.
+    """
+    image: dict[str, Any] = {}
+    for name, value in row.items():
+        code = columns[name].code
+        if isinstance(value, str) and code == FieldType.JSON:
+            value = json.loads(value)
+        elif isinstance(value, str) and code in _DATES:
+            value = None
+        image[name] = value
+    return row_values(image, columns)
 
 
 def json_value(value: Any, column: MySqlColumn) -> Any:

@@ -2,16 +2,18 @@
 
 A live workload on two captured tables (multi-table transactions, a 300-row transaction, updates,
 deletes, a primary-key update, a rollback, writes to a table not captured) streams into
-``delta-2pc`` through a crash of the server (SIGKILL; the query stops with a typed error) and
-the query's restart once the server is back: every committed transaction lands in exactly one
-Delta version, whole, once and in commit order, and the change log folded by key equals the
-tables. A TRUNCATE of a captured table stops the query with a typed error instead of leaving a
-mirror that differs; MariaDB's migration sequence (columns added with and without defaults,
-dropped, widened, renamed two ways) is followed into a typed mirror equal to the table at every
-step. The checks at a start name the setting, the grant or the table
-(and never the password), and a restart whose binlog file was purged is a data-loss error. Typed
-mirrors (``columnTypes=true``) equal the tables value for value, a table of every column type at
-its extremes included.
+``delta-2pc`` through a crash of the server (SIGKILL; the query stops with a typed error) and the
+query's restart once the server is back: every committed transaction lands in exactly one Delta
+version, whole, once and in commit order, and the change log folded by key equals the tables. The
+snapshot: both ways to its consistent position (lock-free, and under the global read lock), typed
+values equal to the binlog's for every column type, and driver kills while it reads and once its
+batch is pre-committed. A TRUNCATE of a captured table stops the query with a typed error instead
+of leaving a mirror that differs; MariaDB's migration sequence (columns added with and without
+defaults, dropped, widened, renamed two ways) is followed into a typed mirror equal to the table at
+every step. The checks at a start name the setting, the grant or the table (and never the
+password), and a restart whose binlog file was purged is a data-loss error. Typed mirrors
+(``columnTypes=true``) equal the tables value for value, a table of every column type at its
+extremes included.
 
 No MySQL 8 server is reachable from these machines (Debian ships MariaDB only, and nothing but
 Debian's, PyPI's and Maven Central's mirrors is on the network): MariaDB is the server tested.
@@ -43,8 +45,10 @@ from spark_ckpt.errors import (
     TableCaptureError,
 )
 from spark_ckpt.model.options import OptionReader
+from spark_ckpt.sources.mysql.binlog_offset import BinlogPosition
 from spark_ckpt.sources.mysql.options import MySqlOptions
 from spark_ckpt.sources.mysql.server import check_server
+from spark_ckpt.sources.mysql.snapshot import consistent_snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,6 +66,7 @@ def _options(server: MariaDbServer, database: str, **given: str) -> dict[str, st
         "password": server.password,
         "serverId": "7101",
         "tables": f"{database}.orders,{database}.items",
+        "snapshot": "never",
     }
     return options | given
 
@@ -287,26 +292,70 @@ def test_a_restart_after_its_binlog_was_purged_is_a_data_loss_error(
     assert PASSWORD not in str(lost.value)
 
 
-def test_a_driver_killed_mid_stream_loses_and_repeats_nothing(
+def test_a_driver_killed_in_its_snapshot_and_mid_stream_loses_and_repeats_nothing(
     mariadb_server: MariaDbServer, mariadb_database: str, tmp_path: Path
 ) -> None:
-    """A real SIGKILL of the driver (its JVM and Python workers) after batch 2's pre-commit.
+    """Real SIGKILLs of the driver (its JVM and Python workers) in the snapshot and mid-stream.
 
-    The restart reads the killed batch again from its logged binlog positions and goes on, while
-    transactions were committed beside the killed driver (``harness.faults.mysql``).
+    While the snapshot reads the tables (the restart takes it again), once the snapshot's batch
+    is pre-committed (the restart delivers the same spill), and after a stream batch's
+    pre-commit (the restart reads it again from its logged binlog positions), while transactions
+    commit beside the drivers (``harness.faults.mysql``).
     """
     problems = run_scenario(mariadb_server, mariadb_database, tmp_path)
     assert problems == [], problems
 
 
+@pytest.mark.parametrize("lock_free", [True, False], ids=["lock-free", "global-read-lock"])
+def test_a_snapshot_sees_exactly_the_commits_before_the_binlog_position_it_reports(
+    mariadb_server: MariaDbServer, mariadb_database: str, lock_free: bool
+) -> None:
+    """Both ways to a consistent snapshot, on MariaDB, which has both.
+
+    Lock-free (MariaDB's and Percona's ``binlog_snapshot_file``/``_position``), and under the
+    global read lock (MySQL's only way, as Debezium's minimal locking), which needs ``RELOAD``
+    (root here). The position is the binlog's end as the snapshot started; a commit after it is
+    outside the snapshot's view and after its position; and the lock is gone once the snapshot
+    has started (a writer with a short lock wait gets through).
+    """
+    server, database = mariadb_server, mariadb_database
+    server.execute("CREATE TABLE snap (id int PRIMARY KEY)", database)
+    server.execute("INSERT INTO snap VALUES (1), (2)", database)
+
+    def binlog_end() -> BinlogPosition:
+        row = server.query("SHOW MASTER STATUS")[0]
+        return BinlogPosition(str(row[0]), int(row[1]))
+
+    before = binlog_end()
+    with server.connect(database, admin=not lock_free) as conn:
+        position, gtid = consistent_snapshot(conn, lock_free)
+        with server.connect(database) as writer, writer.cursor() as cursor:
+            cursor.execute("SET SESSION lock_wait_timeout = 10")
+            cursor.execute("INSERT INTO snap VALUES (3)")
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT id FROM snap ORDER BY id")
+            seen = [row[0] for row in cursor.fetchall()]
+        conn.rollback()
+    assert (position, seen) == (before, [1, 2])
+    assert binlog_end() > position, "the commit after the snapshot is after its position"
+    assert gtid is not None, "MariaDB gives the snapshot's GTID state"
+    assert gtid == server.query(f"SELECT BINLOG_GTID_POS('{before.file}', {before.pos})")[0][0]
+
+
 def _typed_mirror(
-    spark: SparkSession, server: MariaDbServer, database: str, tables: list[str], tmp_path: Path
+    spark: SparkSession,
+    server: MariaDbServer,
+    database: str,
+    tables: list[str],
+    tmp_path: Path,
+    snapshot: str = "never",
 ) -> StreamingQuery:
     """``tables`` into typed mirrors under ``tmp_path / "mirror"`` (``columnTypes=true``)."""
     names = ",".join(f"{database}.{name}" for name in tables)
     return (
         spark.readStream.format("txn-cdc")
-        .options(**_options(server, database, tables=names))
+        .options(**_options(server, database, tables=names, snapshot=snapshot))
+        .option("snapshotDir", str(tmp_path / "snapshot"))
         .option("columnTypes", "true")
         .load()
         .writeStream.format("delta-2pc")
@@ -327,18 +376,26 @@ def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
 ) -> None:
     """``mode=mirror`` with ``columnTypes=true``: typed tables equal the sources value for value.
 
-    Types come from the binlog's table maps. ``every_type`` has every column type at its
-    extremes; where its mirror keeps text, the comparison is with the server's own text.
+    ``every_type`` has every column type at its extremes, written before the query starts: its
+    rows come from the snapshot (a query, typed from the catalog). ``streamed_type`` is the same
+    table with the same rows written after the start: its rows come from the binlog (typed from
+    the table maps). Both mirrors equal the table, and each other, value for value and type for
+    type; where a mirror keeps text, the comparison is with the server's own text.
     """
     server, database = mariadb_server, mariadb_database
     workload.create_tables(server, database)
     server.execute(every_type.TABLE, database)
+    for statement in every_type.STATEMENTS:
+        server.execute(statement, database)
+    streamed = every_type.TABLE.replace("every_type", "streamed_type")
+    server.execute(streamed, database)
     root = tmp_path / "mirror"
-    query = _typed_mirror(spark, server, database, [*workload.KEYS, "every_type"], tmp_path)
+    tables = [*workload.KEYS, "every_type", "streamed_type"]
+    query = _typed_mirror(spark, server, database, tables, tmp_path, snapshot="initial")
     try:
         _started(query)
         for statement in every_type.STATEMENTS:
-            server.execute(statement, database)
+            server.execute(statement.replace("every_type", "streamed_type"), database)
         workload.run_transactions(server, database, 20, seed=4)
 
         def mirrored(name: str) -> dict[Any, dict[str, Any]]:
@@ -353,8 +410,10 @@ def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
                 name: workload.source_rows(server, database, name, as_json=False)
                 for name in workload.KEYS
             }
-            found["orders"].pop(1)  # written before the query started, never changed since
-            return found | {"every_type": every_type.source_rows(server, database)}
+            return found | {
+                "every_type": every_type.source_rows(server, database),
+                "streamed_type": every_type.source_rows(server, database, "streamed_type"),
+            }
 
         def equal() -> bool:
             if query.exception() is not None:
@@ -364,9 +423,17 @@ def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
         wait_until(equal, 120, "the mirrors never equalled the tables")
     finally:
         query.stop()
-    schema = spark.read.format("delta").load(str(root / f"{database}.every_type")).schema
-    assert {f.name: f.dataType.simpleString() for f in schema.fields} == EVERY_TYPE_MIRRORED
+    for name in ("every_type", "streamed_type"):
+        schema = spark.read.format("delta").load(str(root / f"{database}.{name}")).schema
+        assert {f.name: f.dataType.simpleString() for f in schema.fields} == EVERY_TYPE_MIRRORED
     assert mirrored("every_type") == every_type.source_rows(server, database)
+    assert mirrored("every_type") == mirrored("streamed_type")
+    changes = spark.read.format("delta").load(str(root / "_changes"))
+    ops = {(r["table"].split(".")[1], r["op"]) for r in changes.select("table", "op").collect()}
+    assert ("every_type", "r") in ops, "every_type's rows did not come from the snapshot"
+    assert ("streamed_type", "r") not in ops, "streamed_type was empty at the snapshot"
+    schema_changes = [r["after"] for r in changes.where("op = 's'").collect()]
+    assert not schema_changes, f"a snapshot's schema differs from the binlog's: {schema_changes}"
 
 
 EVERY_TYPE_MIRRORED = {

@@ -96,6 +96,15 @@ def test_offsets_round_trip_in_a_fixed_key_order_and_refuse_another_connectors()
     assert BinlogPosition("b.000009", 900) < BinlogPosition("b.000010", 4)
 
 
+def test_a_snapshot_phase_offset_has_no_position_and_round_trips() -> None:
+    pending = BinlogOffset(-1, 0, None)
+    value = pending.to_json()
+    assert value == {"v": 1, "checkpoint": -1, "emitted": 0, "phase": "snapshot"}
+    assert BinlogOffset.from_json(json.loads(json.dumps(value))) == pending
+    with pytest.raises(AssertionError, match="no binlog position"):
+        _ = pending.at
+
+
 def _parse(**given: str) -> MySqlOptions:
     options = {"user": "cdc", "tables": "shop.orders"} | given
     return MySqlOptions.parse(OptionReader(options, "txn-cdc", [*MySqlOptions.NAMES, "gate"]))
@@ -103,7 +112,7 @@ def _parse(**given: str) -> MySqlOptions:
 
 def test_options_default_from_their_declarations_and_never_show_the_password() -> None:
     parsed = _parse(password="s3cret-value")
-    assert (parsed.host, parsed.port, parsed.snapshot) == ("localhost", 3306, "never")
+    assert (parsed.host, parsed.port, parsed.snapshot) == ("localhost", 3306, "initial")
     assert "s3cret-value" not in repr(parsed)
     with pytest.raises(InvalidOptionError, match=r"database\.table"):
         _parse(tables="orders")

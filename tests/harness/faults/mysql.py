@@ -1,11 +1,13 @@
-"""Kill a mysql -> delta-2pc driver mid-stream, restart it, check nothing was lost or repeated.
+"""Kill a mysql -> delta-2pc driver in its snapshot and mid-stream: nothing lost or repeated.
 
-``run_scenario(server, database, workdir)`` runs three driver processes on one checkpoint, each a
-bounded query (``Trigger.availableNow``: to the binlog's end when it starts): a first one that
-fixes where the query starts (``snapshot=never``) with nothing to read, one SIGKILLed (with its
-JVM and Python workers) once stream batch 2 is pre-committed, before Spark completes it, while
-transactions are committed beside it, and a clean one to the end, which reads batch 2 again from
-its logged offsets (``replan``) and goes on. Then
+``run_scenario(server, database, workdir)`` runs driver processes on one checkpoint, each a
+bounded query (``Trigger.availableNow``: to the binlog's end when it starts) with
+``snapshot=initial`` over tables that hold rows: one SIGKILLed (with its JVM and Python workers)
+while its snapshot reads the tables, one SIGKILLed once the snapshot's batch 0 is pre-committed,
+before Spark completes it (the restart delivers the same spill again), one that finishes while
+transactions are committed beside it, one SIGKILLed once its second batch is pre-committed while
+more are committed, and a clean one to the end, which reads that batch again from its logged
+offsets (``replan``) and goes on. Then
 :func:`harness.workloads.mysql.verify` checks the change log. Run as a module
 (``python -m harness.faults.mysql drive HOST PORT USER DATABASE TABLE CHECKPOINT``, the password
 in ``SPARK_CKPT_TEST_MYSQL_PASSWORD``) it is the driver itself.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from harness.faults import crash
 from harness.workloads import mysql as workload
+from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
 if TYPE_CHECKING:
     from harness.servers.mariadb import MariaDbServer
@@ -46,6 +49,8 @@ def drive(host: str, port: str, user: str, database: str, table: str, checkpoint
         .option("user", user)
         .option("password", os.environ[PASSWORD_VARIABLE])
         .option("serverId", "7201")
+        .option("snapshot", "initial")
+        .option("snapshotDir", f"{checkpoint}-snapshot")
         .option("tables", ",".join(f"{database}.{name}" for name in workload.KEYS))
         .option("maxChangesPerTrigger", str(CAP))
         .load()
@@ -74,9 +79,15 @@ def run_scenario(server: MariaDbServer, database: str, workdir: Path) -> list[st
         if not fault and status != 0:
             raise RuntimeError("a clean run was killed")
 
-    driver(None)  # fixes the query's start: the binlog's end now
-    committed = workload.run_transactions(server, database, 80, seed=1)
-    committed += _during(server, database, lambda: driver("after_manifest:2"), seed=2)
+    workload.run_transactions(server, database, 60, seed=9)  # rows for the snapshot to read
+    driver("during_snapshot:0")  # killed once the first table is spilled
+    driver("after_manifest:0")  # the snapshot's batch pre-committed, not completed
+    committed = 1  # the snapshot: one unit
+    committed += _during(server, database, lambda: driver(None), seed=1)
+    committed += workload.run_transactions(server, database, 80, seed=3)
+    # The second batch the next run plans (of these 80) is killed once pre-committed.
+    killed = (SparkCheckpoint(str(checkpoint)).latest_committed() or 0) + 2
+    committed += _during(server, database, lambda: driver(f"after_manifest:{killed}"), seed=2)
     driver(None)  # after the workload: reads the killed batch again, then everything after it
     return workload.verify(table, server, database, committed)
 

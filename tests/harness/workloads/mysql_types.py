@@ -106,8 +106,10 @@ _BITS = frozenset({"bt1", "bt", "bt64"})
 _ZONED = frozenset({"ts", "ts3"})
 
 
-def source_rows(server: MariaDbServer, database: str) -> dict[int, dict[str, Any]]:
-    """``every_type``'s rows by ``id``, each value as a typed mirror holds it.
+def source_rows(
+    server: MariaDbServer, database: str, table: str = "every_type"
+) -> dict[int, dict[str, Any]]:
+    """``every_type``'s rows (or those of ``table``, made alike) by ``id``, as a mirror holds them.
 
     The server prints what the mirror keeps as text (``CAST(... AS CHAR)``: a ``DECIMAL(50,10)``
     and ``TIME``) and gives ``BIT`` as a number; a ``TIMESTAMP`` (read in UTC: the test server's
@@ -119,7 +121,7 @@ def source_rows(server: MariaDbServer, database: str) -> dict[int, dict[str, Any
     )
     with server.connect(database) as conn, conn.cursor() as cursor:
         cursor.execute("SET time_zone = '+00:00'")
-        cursor.execute(f"SELECT {selected} FROM every_type")
+        cursor.execute(f"SELECT {selected} FROM {table}")
         rows = [dict(zip(COLUMNS, row, strict=True)) for row in cursor.fetchall()]
     return {row["id"]: {c: _mirrored(c, v) for c, v in row.items()} for row in rows}
 
