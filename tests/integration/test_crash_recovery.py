@@ -3,8 +3,10 @@
 The chained scenario kills the driver (its JVM and every Python worker) at each protocol point in
 turn, one batch after another, restarting the query on the same checkpoint after each kill; then
 every Delta version is read back with delta-spark: no source transaction may be lost, duplicated
-or visible in part. ``bench/crash_matrix.py`` runs each point as a scenario of its own, from a
-fresh start, repeatedly, and prints the totals.
+or visible in part. The test command runs the chain of the points around Spark's commit of a
+batch (``crash.SHORT_CHAINED``), the soak tier the chain of every point (``crash.CHAINED``).
+``bench/crash_matrix.py`` runs each point as a scenario of its own, from a fresh start,
+repeatedly, and prints the totals.
 """
 
 from __future__ import annotations
@@ -28,33 +30,68 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-CHAIN = crash.SCENARIOS[crash.CHAINED]
-SINGLE_POINT_SCENARIOS = sorted(set(crash.SCENARIOS) - crash.SUPERVISED - {crash.CHAINED})
+SINGLE_POINT_SCENARIOS = sorted(set(crash.SCENARIOS) - crash.SUPERVISED - crash.CHAINS)
+
+
+def _covers(chain: str, scenario: str) -> bool:
+    """Whether ``chain`` kills in the sequence ``scenario`` kills in."""
+    points = [f.partition(":")[0] for f in crash.SCENARIOS[scenario] if f]
+    chain_points = [f.partition(":")[0] for f in crash.SCENARIOS[chain] if f]
+    # during_abort only happens in a re-run of a batch killed after its manifest.
+    return any(chain_points[i : i + len(points)] == points for i in range(len(chain_points)))
+
+
+def _chain(spark: SparkSession, factory: pytest.TempPathFactory, chain: str) -> crash.Outcome:
+    """One driver lineage killed at each point of ``chain`` in turn, then run clean; verified."""
+    return crash.run_scenario(spark, chain, factory.mktemp(chain), seed=17)
 
 
 @pytest.fixture(scope="module")
-def chained(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> crash.Outcome:
-    """One driver lineage killed at every protocol point in turn, then run clean; verified."""
-    workdir = tmp_path_factory.mktemp("chained")
-    return crash.run_scenario(spark, crash.CHAINED, workdir, seed=17)
+def commit_points(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> crash.Outcome:
+    """The chain of the points around Spark's commit of a batch (the test command's)."""
+    return _chain(spark, tmp_path_factory, crash.SHORT_CHAINED)
 
 
-def test_the_chain_kills_at_every_point_a_single_point_scenario_kills_at() -> None:
-    """The suite runs the chain instead of the single-point scenarios: it must cover them all."""
+@pytest.fixture(scope="module")
+def every_point(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> crash.Outcome:
+    """The chain of every protocol point (the soak tier's)."""
+    return _chain(spark, tmp_path_factory, crash.CHAINED)
+
+
+def test_the_chains_kill_at_the_points_of_the_single_point_scenarios() -> None:
+    """The soak tier's chain covers every single-point scenario, the test command's four."""
     for scenario in SINGLE_POINT_SCENARIOS:
-        points = [f.partition(":")[0] for f in crash.SCENARIOS[scenario] if f]
-        chain_points = [f.partition(":")[0] for f in CHAIN if f]
-        # during_abort only happens in a re-run of a batch killed after its manifest.
-        assert any(chain_points[i : i + len(points)] == points for i in range(len(chain_points))), (
-            f"the chain has no kill sequence {points} (scenario {scenario})"
-        )
+        assert _covers(crash.CHAINED, scenario), f"the chain misses scenario {scenario}"
+    assert set(COMMIT_POINT_SCENARIOS) == {
+        "after_manifest",
+        "before_publish",
+        "during_abort",
+        "during_publish",
+    }
 
 
+COMMIT_POINT_SCENARIOS = [s for s in SINGLE_POINT_SCENARIOS if _covers(crash.SHORT_CHAINED, s)]
+
+
+@pytest.mark.parametrize("scenario", COMMIT_POINT_SCENARIOS)
+def test_sigkill_at_a_commit_point_loses_duplicates_and_tears_nothing(
+    commit_points: crash.Outcome, scenario: str
+) -> None:
+    """Killed at this point (within the chain) and restarted: the table is exact."""
+    _check(commit_points, scenario)
+
+
+@pytest.mark.soak
 @pytest.mark.parametrize("scenario", SINGLE_POINT_SCENARIOS)
 def test_sigkill_at_protocol_point_loses_duplicates_and_tears_nothing(
-    chained: crash.Outcome, scenario: str
+    every_point: crash.Outcome, scenario: str
 ) -> None:
-    """Killed at this point (within the chain) and restarted: the table is exact.
+    """Killed at this point (within the chain) and restarted: the table is exact."""
+    _check(every_point, scenario)
+
+
+def _check(chained: crash.Outcome, scenario: str) -> None:
+    """The kill at ``scenario``'s point fired in the chain, and the restart left all exact.
 
     The restart completed the killed batch (the chain's next kill fired in a later batch, or the
     clean run finished), and the table holds every transaction once, whole, in every version.
@@ -64,9 +101,10 @@ def test_sigkill_at_protocol_point_loses_duplicates_and_tears_nothing(
     kind = point.partition(":")[0]
     kills = [fault for fault in chained.fired if fault.partition(":")[0] == kind]
     assert kills, f"no driver was killed at {kind}; the chain's kills: {chained.fired}"
-    assert chained.fired == [f for f in CHAIN if f is not None], "a kill of the chain never fired"
+    chain = crash.SCENARIOS[chained.scenario]
+    assert chained.fired == [f for f in chain if f is not None], "a kill of the chain never fired"
     assert (chained.lost, chained.duplicated, chained.torn) == (0, 0, 0)
-    assert chained.versions > crash.CRASH_BATCH + 5
+    assert chained.versions > crash.CRASH_BATCH + len(chained.fired) - 1
 
 
 def test_a_restart_with_nothing_to_read_publishes_what_the_killed_run_completed(

@@ -104,6 +104,7 @@ def test_mirror_follows_migrations_debezium_writes_and_refuses_a_rename_it_canno
         writer.close()
 
 
+@pytest.mark.soak
 def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     spark: SparkSession,
     control: spark_ckpt.Control,

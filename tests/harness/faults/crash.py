@@ -63,6 +63,20 @@ SCENARIOS[CHAINED] = [
     f"during_abort:{CRASH_BATCH + 4}",
     None,
 ]
+SHORT_CHAINED = "the_commit_points_in_turn"
+# The test command's chain (the whole one is in the soak tier): the kills around Spark's commit
+# of a batch, where the two phases meet: pre-committed but not completed (and the re-run's
+# abort of it), completed but not published, completed and half published. A kill after staging
+# leaves only files no manifest names, which the next run's abort removes as the during_abort
+# kill's re-run does.
+SCENARIOS[SHORT_CHAINED] = [
+    f"after_manifest:{CRASH_BATCH}",
+    f"during_abort:{CRASH_BATCH}",
+    f"before_publish:{CRASH_BATCH + 1}",
+    f"during_publish:{CRASH_BATCH + 2}",
+    None,
+]
+CHAINS = {CHAINED, SHORT_CHAINED}
 CHAINED_TRANSACTIONS = 70  # enough changes for CRASH_BATCH + 5 batches of CAP, with room
 RESTORED_FILE = "hook-restored.jsonl"  # in the scenario's workdir: what the hook was handed back
 HOOK_DIR = "CRASH_HARNESS_HOOK_DIR"  # environment: the local directory for RESTORED_FILE
@@ -371,7 +385,7 @@ def run_scenario(
     """
     store = store or Store(str(workdir))
     log, table, checkpoint = store.uri("log"), store.uri("table"), store.uri("ckpt")
-    transactions = CHAINED_TRANSACTIONS if name == CHAINED else 40
+    transactions = CHAINED_TRANSACTIONS if name in CHAINS else 40
     expected = make_log(log, seed, transactions, **store.storage)
     os.environ[HOOK_DIR] = str(workdir)
     fired: list[str] = []
