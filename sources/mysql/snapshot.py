@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,8 +37,8 @@ from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.testing.faults import crash_point
 
 from ..schema import json_text
-from ..snapshot_progress import SnapshotProgress
 from ..snapshot_spill import FILE_ROWS, SpillDirectory
+from ..snapshot_thread import SnapshotThread
 from .binlog_offset import BinlogPosition
 from .catalog import estimated_rows, table_columns
 from .schemas import SchemaState, table_schema
@@ -55,7 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["SnapshotManifest", "SnapshotSpill", "SnapshotTask", "consistent_snapshot"]
 
 _log = logging.getLogger(__name__)
-_LOG_EVERY = 10.0  # seconds between progress lines in the log
 
 
 @dataclass
@@ -188,7 +186,7 @@ def _gtid_at(cursor: Any, position: BinlogPosition) -> str | None:
     return str(row[0]) if row and row[0] else None
 
 
-class SnapshotTask(threading.Thread):
+class SnapshotTask(SnapshotThread[SnapshotManifest]):
     """Takes the snapshot in the background (driver, once per snapshot attempt).
 
     Parameters
@@ -210,41 +208,14 @@ class SnapshotTask(threading.Thread):
         spill: SnapshotSpill,
         lock_free: bool | None = None,
     ) -> None:
-        super().__init__(name="txn-cdc-mysql-snapshot", daemon=True)
+        super().__init__("txn-cdc-mysql-snapshot", len(options.tables), _log)
         self.options = options
         self.keys = keys
         self.spill = spill
         self.lock_free = lock_free
-        self.rows_read = 0
-        self.rows_estimated: int | None = None
-        self.tables_done = 0
-        self.current_table: str | None = None
-        self.error: BaseException | None = None
-        self.manifest: SnapshotManifest | None = None
-        self._logged_at = time.monotonic()
 
-    def progress(self) -> SnapshotProgress:
-        """How far the snapshot has got (any thread; the values are read without a lock)."""
-        return SnapshotProgress(
-            len(self.options.tables),
-            self.tables_done,
-            self.rows_read,
-            self.rows_estimated,
-            self.current_table,
-        )
-
-    def describe(self) -> str:
-        """Progress in words, for soft declines."""
-        return f"snapshot in progress: {self.progress().summary}"
-
-    def run(self) -> None:
-        """Take the snapshot and spill every table (its own thread)."""
-        try:
-            self.manifest = self._take()
-        except BaseException as e:  # reported to the connector, which fails the query with it
-            self.error = e
-
-    def _take(self) -> SnapshotManifest:
+    def take(self) -> SnapshotManifest:
+        """Read every table at one binlog position into the spill (the task's thread)."""
         import pymysql
 
         self.spill.clear()
@@ -317,11 +288,4 @@ class SnapshotTask(threading.Thread):
                 )
                 manifest.files.append((file_name, len(rows)))
                 self.rows_read += len(rows)
-                self._log_progress()
-
-    def _log_progress(self) -> None:
-        # A line every _LOG_EVERY seconds for whoever watches the log of a long snapshot.
-        now = time.monotonic()
-        if now - self._logged_at >= _LOG_EVERY:
-            self._logged_at = now
-            _log.info("mysql snapshot: %s", self.progress().summary)
+                self.log_progress("mysql snapshot")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +29,8 @@ from psycopg import sql
 from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
-from ..snapshot_progress import SnapshotProgress
 from ..snapshot_spill import FILE_ROWS, SpillDirectory
+from ..snapshot_thread import SnapshotThread
 from .connect import connect
 from .plugins import PLUGIN
 from .row_text import copy_rows
@@ -39,8 +38,6 @@ from .slot import Slot
 from .tables import TableInfo
 
 __all__ = ["SnapshotManifest", "SnapshotSpill", "SnapshotTask", "estimated_rows"]
-
-_LOG_EVERY = 10.0  # seconds between progress lines in the log
 
 _log = logging.getLogger(__name__)
 
@@ -114,7 +111,7 @@ class SnapshotSpill(SpillDirectory):
             self.file(name).delete()
 
 
-class SnapshotTask(threading.Thread):
+class SnapshotTask(SnapshotThread[SnapshotManifest]):
     """Takes the snapshot in the background (reader process, once per snapshot attempt).
 
     Parameters
@@ -139,42 +136,15 @@ class SnapshotTask(threading.Thread):
         spill: SnapshotSpill,
         plugin: str = PLUGIN,
     ) -> None:
-        super().__init__(name=f"txn-cdc-snapshot-{slot_name}", daemon=True)
+        super().__init__(f"txn-cdc-snapshot-{slot_name}", len(tables), _log)
         self.dsn = dsn
         self.slot_name = slot_name
         self.tables = tables
         self.spill = spill
         self.plugin = plugin
-        self.rows_read = 0
-        self.rows_estimated: int | None = None
-        self.tables_done = 0
-        self.current_table: str | None = None
-        self.error: BaseException | None = None
-        self.manifest: SnapshotManifest | None = None
-        self._logged_at = time.monotonic()
 
-    def progress(self) -> SnapshotProgress:
-        """How far the snapshot has got (any thread; the values are read without a lock)."""
-        return SnapshotProgress(
-            len(self.tables),
-            self.tables_done,
-            self.rows_read,
-            self.rows_estimated,
-            self.current_table,
-        )
-
-    def describe(self) -> str:
-        """Progress in words, for soft declines."""
-        return f"snapshot in progress: {self.progress().summary}"
-
-    def run(self) -> None:
-        """Create the slot with its snapshot and spill every table (its own thread)."""
-        try:
-            self.manifest = self._take()
-        except BaseException as e:  # reported to the reader, which fails the query with it
-            self.error = e
-
-    def _take(self) -> SnapshotManifest:
+    def take(self) -> SnapshotManifest:
+        """Create the slot with its snapshot and spill every table (the task's thread)."""
         self.spill.clear()
         self.spill.directory.make_dirs()
         slot = Slot(self.dsn, self.slot_name, self.plugin)
@@ -210,14 +180,7 @@ class SnapshotTask(threading.Thread):
             name = self.spill.write_file(table.name, keys, afters, len(manifest.files))
             manifest.files.append((name, len(afters)))
             self.rows_read += len(afters)
-            self._log_progress()
-
-    def _log_progress(self) -> None:
-        # A line every _LOG_EVERY seconds for whoever watches the log of a long snapshot.
-        now = time.monotonic()
-        if now - self._logged_at >= _LOG_EVERY:
-            self._logged_at = now
-            _log.info("postgres snapshot of slot %s: %s", self.slot_name, self.progress().summary)
+            self.log_progress(f"postgres snapshot of slot {self.slot_name}")
 
 
 def estimated_rows(conn: Any, tables: list[TableInfo]) -> int | None:
