@@ -91,6 +91,29 @@ def is_out_of_range(error: KafkaError) -> bool:
     return error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 
 
+def is_transient(error: KafkaError) -> bool:
+    """Whether an offset or metadata error passes when the cluster settles: retry it.
+
+    Seen while a broker restarts or a partition's leadership moves: the broker is not the
+    leader (``NOT_LEADER_FOR_PARTITION``), there is none yet (``LEADER_NOT_AVAILABLE``), the
+    client's metadata does not know the partition for now (``_UNKNOWN_PARTITION``), the
+    connection is down (``_TRANSPORT``, ``_ALL_BROKERS_DOWN``) or the request timed out; and
+    whatever librdkafka marks retriable. Authorization and configuration errors are not.
+    """
+    from confluent_kafka import KafkaError
+
+    transient = (
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+    )
+    return bool(error.retriable()) or error.code() in transient
+
+
 def partitions_of(
     consumer: Consumer,
     subscribe: Sequence[str],

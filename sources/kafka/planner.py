@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING
 from spark_ckpt.errors import ConfigError, DataLossError, SourceConnectionError
 
 from ..debezium_format._native import KafkaAssembler
-from .client import METADATA_TIMEOUT_S, is_out_of_range, partitions_of, transaction_topic_for
+from .client import (
+    METADATA_TIMEOUT_S,
+    is_out_of_range,
+    is_transient,
+    partitions_of,
+    transaction_topic_for,
+)
 from .offsets import KafkaOffset, TopicPartition
 from .options import KafkaOptions
 
@@ -84,24 +90,49 @@ class KafkaPlanner:
     def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
         """``(first, end)`` offsets of a partition now (``end``: read_committed's last stable one).
 
+        A transient error (a broker restarting, a leader moving: :func:`~.client.is_transient`)
+        is retried, with a warning naming it, for up to ``kafkaConsumer.pollTimeoutMs``: while a
+        broker restarts the client answers at once with ``NOT_LEADER_FOR_PARTITION`` or
+        ``_UNKNOWN_PARTITION`` instead of waiting. Driver, per partition and trigger.
+
         Raises
         ------
         SourceConnectionError
-            When the brokers do not answer within the metadata timeout.
+            When the brokers do not answer within that bound, or refuse for good (the error
+            named).
         """
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka import TopicPartition as KafkaPartition
 
-        try:
-            low, high = self.consumer.get_watermark_offsets(
-                KafkaPartition(*tp), timeout=self.timeout, cached=False
-            )
-        except KafkaException as e:
-            raise SourceConnectionError(
-                f"the Kafka brokers did not give the offsets of {tp[0]}/{tp[1]} within "
-                f"{self.timeout:.0f}s ({e.args[0] if e.args else e})"
-            ) from None
-        return int(low), int(high)
+        deadline = time.monotonic() + self.options.poll_timeout
+        pause, warned = 0.2, False
+        while True:
+            try:
+                low, high = self.consumer.get_watermark_offsets(
+                    KafkaPartition(*tp), timeout=self.timeout, cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as e:
+                error = e.args[0] if e.args else e
+                transient = isinstance(error, KafkaError) and is_transient(error)
+                if not transient or time.monotonic() + pause > deadline:
+                    waited = f"for {self.options.poll_timeout:.0f}s " if transient else ""
+                    raise SourceConnectionError(
+                        f"the Kafka brokers did not give the offsets of {tp[0]}/{tp[1]} "
+                        f"{waited}({error})"
+                    ) from None
+                if not warned:
+                    _log.warning(
+                        "the offsets of %s/%s are not available yet (%s): retrying for up to "
+                        "%.0fs (kafkaConsumer.pollTimeoutMs)",
+                        tp[0],
+                        tp[1],
+                        error,
+                        self.options.poll_timeout,
+                    )
+                    warned = True
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def discover(self) -> None:
         """Register partitions not seen before (driver, once per trigger).

@@ -1,0 +1,66 @@
+"""The planner's offset requests: transient broker errors retried within the poll timeout.
+
+A fake consumer (the client's answers, scripted) stands in for librdkafka: while a broker
+restarts it answers ``NOT_LEADER_FOR_PARTITION`` or ``_UNKNOWN_PARTITION`` at once, which must
+cost only the wait; an authorization error fails at once, naming it.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from spark_ckpt.errors import SourceConnectionError
+from spark_ckpt.sources.kafka.client import is_transient
+from spark_ckpt.sources.kafka.planner import KafkaPlanner
+
+
+class ScriptedConsumer:
+    """Answers ``get_watermark_offsets`` with the scripted errors first, then ``(0, 42)``."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, 42
+
+
+def _watermarks(consumer: ScriptedConsumer, poll_timeout: float = 30.0) -> tuple[int, int]:
+    planner = types.SimpleNamespace(
+        consumer=consumer, timeout=1.0, options=types.SimpleNamespace(poll_timeout=poll_timeout)
+    )
+    return KafkaPlanner.watermarks(planner, ("t", 0))  # type: ignore[arg-type]
+
+
+def test_a_restarting_brokers_answers_are_retried_until_it_answers() -> None:
+    consumer = ScriptedConsumer(
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT
+    )
+    assert _watermarks(consumer) == (0, 42)
+    assert consumer.calls == 4
+
+
+def test_a_refusal_fails_at_once_naming_it() -> None:
+    consumer = ScriptedConsumer(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(SourceConnectionError, match="TOPIC_AUTHORIZATION_FAILED"):
+        _watermarks(consumer)
+    assert consumer.calls == 1
+
+
+def test_a_broker_not_back_within_the_poll_timeout_fails_saying_how_long_it_waited() -> None:
+    consumer = ScriptedConsumer(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 100)
+    with pytest.raises(SourceConnectionError, match=r"for 1s .*NOT_LEADER_FOR_PARTITION"):
+        _watermarks(consumer, poll_timeout=1.0)
+    assert 2 <= consumer.calls < 100
+
+
+def test_what_counts_as_transient() -> None:
+    assert is_transient(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+    assert not is_transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
