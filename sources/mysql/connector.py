@@ -318,17 +318,11 @@ class MySqlConnector(ChangeConnector):
         """
         first, last = BinlogOffset.from_json(start), BinlogOffset.from_json(end)
         if first.position is None:
-            manifest = self._snapshot.spilled(last) if last.emitted > first.emitted else None
-            if manifest is not None and manifest.rows:
-                return self._snapshot.partitions(manifest)
+            manifest = self._snapshot.spill.manifest()
+            if manifest is None or not manifest.complete or manifest.rows:
+                # The snapshot's own batch (spilled() refuses a spill that is not its own).
+                return self._snapshot.partitions(self._snapshot.spilled(last))
             # After an empty snapshot the batch is the stream's from the snapshot's position.
-            manifest = manifest or self._snapshot.spill.manifest()
-            if manifest is None:
-                raise LogRewrittenError(
-                    f"the logged batch {last.checkpoint} starts at the snapshot, whose manifest "
-                    f"in {self._snapshot.spill.directory.url} is gone: start over with a new "
-                    f"checkpointLocation"
-                )
             first = self._snapshot.end(first, first.checkpoint, manifest)
         count = last.emitted - first.emitted
         if count == 0:
