@@ -56,6 +56,10 @@ __all__ = ["SnapshotManifest", "SnapshotSpill", "SnapshotTask", "consistent_snap
 _log = logging.getLogger(__name__)
 
 
+_CONNECTION_LOST = frozenset({2003, 2006, 2013})
+"""PyMySQL's codes for a server that cannot be reached, has gone away, or dropped the query."""
+
+
 @dataclass
 class SnapshotManifest:
     """The state of a snapshot spill.
@@ -244,10 +248,17 @@ class SnapshotTask(SnapshotThread[SnapshotManifest]):
                 crash_point("during_snapshot", index)
             conn.rollback()
         except pymysql.MySQLError as e:
+            reason = e.args[-1] if e.args else type(e).__name__
+            if e.args and e.args[0] in _CONNECTION_LOST:
+                raise SourceConnectionError(
+                    f"the connection to {self.options.host}:{self.options.port} was lost while "
+                    f"the snapshot read {self.current_table or 'the tables'}: {reason} (the "
+                    f"query's restart takes the snapshot again)"
+                ) from None
             raise TableCaptureError(
-                f"the snapshot of {self.current_table or 'the tables'} failed: "
-                f"{e.args[-1] if e.args else e} (a table altered while the snapshot read it "
-                f"fails it: the query's restart takes the snapshot again)"
+                f"the snapshot of {self.current_table or 'the tables'} failed: {reason} (a "
+                f"table altered while the snapshot read it fails it: the query's restart takes "
+                f"the snapshot again)"
             ) from None
         finally:
             conn.close()
