@@ -108,4 +108,4 @@ else
     say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
     "$VENV/bin/pytest" -p no:cacheprovider --durations=5 tests/connect
 fi
-say "the test command passed"
+if [ "$SOAK" = 1 ]; then say "the soak tier passed"; else say "the test command passed"; fi
