@@ -15,6 +15,9 @@ import threading
 import time
 from typing import Generic, TypeVar
 
+from spark_ckpt.model.availability import SnapshotAvailability
+
+from .connector import Plan
 from .snapshot_progress import SnapshotProgress
 
 __all__ = ["SnapshotThread"]
@@ -69,6 +72,33 @@ class SnapshotThread(threading.Thread, abc.ABC, Generic[ManifestT]):
             self.manifest = self.take()
         except BaseException as e:  # reported to the connector, which fails the query with it
             self.error = e
+
+    def held_back(self, bounded: bool, oldest_held: str) -> Plan | None:
+        """The source's plan while the snapshot is read; None once it is done (per trigger).
+
+        The snapshot is read in one transaction: one open unit, growing as rows arrive, declined
+        softly with its progress. ``bounded`` (a ``Trigger.availableNow`` run, which ends at the
+        first trigger that offers nothing) waits for the snapshot instead.
+
+        Raises
+        ------
+        BaseException
+            The error the snapshot ended with (the caller forgets the task: the next plan
+            takes the snapshot again).
+        """
+        if bounded:
+            self.join()
+        if self.is_alive():
+            return Plan(
+                [],
+                SnapshotAvailability.soft_failure(self.describe()),
+                self.rows_read,
+                held_units=1,
+                oldest_held=oldest_held,
+            )
+        if self.error is not None:
+            raise self.error
+        return None
 
     @abc.abstractmethod
     def take(self) -> ManifestT:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from spark_ckpt.model.availability import SnapshotAvailability
-
 from ..connector import Plan
 from ..snapshot_progress import SnapshotProgress
 from ..snapshot_spill import SnapshotPartition, snapshot_partitions
@@ -97,20 +95,13 @@ class InitialSnapshot:
                 self.options.plugin,
             )
             task.start()
-        if bounded:
-            task.join()
-        if task.is_alive():
-            # The snapshot is read in one transaction: one open unit, growing as rows arrive.
-            return Plan(
-                [],
-                SnapshotAvailability.soft_failure(task.describe()),
-                task.rows_read,
-                held_units=1,
-                oldest_held=f"the initial snapshot of slot {self.options.slot!r}",
-            )
-        if task.error is not None:
-            error, self._task = task.error, None
-            raise error
+        try:
+            waiting = task.held_back(bounded, f"the initial snapshot of slot {self.options.slot!r}")
+        except BaseException:
+            self._task = None
+            raise
+        if waiting is not None:
+            return waiting
         assert task.manifest is not None
         return Plan([task.manifest.rows], None, 0)
 
