@@ -321,7 +321,7 @@ class MySqlConnector(ChangeConnector):
             manifest = self._snapshot.spill.manifest()
             if manifest is None or not manifest.complete or manifest.rows:
                 # The snapshot's own batch (spilled() refuses a spill that is not its own).
-                return self._snapshot.partitions(self._snapshot.spilled(last))
+                return self._snapshot.partitions(self._snapshot.spilled(last, manifest))
             # After an empty snapshot the batch is the stream's from the snapshot's position.
             first = self._snapshot.end(first, first.checkpoint, manifest)
         count = last.emitted - first.emitted

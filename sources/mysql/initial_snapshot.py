@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import LogRewrittenError
-from spark_ckpt.model.availability import SnapshotAvailability
 
 from ..connector import Plan
 from ..snapshot_progress import SnapshotProgress
@@ -75,20 +74,13 @@ class InitialSnapshot:
         if task is None:
             task = self._task = SnapshotTask(self.options, self.keys, self.spill)
             task.start()
-        if bounded:
-            task.join()
-        if task.is_alive():
-            # The snapshot is read in one transaction: one open unit, growing as rows arrive.
-            return Plan(
-                [],
-                SnapshotAvailability.soft_failure(task.describe()),
-                task.rows_read,
-                held_units=1,
-                oldest_held="the initial snapshot",
-            )
-        if task.error is not None:
-            error, self._task = task.error, None
-            raise error
+        try:
+            waiting = task.held_back(bounded, "the initial snapshot")
+        except BaseException:
+            self._task = None
+            raise
+        if waiting is not None:
+            return waiting
         manifest = self.manifest()
         return Plan([manifest.rows] if manifest.rows else [], None, 0)
 
@@ -124,8 +116,10 @@ class InitialSnapshot:
         )
         return snapshot_partitions(manifest.files, self.spill, values, self._changes_per_partition)
 
-    def spilled(self, end: BinlogOffset) -> SnapshotManifest:
-        """The spill of a logged snapshot batch ending at ``end``, for its re-run (driver).
+    def spilled(self, end: BinlogOffset, manifest: SnapshotManifest | None) -> SnapshotManifest:
+        """``manifest`` (the spill's, as read), checked as that of the batch ending at ``end``.
+
+        Driver, once per re-run of a logged snapshot batch.
 
         Raises
         ------
@@ -133,7 +127,6 @@ class InitialSnapshot:
             When the spill is gone or belongs to another snapshot: a snapshot taken again would
             be consistent with another binlog position than the logged batch's end.
         """
-        manifest = self.spill.manifest()
         if manifest is None or not manifest.complete or manifest.position != end.position:
             found = "none" if manifest is None else f"one at {manifest.position}"
             raise LogRewrittenError(
