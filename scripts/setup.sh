@@ -98,9 +98,32 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 SPEC="$ROOT"
 [ -n "$EXTRA" ] && SPEC="$ROOT[$EXTRA]"
-say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
-# A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$SPEC"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+if [ "${SPARK_CKPT_SETUP_DEPENDENCIES_ONLY:-0}" = 1 ]; then
+  # The caller installs spark-ckpt itself (the test command: the release wheel it builds, so the
+  # native modules compile once, not once here and again for the wheel). pip resolves the whole
+  # spec without installing it; everything it would install but spark-ckpt is installed, pinned
+  # to what it resolved. The dry run builds the checkout's metadata only, no native code.
+  say "installing spark-ckpt's dependencies${EXTRA:+ [$EXTRA]} into .venv (spark-ckpt itself comes later)"
+  mkdir -p "$ROOT/build"
+  REPORT="$ROOT/build/pip-resolution.json"
+  "${PIP[@]}" install --quiet --dry-run --report "$REPORT" "$SPEC"
+  "$VENV/bin/python" - "$REPORT" >"$REPORT.txt" <<'PY'
+import json
+import sys
+
+with open(sys.argv[1], encoding="utf-8") as report:
+    for item in json.load(report)["install"]:
+        metadata = item["metadata"]
+        if metadata["name"] != "spark-ckpt":
+            print(f"{metadata['name']}=={metadata['version']}")
+PY
+  if [ -s "$REPORT.txt" ]; then "${PIP[@]}" install --quiet -r "$REPORT.txt"; fi
+else
+  say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
+  # A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
+  "${PIP[@]}" install --quiet "$SPEC"
+fi
 
 # --- the test harness on sys.path --------------------------------------------------------------
 # The tests' harness (tests/harness: servers, workloads, fault injection) is the package
