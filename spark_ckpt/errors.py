@@ -30,6 +30,7 @@ __all__ = [
     "MalformedEventError",
     "MirrorChangeError",
     "MirrorSchemaError",
+    "PackageResolutionError",
     "PublishError",
     "RepeatedSnapshotError",
     "ReplicationSlotError",
@@ -91,6 +92,14 @@ class StateFormatError(SparkCkptError, ValueError):
 
 class JavaNotFoundError(SparkCkptError, RuntimeError):
     """No suitable Java runtime for Spark was found (Spark 4 needs 17 or 21)."""
+
+
+class PackageResolutionError(SparkCkptError, RuntimeError):
+    """Spark could not resolve a Maven package a session needs (Delta's jar, say) with Ivy.
+
+    The message names the packages and quotes Ivy's lines about what could not be found or
+    downloaded.
+    """
 
 
 class ConfigError(SparkCkptError, ValueError):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import JavaNotFoundError
+from spark_ckpt.spark.packages import delta_package, package_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,9 +132,11 @@ def local_session(
     cached bytecode instead of compiling the copy in ``pyspark.zip``, about 0.7 s saved per
     process Spark starts, one per streaming query at least), and ``PYTHONSAFEPATH`` (so they
     import the installed package, not a source checkout in the working directory); adds Delta's
-    SQL extension, catalog and jar (resolved from Maven Central on first use and cached under
-    ``~/.ivy2*``); turns the UI and the console progress bar off and keeps shuffles small, and
-    on a ``local`` master has Delta rebuild a table's state with one partition per core.
+    SQL extension, catalog and jar (resolved by Ivy from Maven Central on the first use of a set
+    of packages, quietly, then named to Spark by the jars Ivy retrieved:
+    :mod:`spark_ckpt.spark.packages`); turns the UI and the console progress bar off and keeps
+    shuffles small, and on a ``local`` master has Delta rebuild a table's state with one
+    partition per core.
 
     Parameters
     ----------
@@ -165,7 +168,6 @@ def local_session(
     # would import the checkout's spark_ckpt/ (which lacks the installed spark_ckpt.sources)
     # instead of the installed package. PYTHONSAFEPATH (Python 3.11+) keeps it off sys.path.
     os.environ.setdefault("PYTHONSAFEPATH", "1")
-    from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
     base = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
@@ -193,10 +195,15 @@ def local_session(
     if conf.get("spark.jars.excludes"):
         excludes.append(conf["spark.jars.excludes"])
     conf["spark.jars.excludes"] = ",".join(excludes)
+    # The packages reach Spark as the jars they resolved to (spark_ckpt.spark.packages): Ivy
+    # resolves them once per machine instead of at every session start.
+    coordinates = [delta_package(), *(S3A_PACKAGES if s3a else ()), *packages]
+    coordinates += filter(None, conf.pop("spark.jars.packages", "").split(","))
+    jars = [package_jars(coordinates, conf), *filter(None, [conf.get("spark.jars")])]
+    conf["spark.jars"] = ",".join(jars)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    extra = [*(S3A_PACKAGES if s3a else ()), *packages]
-    spark = configure_spark_with_delta_pip(builder, extra_packages=extra).getOrCreate()
+    spark = builder.getOrCreate()
     if not connect:  # a Connect client has no SparkContext; its server logs at WARN already
         spark.sparkContext.setLogLevel("WARN")
     return spark

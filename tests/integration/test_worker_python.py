@@ -1,7 +1,7 @@
 """How local_session sets Spark up.
 
-Its Python processes import the installed pyspark, not the copy in pyspark.zip, and Delta
-rebuilds table state with one partition per core.
+Its Python processes import the installed pyspark, not the copy in pyspark.zip, Delta rebuilds
+table state with one partition per core, and packages reach Spark as jars resolved once.
 """
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from pyspark import cloudpickle
 
+from spark_ckpt.errors import PackageResolutionError
+from spark_ckpt.spark.packages import package_jars
 from spark_ckpt.spark.session import local_cores
 
 if TYPE_CHECKING:
@@ -95,3 +98,25 @@ def test_a_streaming_source_runner_imports_pyspark_with_cached_bytecode(
     offset = progress[-1]["sources"][0]["endOffset"]
     assert "pyspark" in offset, offset
     assert ".zip" not in offset, offset
+
+
+def test_a_package_ivy_cannot_resolve_is_a_typed_error_quoting_ivy(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolved in a JVM of its own, beside this process's session; nothing is remembered."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    missing = "io.delta:spark-ckpt-no-such-artifact_2.13:0.0.1"
+    with pytest.raises(PackageResolutionError, match="spark-ckpt-no-such-artifact") as failed:
+        package_jars([missing], {})
+    assert "not found" in str(failed.value), "Ivy's own lines are quoted"
+    assert not list(tmp_path.rglob("*.json"))
+    assert spark.range(2).count() == 2  # the session beside it is untouched
+
+
+def test_a_session_names_its_packages_to_spark_by_the_jars_they_resolved_to(
+    spark: SparkSession,
+) -> None:
+    """No resolution at a session start once resolved: Spark gets jars, not coordinates."""
+    assert not spark.conf.get("spark.jars.packages", "")
+    jars = spark.conf.get("spark.jars", "") or ""
+    assert any("delta-spark_" in jar for jar in jars.split(",")), jars

@@ -27,6 +27,7 @@ SPARK_GLUE = {
     "spark_ckpt.spark.consistent",
     "spark_ckpt.spark.control",
     "spark_ckpt.spark.listener",
+    "spark_ckpt.spark.packages",
     "spark_ckpt.spark.session",
     "spark_ckpt.spark.supervisor",
     "spark_ckpt.sources.reader",
