@@ -4,10 +4,10 @@
 bounded query (``Trigger.availableNow``: to the binlog's end when it starts) with
 ``snapshot=initial`` over tables that hold rows: one SIGKILLed (with its JVM and Python workers)
 while its snapshot reads the tables, one SIGKILLed once the snapshot's batch 0 is pre-committed,
-before Spark completes it (the restart delivers the same spill again), one that finishes while
-transactions are committed beside it, one SIGKILLed once its second batch is pre-committed while
-more are committed, and a clean one to the end, which reads that batch again from its logged
-offsets (``replan``) and goes on. Then
+before Spark completes it, one that delivers the same spill again, goes on into the binlog and is
+SIGKILLed once its second stream batch is pre-committed while transactions are committed beside
+it, and a clean one to the end, which reads that batch again from its logged offsets
+(``replan``) and goes on. Then
 :func:`harness.workloads.mysql.verify` checks the change log. Run as a module
 (``python -m harness.faults.mysql drive HOST PORT USER DATABASE TABLE CHECKPOINT``, the password
 in ``SPARK_CKPT_TEST_MYSQL_PASSWORD``) it is the driver itself.
@@ -83,11 +83,12 @@ def run_scenario(server: MariaDbServer, database: str, workdir: Path) -> list[st
     driver("during_snapshot:0")  # killed once the first table is spilled
     driver("after_manifest:0")  # the snapshot's batch pre-committed, not completed
     committed = 1  # the snapshot: one unit
-    committed += _during(server, database, lambda: driver(None), seed=1)
     committed += workload.run_transactions(server, database, 80, seed=3)
-    # The second batch the next run plans (of these 80) is killed once pre-committed.
-    killed = (SparkCheckpoint(str(checkpoint)).latest_committed() or 0) + 2
-    committed += _during(server, database, lambda: driver(f"after_manifest:{killed}"), seed=2)
+    # The next run completes the snapshot's batch 0 again, then the second batch it plans (of
+    # these 80) is killed once pre-committed.
+    if SparkCheckpoint(str(checkpoint)).latest_committed() is not None:
+        raise RuntimeError("the snapshot's batch completed although its run was killed")
+    committed += _during(server, database, lambda: driver("after_manifest:2"), seed=2)
     driver(None)  # after the workload: reads the killed batch again, then everything after it
     return workload.verify(table, server, database, committed)
 
