@@ -184,18 +184,26 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         query.stop()
 
 
+@pytest.mark.parametrize(
+    "every_kill",
+    [
+        pytest.param(False, id="ddl-and-rebuild"),
+        pytest.param(True, id="every-kill", marks=pytest.mark.soak),
+    ],
+)
 def test_driver_killed_between_a_schema_change_and_its_publish_loses_and_repeats_nothing(
-    spark: SparkSession, pg_dsn: str, tmp_path: Path
+    spark: SparkSession, pg_dsn: str, tmp_path: Path, every_kill: bool
 ) -> None:
     """Real SIGKILLs around a schema change's batch, then around a rebuild.
 
-    After the schema change's batch is pre-committed and in its publish; once a rebuild's first
-    batch is pre-committed, and in the publish that ends it.
+    After the schema change's batch is pre-committed, then in the rebuild's chunks; in the soak
+    tier also in the schema change's publish (one mirror published, the other not) and once the
+    rebuild's first batch is pre-committed.
 
     pgoutput only: the kill test of the other postgres path runs wal2json (in the soak tier),
     and what recovery does after the pre-commit does not depend on the plugin. The test
-    command's postgres kill test: its kills fall at the pre-commit, in the publish and inside a
-    rebuild's snapshot chunks.
+    command's postgres kill test: its kills fall at the pre-commit and inside a rebuild's
+    snapshot chunks.
     """
-    verdict = run_scenario(spark, pg_dsn, tmp_path, "pgoutput")
+    verdict = run_scenario(spark, pg_dsn, tmp_path, "pgoutput", every_kill)
     assert verdict.ok, verdict
