@@ -7,7 +7,9 @@ the same jars into the one cache, which Ivy does not lock, and a single failed d
 connection to Maven Central) fails every test of that process: seen on a fresh clone, where 116
 tests errored with ``JAVA_GATEWAY_EXITED`` after Ivy's "FAILED DOWNLOADS". ``scripts/test.sh``
 runs this module first: one session, in a process of its own per attempt, tried up to three
-times. With the cache warm it costs one session start.
+times. Its start resolves the packages once (``spark_ckpt.spark.packages``) and remembers their
+jars, which every later session of the same packages starts from without resolving; with the
+cache warm it costs one session start.
 
 Run: ``python -m harness.spark_packages``.
 """
