@@ -30,6 +30,7 @@ __all__ = [
     "MalformedEventError",
     "MirrorChangeError",
     "MirrorSchemaError",
+    "MissingExtraError",
     "PackageResolutionError",
     "PublishError",
     "RepeatedSnapshotError",
@@ -143,6 +144,33 @@ class UnknownOptionError(ConfigError):
         super().__init__(
             f"{source} does not know the option {option!r}.{hint} "
             f"Known options: {', '.join(self.known)}. Check the spelling or remove it."
+        )
+
+
+class MissingExtraError(SparkCkptError, ImportError):
+    """A package that one of spark-ckpt's extras installs is missing where the code runs.
+
+    The message names what needs it, the missing module and the command that installs it
+    (``pip install 'spark-ckpt[kafka]'`` for the kafka connector's client), to run where the
+    driver and the executors run.
+
+    Parameters
+    ----------
+    extra
+        The extra's name (``kafka``).
+    module
+        The module that could not be imported (``confluent_kafka``).
+    needed_by
+        What needs it, in words (``"the kafka connector"``).
+    """
+
+    def __init__(self, extra: str, module: str, needed_by: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{needed_by} needs the {extra!r} extra, which is not installed here (no module "
+            f"named {module!r}): pip install 'spark-ckpt[{extra}]' where the Spark driver and "
+            f"the executors run",
+            name=module,
         )
 
 

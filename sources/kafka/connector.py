@@ -20,7 +20,7 @@ from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..debezium_format.envelope_schemas import PlannedSchemas, SchemaRow, follow_units
 from ..gate import Cut
 from ..options import SourceOptions
-from .client import new_consumer
+from .client import new_consumer, require_client
 from .offsets import KafkaOffset, TopicPartition
 from .options import KafkaOptions
 from .planner import KafkaPlanner
@@ -300,5 +300,13 @@ def _pieces(
 
 
 def build(options: KafkaOptions, common: SourceOptions) -> KafkaConnector:
-    """The connector (driver, once per query run)."""
+    """The connector (driver, once per query run).
+
+    Raises
+    ------
+    MissingExtraError
+        Without the ``kafka`` extra (confluent-kafka): at the query's start, naming the extra,
+        not a bare ``ModuleNotFoundError`` from the first read.
+    """
+    require_client()
     return KafkaConnector(options, gated=common.gated, column_types=common.column_types)

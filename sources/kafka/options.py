@@ -168,7 +168,8 @@ POLL_TIMEOUT: OptionSpec[float] = OptionSpec(
     "kafkaConsumer.pollTimeoutMs",
     "as in Spark's Kafka source: reading (planning on the driver, a batch's range on an "
     "executor) that makes no progress this long fails with `SourceConnectionError` naming the "
-    "partitions; metadata requests wait at most 30 s, or this when shorter. The client "
+    "partitions; metadata requests wait at most 30 s, or this when shorter, and their transient "
+    "errors (a broker restarting, a leader moving) are retried within it. The client "
     "reconnects within it, so a broker back in time costs only the wait",
     Parsed(
         _milliseconds,
@@ -182,7 +183,8 @@ TRANSACTION_TOPIC: OptionSpec[str] = OptionSpec(
     "transactionTopic",
     "Debezium's transaction topic, found beside the data topics when unset (the longest prefix "
     "of a data topic's name with `.transaction` that exists); it must have one partition. "
-    "`none`: read without one, each change its own unit",
+    "`none`: read without one, each streamed change its own unit (the `transaction` block of "
+    "Debezium's records ignored), the initial snapshot one unit",
     Parsed(_transaction_topic, "a topic name, or none"),
     default_note="`<prefix>.transaction`",
 )

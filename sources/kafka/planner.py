@@ -26,16 +26,18 @@ from spark_ckpt.errors import ConfigError, DataLossError, SourceConnectionError
 from ..debezium_format._native import KafkaAssembler
 from .client import (
     METADATA_TIMEOUT_S,
+    STALL_WARNING_S,
     is_out_of_range,
     is_transient,
     partitions_of,
+    retrying,
     transaction_topic_for,
 )
 from .offsets import KafkaOffset, TopicPartition
 from .options import KafkaOptions
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, Message
+    from confluent_kafka import Consumer, KafkaError, Message
 
 __all__ = ["KafkaPlanner"]
 
@@ -71,6 +73,9 @@ class KafkaPlanner:
             base.high,
             base.snapshot,
             settle_ms=round(options.snapshot_settle * 1000),
+            # transactionTopic=none: no END is ever read, so a record's transaction block
+            # must not open a transaction (it would wait for ever); each change is a unit.
+            transactions=options.transaction_topic != "",
         )
         self.partitions: list[TopicPartition] = []
         self.starts: list[int] = []
@@ -84,6 +89,7 @@ class KafkaPlanner:
         """Partitions of deleted topics, no longer read (``failOnDataLoss=false``)."""
         self.timeout = min(METADATA_TIMEOUT_S, options.poll_timeout)
         """Seconds a metadata or offset request may take."""
+        self._warned_read = False
 
     # -- partitions -----------------------------------------------------------------------
 
@@ -104,35 +110,23 @@ class KafkaPlanner:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka import TopicPartition as KafkaPartition
 
-        deadline = time.monotonic() + self.options.poll_timeout
-        pause, warned = 0.2, False
-        while True:
-            try:
-                low, high = self.consumer.get_watermark_offsets(
+        patience = self.options.poll_timeout
+        try:
+            low, high = retrying(
+                f"the offsets of {tp[0]}/{tp[1]}",
+                lambda: self.consumer.get_watermark_offsets(
                     KafkaPartition(*tp), timeout=self.timeout, cached=False
-                )
-                return int(low), int(high)
-            except KafkaException as e:
-                error = e.args[0] if e.args else e
-                transient = isinstance(error, KafkaError) and is_transient(error)
-                if not transient or time.monotonic() + pause > deadline:
-                    waited = f"for {self.options.poll_timeout:.0f}s " if transient else ""
-                    raise SourceConnectionError(
-                        f"the Kafka brokers did not give the offsets of {tp[0]}/{tp[1]} "
-                        f"{waited}({error})"
-                    ) from None
-                if not warned:
-                    _log.warning(
-                        "the offsets of %s/%s are not available yet (%s): retrying for up to "
-                        "%.0fs (kafkaConsumer.pollTimeoutMs)",
-                        tp[0],
-                        tp[1],
-                        error,
-                        self.options.poll_timeout,
-                    )
-                    warned = True
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                ),
+                patience,
+            )
+        except KafkaException as e:
+            error = e.args[0] if e.args else e
+            transient = isinstance(error, KafkaError) and is_transient(error)
+            waited = f"for {patience:.0f}s " if transient else ""
+            raise SourceConnectionError(
+                f"the Kafka brokers did not give the offsets of {tp[0]}/{tp[1]} {waited}({error})"
+            ) from None
+        return int(low), int(high)
 
     def discover(self) -> None:
         """Register partitions not seen before (driver, once per trigger).
@@ -144,11 +138,19 @@ class KafkaPlanner:
         """
         options = self.options
         wanted_txn = () if self.transaction_topic is None else (self.transaction_topic,)
+        patience = options.poll_timeout
         topics = partitions_of(
-            self.consumer, options.subscribe, options.subscribe_pattern, wanted_txn, self.timeout
+            self.consumer,
+            options.subscribe,
+            options.subscribe_pattern,
+            wanted_txn,
+            self.timeout,
+            patience,
         )
         if self.transaction_topic is None and options.transaction_topic is None:
-            everything = partitions_of(self.consumer, (), ".*", timeout=self.timeout)
+            everything = partitions_of(
+                self.consumer, (), ".*", timeout=self.timeout, patience=patience
+            )
             found = transaction_topic_for(sorted(topics), sorted(everything))
             if found is not None:
                 self.transaction_topic = found
@@ -189,7 +191,10 @@ class KafkaPlanner:
             }
         )
         for topic in missing:
-            if topic in partitions_of(self.consumer, (topic,), None, timeout=self.timeout):
+            asked = partitions_of(
+                self.consumer, (topic,), None, timeout=self.timeout, patience=self.timeout
+            )
+            if topic in asked:
                 continue
             indexes = [i for i, (t, _) in enumerate(self.partitions) if t == topic]
             read_to = ", ".join(f"{self.partitions[i][1]}: {self.next[i]}" for i in indexes)
@@ -277,6 +282,7 @@ class KafkaPlanner:
         if not pending:
             return
         where = {tp: i for i, tp in enumerate(self.partitions)}
+        self._warned_read = False
         self.consumer.assign(
             [KafkaPartition(*self.partitions[i], self.next[i]) for i in sorted(pending)]
         )
@@ -298,7 +304,18 @@ class KafkaPlanner:
                 else:
                     self._skip_control_records(pending, ends)
                 pending = {i for i in pending if self.next[i] < ends[i]}
-                if pending and time.monotonic() - progressed > stall:
+                stalled = time.monotonic() - progressed
+                if pending and stalled > STALL_WARNING_S and not self._warned_read:
+                    self._warned_read = True
+                    _log.warning(
+                        "reading %s from the Kafka brokers has made no progress for %.0fs (the "
+                        "brokers unreachable?): waiting for up to %.0fs "
+                        "(kafkaConsumer.pollTimeoutMs)",
+                        ", ".join(f"{t}/{p}" for t, p in (self.partitions[i] for i in pending)),
+                        stalled,
+                        stall,
+                    )
+                if pending and stalled > stall:
                     names = ", ".join(f"{t}/{p}" for t, p in (self.partitions[i] for i in pending))
                     raise SourceConnectionError(
                         f"reading {names} from the Kafka brokers made no progress for "
@@ -331,8 +348,25 @@ class KafkaPlanner:
             if is_out_of_range(error) and place in where:
                 out_of_range.add(where[place])  # type: ignore[index]
                 continue
+            if is_transient(error) and not error.fatal():
+                # A broker down or restarting, a leader moving: librdkafka reconnects and
+                # fetches again by itself; the stall bound (pollTimeoutMs) decides.
+                self._transient(error)
+                continue
             raise SourceConnectionError(f"reading from Kafka failed: {error.str()}")
         return fed, out_of_range
+
+    def _transient(self, error: KafkaError) -> None:
+        """Warn once per trigger that reading meets a transient error (its name)."""
+        if self._warned_read:
+            return
+        self._warned_read = True
+        _log.warning(
+            "reading from the Kafka brokers: %s; the client reconnects and reads on, for up to "
+            "%.0fs without progress (kafkaConsumer.pollTimeoutMs)",
+            error.str(),
+            self.options.poll_timeout,
+        )
 
     def _skip_control_records(self, pending: set[int], ends: list[int]) -> None:
         """Move past offsets that hold no record for the application.

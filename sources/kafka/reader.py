@@ -7,6 +7,7 @@ which records are which unit's changes. Runs on executors, once per task.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +19,18 @@ from spark_ckpt.errors import DataLossError, SourceConnectionError
 from ..debezium_format._native import KafkaRows
 from ..debezium_format.envelope_schemas import SchemaRow, with_schema_rows
 from ..debezium_format.types import typed_batch
-from .client import is_out_of_range, new_consumer
+from .client import (
+    STALL_WARNING_S,
+    is_out_of_range,
+    is_transient,
+    new_consumer,
+    require_client,
+)
 from .client_config import masked
 
 __all__ = ["KafkaPartition", "read_partition"]
+
+_log = logging.getLogger(__name__)
 
 _BLOCK = 10_000
 _WAIT_S = 0.1  # one consume() call's wait: see planner._WAIT_S
@@ -68,9 +77,11 @@ def read_partition(
         When records of the range were deleted since the batch was planned.
     SourceConnectionError
         When reading makes no progress for ``part.poll_timeout`` seconds.
+    MissingExtraError
+        Without the ``kafka`` extra (confluent-kafka) where this executor runs.
     """
-    from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaPartitionId
+    client = require_client()
+    KafkaError, KafkaPartitionId = client.KafkaError, client.TopicPartition  # noqa: N806
 
     if part.start >= part.end:
         return
@@ -88,6 +99,7 @@ def read_partition(
         consumer.assign([KafkaPartitionId(part.topic, part.partition, part.start)])
         position = part.start
         progressed = time.monotonic()
+        warned = False
         while position < part.end:
             messages = consumer.consume(num_messages=_BLOCK, timeout=_WAIT_S)
             offsets: list[int] = []
@@ -104,6 +116,19 @@ def read_partition(
                             f"cannot be read whole. Restore from a savepoint taken before"
                         )
                     if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if is_transient(error) and not error.fatal():
+                        # A broker down or restarting: librdkafka reconnects by itself; the
+                        # stall bound below (pollTimeoutMs) decides.
+                        if not warned:
+                            warned = True
+                            _log.warning(
+                                "reading %s: %s; the client reconnects and reads on, for up to "
+                                "%.0fs without progress (kafkaConsumer.pollTimeoutMs)",
+                                part.describe(),
+                                error.str(),
+                                part.poll_timeout,
+                            )
                         continue
                     raise SourceConnectionError(f"reading {part.describe()} failed: {error.str()}")
                 offset = message.offset()
@@ -126,7 +151,18 @@ def read_partition(
             if moved.offset is not None and moved.offset > position:
                 position = min(int(moved.offset), part.end)
                 progressed = time.monotonic()
-            if position < part.end and time.monotonic() - progressed > part.poll_timeout:
+            stalled = time.monotonic() - progressed
+            if position < part.end and stalled > STALL_WARNING_S and not warned:
+                warned = True
+                _log.warning(
+                    "reading %s has made no progress at offset %s for %.0fs (the brokers "
+                    "unreachable?): waiting for up to %.0fs (kafkaConsumer.pollTimeoutMs)",
+                    part.describe(),
+                    position,
+                    stalled,
+                    part.poll_timeout,
+                )
+            if position < part.end and stalled > part.poll_timeout:
                 raise SourceConnectionError(
                     f"reading {part.describe()} made no progress at offset {position} for "
                     f"{part.poll_timeout:.0f}s (kafkaConsumer.pollTimeoutMs): the brokers are "

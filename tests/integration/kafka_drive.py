@@ -166,3 +166,46 @@ def fixture_units(broker: KafkaBroker, prefix: str, timeout: float = 60) -> set[
             start = batch.end
     finally:
         connector.stop()
+
+
+def _fixture_value(topic: str, partition: int, offset: int) -> dict[str, Any]:
+    [record] = [r for r in fixture_records()[(topic, partition)] if r["offset"] == offset]
+    value: dict[str, Any] = json.loads(record["value"])
+    return value
+
+
+def debezium_transaction(
+    prefix: str, xid: int, lsn: int, ids: list[int], partitions: int
+) -> list[tuple[str, int, bytes, bytes]]:
+    """Debezium's records of a PostgreSQL transaction inserting orders ``ids``, in send order.
+
+    Made from the fixture's records (its first transaction's BEGIN, END and order insert),
+    with the transaction id ``<xid>:<lsn>`` and positions from ``lsn`` on (growing ``lsn`` from
+    one transaction to the next, as PostgreSQL's commit LSNs grow): BEGIN and END to
+    ``<prefix>.transaction`` (partition 0), each insert to ``<prefix>.public.orders``, partition
+    ``id % partitions`` (as a key always goes to one partition). ``(topic, partition, key,
+    value)`` each.
+    """
+    txn = f"{xid}:{lsn}"
+    begin = _fixture_value("transaction", 0, 0)
+    end = _fixture_value("transaction", 0, 1)
+    change = _fixture_value("public.orders", 0, 3)
+    begin["payload"]["id"] = txn
+    end["payload"].update(
+        id=txn,
+        event_count=len(ids),
+        data_collections=[{"data_collection": "public.orders", "event_count": len(ids)}],
+    )
+    marker_key = json.dumps({"payload": {"id": txn}}).encode()
+    out = [(f"{prefix}.transaction", 0, marker_key, json.dumps(begin).encode())]
+    for order, number in enumerate(ids, 1):
+        payload = change["payload"]
+        payload["after"] = {"id": number, "total": f"{number}.00"}
+        payload["source"].update(txId=xid, lsn=lsn + order, sequence=f'[null,"{lsn + order}"]')
+        payload["transaction"] = {"id": txn, "total_order": order, "data_collection_order": order}
+        key = json.dumps({"payload": {"id": number}}).encode()
+        out.append(
+            (f"{prefix}.public.orders", number % partitions, key, json.dumps(change).encode())
+        )
+    out.append((f"{prefix}.transaction", 0, marker_key, json.dumps(end).encode()))
+    return out

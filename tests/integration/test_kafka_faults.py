@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from changelog_checks import whole_once
 from conftest import wait_until
 from kafka_drive import (
     connector_for,
+    debezium_transaction,
     fixture_records,
     fixture_units,
     read_batch,
@@ -32,6 +34,7 @@ from kafka_drive import (
 )
 
 import spark_ckpt
+from harness.faults.debezium import delta_changes, delta_txn_ids
 from harness.servers.kafka import KafkaBroker
 from harness.servers.loopback import free_port
 from spark_ckpt.errors import (
@@ -294,47 +297,153 @@ def test_the_broker_stopping_in_the_middle_of_a_batch_fails_its_read_then_it_rea
         again.stop()
 
 
-def test_a_broker_killed_and_back_within_the_poll_timeout_costs_only_the_wait(
-    kafka_broker: KafkaBroker,
+def test_an_unsupervised_query_survives_a_broker_sigkilled_and_back_after_15_s(
+    spark: SparkSession, control: spark_ckpt.Control, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    """SIGKILLed and restarted 15 s later: planning waits it out, then the planned batch reads.
+    """A running query, topics of 3 partitions: every transaction lands once and whole.
 
-    A query's triggers plan through the outage and the broker's start. Reported from a cluster
-    of three-partition topics: while the broker restarts, librdkafka may answer offset requests
-    at once with ``NOT_LEADER_FOR_PARTITION`` or ``_UNKNOWN_PARTITION``; the planner retries
-    those within ``kafkaConsumer.pollTimeoutMs`` (``tests/unit/test_kafka_watermarks.py``
-    scripts those answers). On this single broker the requests waited instead: this test passes
-    without the retry too, and keeps the outage's end-to-end behaviour tested.
+    Transactions are written all along (Debezium's form, from the fixture's records) while the
+    broker is SIGKILLed and started again 15 s later (it answers 25 to 30 s after the kill on
+    two busy cores); the query runs unsupervised with the default kafkaConsumer.pollTimeoutMs
+    (120 s). Reported from a cluster of three-partition topics: while a broker restarts,
+    librdkafka may answer offset requests at once with ``NOT_LEADER_FOR_PARTITION`` or
+    ``_UNKNOWN_PARTITION``, which the planner retries (``tests/unit/test_kafka_watermarks.py``
+    scripts those answers, and metadata requests' ``_TRANSPORT``); on this one broker the
+    requests waited instead, and executors' reads in flight waited for the broker. Each
+    transaction produced (and acknowledged) is compared with the Delta table: once, whole, in
+    one version.
+    """
+    from confluent_kafka import Producer
+
+    prefix = fresh()
+    partitions = 3
+    kafka_broker.create_topic(f"{prefix}.public.orders", partitions=partitions)
+    kafka_broker.create_topic(f"{prefix}.transaction")
+    producer = Producer(
+        {"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    )
+    failed: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    produced: dict[str, int] = {}
+    stop_writing = threading.Event()
+
+    def write() -> None:
+        xid = 1000
+        while not stop_writing.is_set():
+            xid += 1
+            ids = [xid * 10 + i for i in range(1 + xid % 4)]  # 1 to 4 changes, 3 partitions
+            for topic, partition, key, value in debezium_transaction(
+                prefix, xid, xid * 1000, ids, partitions
+            ):
+                producer.produce(
+                    topic, value=value, key=key, partition=partition, on_delivery=delivered
+                )
+            produced[str(xid)] = len(ids)
+            producer.poll(0)
+            time.sleep(0.1)
+
+    table = tmp_path / "table"
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "kafka")
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+        .option("subscribePattern", f"{prefix}[.].*")
+        .option("snapshotSettle", "1ms")
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("path", str(table))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        wait_until(lambda: len(delta_txn_ids(table)) >= 5, 60, "the query delivering")
+        kafka_broker.kill()
+        time.sleep(15)
+        kafka_broker.restart()
+        time.sleep(3)  # written after the restart too
+        stop_writing.set()
+        writer.join(30)
+        assert producer.flush(60) == 0, "the producer did not deliver everything"
+        assert not failed, f"deliveries failed: {failed[:3]}"
+
+        def caught_up() -> bool:
+            if query.exception() is not None:
+                raise AssertionError(f"the query failed: {query.exception()}")
+            return delta_txn_ids(table) >= set(produced)
+
+        wait_until(caught_up, 120, f"the Delta table did not catch up with {len(produced)}")
+        assert query.isActive
+        assert query.exception() is None
+    finally:
+        stop_writing.set()
+        query.stop()
+    rows = delta_changes(table)
+    by_txn = whole_once(rows)
+    assert {t: len(r) for t, r in by_txn.items()} == produced
+    assert len({r["version"] for r in rows}) > 2
+
+
+def test_without_a_transaction_topic_a_streaming_query_delivers_each_change_as_its_unit(
+    spark: SparkSession, control: spark_ckpt.Control, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """transactionTopic=none on Debezium's topics, whose records carry a transaction block.
+
+    Reported: every change waited in a transaction for an END that is never read, and a
+    query delivered nothing. The table topics are subscribed by name (the transaction topic is
+    not read), the query streams (processingTime); each change must come out as a unit of its
+    own, the initial snapshot as one.
     """
     prefix = fresh()
     replay(kafka_broker, prefix)
-    patient = {"kafkaConsumer.pollTimeoutMs": "90000", "snapshotSettle": "1ms"}
-    connector = connector_for(kafka_broker, prefix, **patient)
+    records = fixture_records()
+    tables = sorted({t for t, _ in records if t != "transaction"})
+    changes = {
+        f"{prefix}.{topic}/{partition}:{record['offset']}"
+        for (topic, partition), items in records.items()
+        if topic != "transaction"
+        for record in items
+        if record["value"]
+        and json.loads(record["value"])["payload"]["source"]["snapshot"] in ("false", "incremental")
+    }
+    table = tmp_path / "table"
+    query = (
+        spark.readStream.format("txn-cdc")
+        .option("connector", "kafka")
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+        .option("subscribe", ",".join(f"{prefix}.{t}" for t in tables))
+        .option("transactionTopic", "none")
+        .option("snapshotSettle", "1ms")
+        .option("maxChangesPerTrigger", "10")
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("path", str(table))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
     try:
-        batch = wait_for_batch(connector, connector.initial_offset())
-        kafka_broker.kill()
-        back = threading.Thread(target=lambda: (time.sleep(15), kafka_broker.restart()))
-        back.start()
-        # Planned as a query's triggers plan: again and again, through the outage, the
-        # broker's start and a while after it (leadership settles after the port opens).
-        plans, settled = 0, None
-        while settled is None or time.monotonic() < settled + 10:
-            plan = connector.plan(batch.end, None)
-            assert plan.unit_sizes == [], "nothing was written after the batch"
-            plans += 1
-            if settled is None and not back.is_alive():
-                settled = time.monotonic()
-            time.sleep(0.3)
-        back.join(120)
-        rows = rows_of(connector, batch)
+
+        def caught_up() -> bool:
+            if query.exception() is not None:
+                raise AssertionError(f"the query failed: {query.exception()}")
+            return delta_txn_ids(table) >= changes | {"snapshot"}
+
+        wait_until(caught_up, 60, f"the {len(changes)} changes were not all delivered")
     finally:
-        connector.stop()
-    assert plans > 3, f"planned only {plans} times"
-    sizes: dict[str, int] = {}
-    for row in rows:
-        sizes[row["txn_id"]] = sizes.get(row["txn_id"], 0) + 1
-    assert rows, "the planned batch read nothing"
-    assert all(sizes[r["txn_id"]] == r["txn_size"] for r in rows), "a transaction is not whole"
+        query.stop()
+    rows = delta_changes(table)
+    by_unit = whole_once(rows)
+    assert set(by_unit) == changes | {"snapshot"}
+    assert len(by_unit["snapshot"]) == 6
+    assert all(len(by_unit[c]) == 1 and by_unit[c][0]["txn_size"] == 1 for c in changes)
+    assert len({r["version"] for r in rows}) > 2, "every change in one version"
 
 
 def _row_key(row: dict[str, Any]) -> tuple[str, int]:

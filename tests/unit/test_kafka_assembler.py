@@ -55,10 +55,13 @@ def one_after_another(parts: list[Partition], first: str) -> Iterator[tuple[int,
 
 
 def assemble(
-    parts: list[Partition], steps: Iterator[tuple[int, int]], visible: list[int] | None = None
+    parts: list[Partition],
+    steps: Iterator[tuple[int, int]],
+    visible: list[int] | None = None,
+    **options: Any,
 ) -> KafkaAssembler:
     """Feed ``steps`` in one trigger whose target is ``visible`` (default: every record)."""
-    assembler = KafkaAssembler()
+    assembler = KafkaAssembler(**options)
     for name, _ in parts:
         assembler.add_partition(name, 0)
     assembler.set_target(visible or [len(records) for _, records in parts])
@@ -217,3 +220,70 @@ def test_a_snapshot_waits_until_records_sent_before_its_last_one_had_time_to_sho
     assert "snapshot" in holdup
     assembler.set_target(ends, 3_000)  # 2 s after the last record was sent: nothing came
     _same(units(assembler))
+
+
+# -- transactionTopic=none ----------------------------------------------------------------------
+
+
+def streamed_changes(parts: list[Partition]) -> set[str]:
+    """``<partition>:<offset>`` of every change record outside the initial snapshot."""
+    out = set()
+    for name, records in parts:
+        for offset, value in records:
+            payload = json.loads(value)["payload"] if value else None
+            if not payload or "op" not in payload:
+                continue  # a tombstone, or a BEGIN/END of the transaction topic
+            if payload["source"]["snapshot"] in ("false", "incremental"):
+                out.add(f"{name}:{offset}")
+    return out
+
+
+@pytest.mark.parametrize("feed", sorted(FEEDS))
+def test_without_transactions_each_change_is_its_own_unit_after_the_snapshot(feed: str) -> None:
+    """``transactionTopic=none``: Debezium's records still carry a transaction block; ignored.
+
+    The initial snapshot stays one unit (its ``last`` record closes it); every streamed change,
+    incremental-snapshot rows too (a chunk is closed only by a transaction's END), is a unit of
+    its own, each partition's in offset order. The transaction topic's markers, read when the
+    subscription matches it, close nothing.
+    """
+    parts = partitions()
+    assembler = assemble(parts, FEEDS[feed](parts), transactions=False)
+    found = units(assembler)
+    assert found[0] == ("snapshot", "snapshot", 6)
+    changes = found[1:]
+    assert {kind for kind, _, _ in changes} == {"change"}
+    assert all(size == 1 for _, _, size in changes)
+    keys = [key for _, key, _ in changes]
+    assert sorted(keys) == sorted(streamed_changes(parts))  # each once, none held back
+    assert len(keys) == 30
+    for name, _ in parts:
+        offsets = [int(k.rpartition(":")[2]) for k in keys if k.rpartition(":")[0] == name]
+        assert offsets == sorted(offsets), f"{name} out of its order"
+    assert assembler.held_events == 0
+    assert assembler.holdup() is None
+
+
+def test_without_transactions_no_partition_waits_for_the_transaction_topic() -> None:
+    """The transaction topic not subscribed to (``subscribe``): nothing waits for an END."""
+    parts = [p for p in partitions() if "transaction" not in p[0]]
+    without = assemble(parts, round_robin(parts, 2), transactions=False)
+    assert len(units(without)) == 1 + 30
+    # As the assembler read them before: every change waits in a transaction for an END that
+    # is never read, behind the snapshot (issue 42: an availableNow run delivered nothing).
+    waiting = assemble(parts, round_robin(parts, 2))
+    assert units(waiting) == [("snapshot", "snapshot", 6)]
+    assert waiting.held_events == 30
+    assert waiting.holdup() is not None
+
+
+def test_without_transactions_a_batchs_segments_give_each_change_its_own_unit() -> None:
+    """Executors build rows from the segments: one block per change, its unit's order."""
+    parts = partitions()
+    names = [name for name, _ in parts]
+    assembler = assemble(parts, round_robin(parts, 3), transactions=False)
+    items0 = names.index("dbz.public.items/0")
+    segments = _segments(assembler, items0, 0, len(parts[items0][1]))
+    assert [s[2] for s in segments] == ["block"] * 6
+    assert all(s[1] - s[0] == 1 and s[4] == 0 and s[5] == 1 for s in segments)
+    assert len({s[3] for s in segments}) == 6

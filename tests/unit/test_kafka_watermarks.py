@@ -7,6 +7,7 @@ cost only the wait; an authorization error fails at once, naming it.
 
 from __future__ import annotations
 
+import logging
 import types
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from spark_ckpt.errors import SourceConnectionError
-from spark_ckpt.sources.kafka.client import is_transient
+from spark_ckpt.sources.kafka.client import is_transient, partitions_of
 from spark_ckpt.sources.kafka.planner import KafkaPlanner
 
 
@@ -64,3 +65,38 @@ def test_a_broker_not_back_within_the_poll_timeout_fails_saying_how_long_it_wait
 def test_what_counts_as_transient() -> None:
     assert is_transient(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
     assert not is_transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+
+class ScriptedMetadata:
+    """Answers ``list_topics`` with the scripted errors first, then one topic of 3 partitions."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def list_topics(self, *_: Any, **__: Any) -> Any:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        topic = types.SimpleNamespace(partitions={0: None, 1: None, 2: None})
+        return types.SimpleNamespace(topics={"dbz.public.orders": topic})
+
+
+def test_a_metadata_request_retries_a_restarting_broker_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = ScriptedMetadata(KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    with caplog.at_level(logging.WARNING, logger="spark_ckpt.sources.kafka.client"):
+        found = partitions_of(consumer, ("dbz.public.orders",), None, timeout=1, patience=30)  # type: ignore[arg-type]
+    assert found == {"dbz.public.orders": 3}
+    assert consumer.calls == 3
+    [warning] = caplog.records
+    assert "a metadata request" in warning.getMessage()
+    assert "_TRANSPORT" in warning.getMessage()
+
+
+def test_a_metadata_request_without_patience_fails_at_once_as_before() -> None:
+    consumer = ScriptedMetadata(KafkaError._TRANSPORT)
+    with pytest.raises(SourceConnectionError, match="did not answer a metadata request"):
+        partitions_of(consumer, ("dbz.public.orders",), None, timeout=1)  # type: ignore[arg-type]
+    assert consumer.calls == 1

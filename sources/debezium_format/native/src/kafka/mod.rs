@@ -147,7 +147,10 @@ struct Planned {
 ///
 /// Parameters (Python): ``first_order``, the order of the next unit released; ``high``, the
 /// furthest source position delivered before (Debezium's repeats at or before it are dropped);
-/// ``snapshot_delivered``, whether an initial snapshot was delivered before.
+/// ``snapshot_delivered``, whether an initial snapshot was delivered before; ``settle_ms`` (see
+/// the field); ``transactions``, False to read without Debezium's transaction metadata
+/// (``transactionTopic=none``): every streamed change is then its own unit, its record's
+/// ``transaction`` block ignored.
 #[pyclass(module = "spark_ckpt.sources.debezium_format._native")]
 pub struct KafkaAssembler {
     parts: Vec<Part>,
@@ -187,6 +190,12 @@ pub struct KafkaAssembler {
     known: KnownSchemas,
     /// Each table's schema as last read and as last released.
     watch: SchemaWatch,
+    /// Whether units follow Debezium's transaction metadata. False (``transactionTopic=none``):
+    /// no ``END`` is ever read, so a change's ``transaction`` block is ignored (the change is a
+    /// unit of its own), transaction markers are skipped, and incremental-snapshot rows, whose
+    /// chunk only a transaction's ``END`` closes, are each a unit too. The initial snapshot
+    /// stays one unit (its ``last`` record closes it).
+    transactions: bool,
 }
 
 type Failure = (Problem, usize, i64);
@@ -230,12 +239,15 @@ type Segment = (i64, i64, &'static str, i64, i64, i64);
 #[pymethods]
 impl KafkaAssembler {
     #[new]
-    #[pyo3(signature = (first_order = 0, high = None, snapshot_delivered = false, settle_ms = 0))]
+    #[pyo3(signature = (
+        first_order = 0, high = None, snapshot_delivered = false, settle_ms = 0, transactions = true
+    ))]
     fn py_new(
         first_order: i64,
         high: Option<String>,
         snapshot_delivered: bool,
         settle_ms: i64,
+        transactions: bool,
     ) -> Self {
         KafkaAssembler {
             parts: Vec::new(),
@@ -261,6 +273,7 @@ impl KafkaAssembler {
             schema_changes: 0,
             known: KnownSchemas::default(),
             watch: SchemaWatch::default(),
+            transactions,
         }
     }
 
@@ -510,6 +523,12 @@ impl KafkaAssembler {
             }
         }
         Ok(())
+    }
+
+    /// Whether units follow Debezium's transaction metadata (False: ``transactionTopic=none``).
+    #[getter]
+    fn transactions(&self) -> bool {
+        self.transactions
     }
 
     /// ``order`` of the next unit released.

@@ -46,31 +46,47 @@ impl KafkaAssembler {
                 }
                 self.nobody(part, offset, Owner::Nobody);
             }
+            Record::Marker(_) if !self.transactions => {
+                // A transaction topic the subscription matches, read as data: its markers
+                // close nothing here.
+                self.nobody(part, offset, Owner::Nobody);
+            }
             Record::Marker(marker) => self.marker(part, offset, marker)?,
+            Record::Change(change) if !self.transactions => {
+                if change.snapshot.in_initial() {
+                    self.snapshot_row(part, offset, change)?;
+                } else {
+                    self.single(part, offset, &change);
+                }
+            }
             Record::Change(change) => match change.txn_id.as_deref() {
                 Some(_) => self.txn_change(part, offset, change)?,
                 None if change.snapshot.in_initial() => self.snapshot_row(part, offset, change)?,
                 None if change.snapshot == SnapshotMark::Incremental => {
                     self.chunk_row(part, offset, change)
                 }
-                None => {
-                    let key = format!("{}:{offset}", self.parts[part].name);
-                    let id = self.new_unit(Unit::new(Kind::Single, key, (part, offset)));
-                    self.count(id, &change);
-                    self.units[id].end = Some(End {
-                        event_count: 1,
-                        collections: None,
-                        ts_ms: None,
-                        position: None,
-                    });
-                    self.units[id].barrier = self.targets.len().checked_sub(1);
-                    self.units[id].closed_ms = self.fed_ms;
-                    self.own(part, offset, id);
-                    self.singles.push_back(id);
-                }
+                None => self.single(part, offset, &change),
             },
         }
         Ok(())
+    }
+
+    /// A change that is a unit of its own: complete once read, released once every partition
+    /// has been read up to the target in force and no earlier record of its partition waits.
+    pub(super) fn single(&mut self, part: usize, offset: i64, change: &Change<'_>) {
+        let key = format!("{}:{offset}", self.parts[part].name);
+        let id = self.new_unit(Unit::new(Kind::Single, key, (part, offset)));
+        self.count(id, change);
+        self.units[id].end = Some(End {
+            event_count: 1,
+            collections: None,
+            ts_ms: None,
+            position: None,
+        });
+        self.units[id].barrier = self.targets.len().checked_sub(1);
+        self.units[id].closed_ms = self.fed_ms;
+        self.own(part, offset, id);
+        self.singles.push_back(id);
     }
 
     pub(super) fn count(&mut self, id: UnitId, change: &Change<'_>) {
