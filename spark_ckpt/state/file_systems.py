@@ -3,7 +3,8 @@
 :class:`~spark_ckpt.state.storage.Location` is the one way spark-ckpt touches storage; this
 module holds what it is built on: which pyarrow file system serves a URI and how it is
 configured from :class:`StorageOptions` (:func:`file_system`), the local-disk writes that must
-be atomic or durable (:func:`write_local_atomically`, :class:`SyncedFile`), and what a store's
+be atomic or durable (:func:`write_local_atomically`, :func:`create_local_exclusively`,
+:class:`SyncedFile`), and what a store's
 error means (:func:`not_found`, :func:`describe_error`: "gone" versus "cannot read", and a
 message that names what to check without showing credentials). Runs on the driver and on
 executors.
@@ -28,6 +29,7 @@ from spark_ckpt.state.storage_options import StorageOptions
 
 __all__ = [
     "SyncedFile",
+    "create_local_exclusively",
     "describe_error",
     "file_system",
     "not_found",
@@ -188,3 +190,34 @@ def write_local_atomically(path: str, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def create_local_exclusively(path: str, data: bytes) -> bool:
+    """Create the local ``path`` holding ``data`` unless it exists; False when it was there.
+
+    A temporary file is written whole and fsynced, then hard-linked to ``path``: the link fails
+    when ``path`` exists (as ``O_EXCL`` would), and a reader never sees a part of the file (as
+    it could between an ``O_EXCL`` create and its write). So two writers racing for one name
+    settle with exactly one winner, as a Delta commit needs.
+    """
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True

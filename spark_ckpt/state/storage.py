@@ -55,6 +55,7 @@ from spark_ckpt.errors import StorageError, StorageNotFoundError
 from spark_ckpt.model.uris import SCHEMES, canonical_uri, check_uri, child_uri, split_uri
 from spark_ckpt.state.file_systems import (
     SyncedFile,
+    create_local_exclusively,
     describe_error,
     file_system,
     not_found,
@@ -389,6 +390,31 @@ class Location:
                 stream.write(data)
         except OSError as e:
             raise self._fail("write", e) from e
+
+    def create_bytes(self, data: bytes) -> bool:
+        """Create the file holding ``data`` only if it is not there; False when it was.
+
+        The primitive a Delta commit needs ("Writers MUST never overwrite an existing log
+        entry"): of writers racing for one name, exactly one creates it. Locally a complete
+        temporary file hard-linked to the name (atomic, durable once this returns).
+
+        Raises
+        ------
+        StorageError
+            On an object store: pyarrow's clients have no conditional PUT (S3 ``If-None-Match``,
+            GCS ``ifGenerationMatch=0``), so a create-if-absent cannot be made safe here yet.
+        """
+        if not self.is_local:
+            raise StorageError(
+                f"cannot create {self.url} only if absent: pyarrow's {self.scheme} client has "
+                f"no conditional write. Commits written by spark-ckpt itself (deletion vectors) "
+                f"work on local tables only for now; object-store tables are committed by "
+                f"delta-rs"
+            )
+        try:
+            return create_local_exclusively(self.path, data)
+        except OSError as e:
+            raise self._fail("create", e) from e
 
     def open_output(self) -> BinaryIO:
         """A writer of a new file (caller closes it).
