@@ -129,3 +129,33 @@ def test_merged_deletions_keep_both_batches(tmp_path: Path) -> None:
     assert (remove["path"], remove["deletionVector"]) == (path, old.to_json())
     assert (add["path"], add["deletionVector"]) == (path, new.to_json())
     assert json.loads(add["stats"])["numRecords"] == 10
+
+
+def test_the_log_replay_reads_through_a_checkpoint(tmp_path: Path) -> None:
+    """After delta-rs checkpoints a DV commit, the file's add (DV included) is found the same."""
+    table, path = make_table(tmp_path)
+    version = delete(table, path, [4, 5])
+    before = log_files(table, version, [path])
+    DeltaTable(table.url).create_checkpoint()
+    assert log_files(table, version, [path]) == before
+    delete(table, path, [6], batch=2)
+    assert ids(table) == [0, 1, 2, 3, 7, 8, 9]
+
+
+def test_a_partitioned_files_dv_keeps_its_partition_values(tmp_path: Path) -> None:
+    """The add with the DV repeats the file's partition values, from JSON and from a checkpoint."""
+    uri = str(tmp_path / "p")
+    data = pa.table({"id": pa.array(range(6), pa.int64()), "day": ["a", "a", "a", "b", "b", "b"]})
+    write_deltalake(uri, data, partition_by=["day"])
+    enable_deletion_vectors(DeltaTable(uri))
+    DeltaTable(uri).create_checkpoint()
+    table = Location(uri)
+    version = DeltaTable(uri).version()
+    (path,) = [p for p in log_files(table, version, _log_paths(uri)) if "day=b" in p]
+    assert log_files(table, version, [path])[path].partition_values == {"day": "b"}
+    delete(table, path, [1])
+    assert ids(table) == [0, 1, 2, 3, 5]
+
+
+def _log_paths(uri: str) -> list[str]:
+    return [p.split(uri.rstrip("/") + "/", 1)[-1] for p in DeltaTable(uri).file_uris()]
