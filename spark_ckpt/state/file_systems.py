@@ -4,7 +4,8 @@
 module holds what it is built on: which pyarrow file system serves a URI and how it is
 configured from :class:`StorageOptions` (:func:`file_system`), the local-disk writes that must
 be atomic or durable (:func:`write_local_atomically`, :func:`create_local_exclusively`,
-:class:`SyncedFile`), and what a store's
+:class:`SyncedFile`), the object-store create-if-absent pyarrow lacks
+(:func:`create_s3_object_exclusively`), and what a store's
 error means (:func:`not_found`, :func:`describe_error`: "gone" versus "cannot read", and a
 message that names what to check without showing credentials). Runs on the driver and on
 executors.
@@ -20,8 +21,11 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+import obstore
 import pyarrow as pa
 import pyarrow.fs as pafs
+from obstore.exceptions import AlreadyExistsError
+from obstore.store import S3Store
 
 from spark_ckpt.errors import ConfigError, StorageError
 from spark_ckpt.model.uris import split_uri
@@ -30,6 +34,7 @@ from spark_ckpt.state.storage_options import StorageOptions
 __all__ = [
     "SyncedFile",
     "create_local_exclusively",
+    "create_s3_object_exclusively",
     "describe_error",
     "file_system",
     "not_found",
@@ -220,4 +225,34 @@ def create_local_exclusively(path: str, data: bytes) -> bool:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    return True
+
+
+def create_s3_object_exclusively(path: str, delta_options: dict[str, str], data: bytes) -> bool:
+    """Create the S3 object ``path`` (``bucket/key``) holding ``data`` unless it exists.
+
+    One PUT with ``If-None-Match: *`` through obstore (the ``object_store`` crate delta-rs
+    commits with), configured from delta-rs's options of the location, so it reaches the same
+    endpoint with the same credentials and the same ``AWS_CONDITIONAL_PUT``. False when the
+    object was there (the store answered 412).
+
+    Raises
+    ------
+    StorageError
+        When the options name a locking provider instead of conditional puts (the PUT could not
+        be conditional), or the store refuses the PUT.
+    """
+    if "AWS_S3_LOCKING_PROVIDER" in delta_options:
+        raise StorageError(
+            f"cannot create s3://{path} only if absent: the options use a locking provider "
+            f"(AWS_S3_LOCKING_PROVIDER) instead of conditional puts. Remove it; AWS S3 and "
+            f"MinIO support conditional puts"
+        )
+    bucket, _, key = path.partition("/")
+    config = {name.lower(): value for name, value in delta_options.items()}
+    store = S3Store(bucket, config=config)  # type: ignore[arg-type]  # a plain dict of str
+    try:
+        obstore.put(store, key, data, mode="create")
+    except AlreadyExistsError:
+        return False
     return True

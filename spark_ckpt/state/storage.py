@@ -56,6 +56,7 @@ from spark_ckpt.model.uris import SCHEMES, canonical_uri, check_uri, child_uri, 
 from spark_ckpt.state.file_systems import (
     SyncedFile,
     create_local_exclusively,
+    create_s3_object_exclusively,
     describe_error,
     file_system,
     not_found,
@@ -396,25 +397,29 @@ class Location:
 
         The primitive a Delta commit needs ("Writers MUST never overwrite an existing log
         entry"): of writers racing for one name, exactly one creates it. Locally a complete
-        temporary file hard-linked to the name (atomic, durable once this returns).
+        temporary file hard-linked to the name (atomic, durable once this returns); on S3 one
+        PUT with ``If-None-Match: *``, which pyarrow's client cannot send, through obstore.
 
         Raises
         ------
         StorageError
-            On an object store: pyarrow's clients have no conditional PUT (S3 ``If-None-Match``,
-            GCS ``ifGenerationMatch=0``), so a create-if-absent cannot be made safe here yet.
+            When the store refuses the write, and on stores other than local disks and S3 (no
+            create-if-absent is wired for them yet).
         """
-        if not self.is_local:
-            raise StorageError(
-                f"cannot create {self.url} only if absent: pyarrow's {self.scheme} client has "
-                f"no conditional write. Commits written by spark-ckpt itself (deletion vectors) "
-                f"work on local tables only for now; object-store tables are committed by "
-                f"delta-rs"
-            )
         try:
-            return create_local_exclusively(self.path, data)
-        except OSError as e:
+            if self.is_local:
+                return create_local_exclusively(self.path, data)
+            if self.scheme == "s3":
+                return create_s3_object_exclusively(self.path, self.delta_options(), data)
+        except StorageError:
+            raise
+        except Exception as e:  # obstore's errors are not OSErrors
             raise self._fail("create", e) from e
+        raise StorageError(
+            f"cannot create {self.url} only if absent: spark-ckpt has no conditional write "
+            f"for {self.scheme} yet (local disks and S3 only). Commits written by spark-ckpt "
+            f"itself (deletion vectors) need one"
+        )
 
     def open_output(self) -> BinaryIO:
         """A writer of a new file (caller closes it).

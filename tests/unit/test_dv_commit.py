@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from harness.servers.s3 import S3Server
 from spark_ckpt.errors import TableIncompatibleError, UsageError
 from spark_ckpt.sinks.mirror.deletion_vectors import DeletedRows
 from spark_ckpt.sinks.mirror.dv_commit import (
@@ -22,7 +23,7 @@ from spark_ckpt.sinks.mirror.dv_commit import (
     enable_deletion_vectors,
     log_files,
 )
-from spark_ckpt.state.storage import Location
+from spark_ckpt.state.storage import Location, StorageOptions
 
 
 def make_table(tmp_path: Path, *, enable: bool = True) -> tuple[Location, str]:
@@ -36,13 +37,15 @@ def make_table(tmp_path: Path, *, enable: bool = True) -> tuple[Location, str]:
 
 
 def ids(table: Location) -> list[int]:
-    query = QueryBuilder().register("t", DeltaTable(table.url)).execute("SELECT id FROM t")
+    delta = DeltaTable(table.url, storage_options=table.delta_options())
+    query = QueryBuilder().register("t", delta).execute("SELECT id FROM t")
     return sorted(pa.table(query.read_all()).column("id").to_pylist())
 
 
 def delete(table: Location, path: str, rows: list[int], batch: int = 1) -> int:
     commit = DeletionCommit("q", batch, {path: DeletedRows.from_indexes(rows)})
-    return commit_deletions(table, DeltaTable(table.url), commit)
+    delta = DeltaTable(table.url, storage_options=table.delta_options())
+    return commit_deletions(table, delta, commit)
 
 
 def test_enabling_adds_only_the_feature_and_is_idempotent(tmp_path: Path) -> None:
@@ -159,3 +162,23 @@ def test_a_partitioned_files_dv_keeps_its_partition_values(tmp_path: Path) -> No
 
 def _log_paths(uri: str) -> list[str]:
     return [p.split(uri.rstrip("/") + "/", 1)[-1] for p in DeltaTable(uri).file_uris()]
+
+
+def test_a_dv_commit_on_s3_is_conditional_and_read_by_delta_rs(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    """On S3 (moto) the DV file, the log replay and the If-None-Match commit work as on disk."""
+    table = Location(f"s3a://{s3_bucket}/t", StorageOptions.of(s3_server.options()))
+    options = table.delta_options()
+    write_deltalake(
+        table.url, pa.table({"id": pa.array(range(10), pa.int64())}), storage_options=options
+    )
+    enable_deletion_vectors(DeltaTable(table.url, storage_options=options))
+    delta = DeltaTable(table.url, storage_options=options)
+    (path,) = [uri.rsplit("/", 1)[-1] for uri in delta.file_uris()]
+    version = delete(table, path, [2, 3])
+    delete(table, path, [9], batch=2)
+    assert ids(table) == [0, 1, 4, 5, 6, 7, 8]
+    taken = table.child("_delta_log", f"{version:020d}.json")
+    assert not taken.create_bytes(b"{}\n")
+    assert DeltaTable(table.url, storage_options=options).transaction_version("q") == 2

@@ -70,19 +70,19 @@ def test_streams_write_and_read_ranges(root: Location) -> None:
     assert b"".join(iter_chunks(target, 2, 9, chunk=3)) == b"2345678"
 
 
-def test_create_bytes_creates_once_and_never_overwrites(tmp_path: Path) -> None:
+def test_create_bytes_creates_once_and_never_overwrites(root: Location) -> None:
     """Of two creates of one name the first wins; the second says False and changes nothing."""
-    target = Location(str(tmp_path / "log" / "00000000000000000001.json"))
+    target = root.child("_delta_log", "00000000000000000001.json")
     assert target.create_bytes(b"first")
     assert not target.create_bytes(b"second")
     assert target.read_bytes() == b"first"
-    assert sorted(p.name for p in (tmp_path / "log").iterdir()) == [target.name]
+    assert [e.name for e in root.child("_delta_log").list()] == [target.name]
 
 
-def test_create_bytes_on_an_object_store_is_refused_before_any_request() -> None:
-    """An object store has no conditional PUT in pyarrow: the error says so, nothing is written."""
-    with pytest.raises(StorageError, match="no conditional write"):
-        Location("s3://bucket/t/_delta_log/00000000000000000001.json").create_bytes(b"x")
+def test_create_bytes_where_no_conditional_write_is_wired_is_refused() -> None:
+    """A store without a create-if-absent here (GCS) is refused before any request."""
+    with pytest.raises(StorageError, match="no conditional write for gs"):
+        Location("gs://bucket/t/_delta_log/00000000000000000001.json").create_bytes(b"x")
 
 
 def test_a_location_pickles_without_its_client(root: Location) -> None:
