@@ -1,10 +1,10 @@
 """Deletion vectors written and committed by spark-ckpt, read back by delta-spark and delta-rs.
 
 A table of 300 rows in two files (written by delta-rs) gets the ``deletionVectors`` feature, then
-two batches: the first deletes rows of one file and adds a file with their new versions, the
-second deletes more rows of the same file (its DV merged with the first). Both engines must read
-exactly the rows left, at every step and after a checkpoint, and the table's ``txn`` must say
-which batch it holds.
+two batches: the first deletes rows of both files (two DVs in one DV file) and adds files with
+new versions of some, the second deletes more rows of one file (its DV merged with the first).
+Both engines must read exactly the rows left, at every step and after a checkpoint, and the
+table's ``txn`` must say which batch it holds.
 """
 
 from __future__ import annotations
@@ -57,25 +57,30 @@ def test_both_engines_read_exactly_the_rows_deletion_vectors_leave(
     write_deltalake(uri, rows(range(150, 300), "a"), mode="append")
     enable_deletion_vectors(DeltaTable(uri))
     delta = DeltaTable(uri)
-    first = next(
+    # The file of ids 0..149 and the file of 150..299: each id at row position id - first id.
+    first, second = (
         f["path"]
-        for f in pa.table(delta.get_add_actions(flatten=True)).to_pylist()
-        if f["min.id"] == 0
-    )  # the file of ids 0..149, each id at row position id
+        for f in sorted(
+            pa.table(delta.get_add_actions(flatten=True)).to_pylist(), key=lambda f: f["min.id"]
+        )
+    )
     table = Location(uri)
 
-    # Batch 1: ids 5 and 10..19 get a new version "b" in a new file, id 0 is deleted.
+    # Batch 1: ids 5 and 10..19 get a new version "b" in new files, ids 0 and 150..154 are
+    # deleted: one DV file holds both files' DVs (the second at an offset past the first).
     new = write_staged_file(table, "part-batch-1.parquet", rows(range(10, 20), "b"))
-    changed = [0, 5, *range(10, 20)]
     five = write_staged_file(table, "part-batch-1b.parquet", rows(range(5, 6), "b"))
-    commit_deletions(
-        table,
-        delta,
-        DeletionCommit(QUERY, 1, {first: DeletedRows.from_indexes(changed)}, [new, five]),
-    )
+    changed = [0, 5, *range(10, 20), *range(150, 155)]
+    deletions = {
+        first: DeletedRows.from_indexes(changed[:-5]),
+        second: DeletedRows.from_indexes(range(5)),
+    }
+    version = commit_deletions(table, delta, DeletionCommit(QUERY, 1, deletions, [new, five]))
     expected = sorted(
         [(i, "a") for i in range(300) if i not in changed] + [(i, "b") for i in [5, *range(10, 20)]]
     )
+    dvs = [f.deletion_vector for f in log_files(table, version, deletions).values()]
+    assert len({dv.offset for dv in dvs if dv is not None}) == 2
     assert read_by_spark(spark, uri) == expected
     assert read_by_delta_rs(uri) == expected
 
@@ -91,7 +96,7 @@ def test_both_engines_read_exactly_the_rows_deletion_vectors_leave(
     assert read_by_delta_rs(uri) == expected
     merged = log_files(table, version, [first])[first].deletion_vector
     assert merged is not None
-    assert merged.cardinality == len(changed) + 20
+    assert merged.cardinality == len(changed) - 5 + 20
     assert DeltaTable(uri).transaction_version(QUERY) == 2
 
     # A checkpoint (delta-rs's) keeps the DV: both engines and the log replay read through it.
