@@ -3,7 +3,9 @@
 :class:`~spark_ckpt.state.storage.Location` is the one way spark-ckpt touches storage; this
 module holds what it is built on: which pyarrow file system serves a URI and how it is
 configured from :class:`StorageOptions` (:func:`file_system`), the local-disk writes that must
-be atomic or durable (:func:`write_local_atomically`, :class:`SyncedFile`), and what a store's
+be atomic or durable (:func:`write_local_atomically`, :func:`create_local_exclusively`,
+:class:`SyncedFile`), the object-store create-if-absent pyarrow lacks
+(:func:`create_s3_object_exclusively`), and what a store's
 error means (:func:`not_found`, :func:`describe_error`: "gone" versus "cannot read", and a
 message that names what to check without showing credentials). Runs on the driver and on
 executors.
@@ -28,6 +30,8 @@ from spark_ckpt.state.storage_options import StorageOptions
 
 __all__ = [
     "SyncedFile",
+    "create_local_exclusively",
+    "create_s3_object_exclusively",
     "describe_error",
     "file_system",
     "not_found",
@@ -188,3 +192,70 @@ def write_local_atomically(path: str, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def create_local_exclusively(path: str, data: bytes) -> bool:
+    """Create the local ``path`` holding ``data`` unless it exists; False when it was there.
+
+    A temporary file is written whole and fsynced, then hard-linked to ``path``: the link fails
+    when ``path`` exists (as ``O_EXCL`` would), and a reader never sees a part of the file (as
+    it could between an ``O_EXCL`` create and its write). So two writers racing for one name
+    settle with exactly one winner, as a Delta commit needs.
+    """
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True
+
+
+def create_s3_object_exclusively(path: str, delta_options: dict[str, str], data: bytes) -> bool:
+    """Create the S3 object ``path`` (``bucket/key``) holding ``data`` unless it exists.
+
+    One PUT with ``If-None-Match: *`` through obstore (the ``object_store`` crate delta-rs
+    commits with), configured from delta-rs's options of the location, so it reaches the same
+    endpoint with the same credentials and the same ``AWS_CONDITIONAL_PUT``. False when the
+    object was there (the store answered 412).
+
+    Raises
+    ------
+    StorageError
+        When the options name a locking provider instead of conditional puts (the PUT could not
+        be conditional), or the store refuses the PUT.
+    """
+    if "AWS_S3_LOCKING_PROVIDER" in delta_options:
+        raise StorageError(
+            f"cannot create s3://{path} only if absent: the options use a locking provider "
+            f"(AWS_S3_LOCKING_PROVIDER) instead of conditional puts. Remove it; AWS S3 and "
+            f"MinIO support conditional puts"
+        )
+    # Imported here: only a publishing driver needs it, and every executor's Python worker
+    # imports this module (about 50 ms saved there).
+    import obstore
+    from obstore.exceptions import AlreadyExistsError
+    from obstore.store import S3Store
+
+    bucket, _, key = path.partition("/")
+    config = {name.lower(): value for name, value in delta_options.items()}
+    store = S3Store(bucket, config=config)  # type: ignore[arg-type]  # a plain dict of str
+    try:
+        obstore.put(store, key, data, mode="create")
+    except AlreadyExistsError:
+        return False
+    return True

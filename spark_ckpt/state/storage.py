@@ -55,6 +55,8 @@ from spark_ckpt.errors import StorageError, StorageNotFoundError
 from spark_ckpt.model.uris import SCHEMES, canonical_uri, check_uri, child_uri, split_uri
 from spark_ckpt.state.file_systems import (
     SyncedFile,
+    create_local_exclusively,
+    create_s3_object_exclusively,
     describe_error,
     file_system,
     not_found,
@@ -389,6 +391,35 @@ class Location:
                 stream.write(data)
         except OSError as e:
             raise self._fail("write", e) from e
+
+    def create_bytes(self, data: bytes) -> bool:
+        """Create the file holding ``data`` only if it is not there; False when it was.
+
+        The primitive a Delta commit needs ("Writers MUST never overwrite an existing log
+        entry"): of writers racing for one name, exactly one creates it. Locally a complete
+        temporary file hard-linked to the name (atomic, durable once this returns); on S3 one
+        PUT with ``If-None-Match: *``, which pyarrow's client cannot send, through obstore.
+
+        Raises
+        ------
+        StorageError
+            When the store refuses the write, and on stores other than local disks and S3 (no
+            create-if-absent is wired for them yet).
+        """
+        try:
+            if self.is_local:
+                return create_local_exclusively(self.path, data)
+            if self.scheme == "s3":
+                return create_s3_object_exclusively(self.path, self.delta_options(), data)
+        except StorageError:
+            raise
+        except Exception as e:  # obstore's errors are not OSErrors
+            raise self._fail("create", e) from e
+        raise StorageError(
+            f"cannot create {self.url} only if absent: spark-ckpt has no conditional write "
+            f"for {self.scheme} yet (local disks and S3 only). Commits written by spark-ckpt "
+            f"itself (deletion vectors) need one"
+        )
 
     def open_output(self) -> BinaryIO:
         """A writer of a new file (caller closes it).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,30 @@ def test_streams_write_and_read_ranges(root: Location) -> None:
     with target.open_output() as out:
         out.write(b"0123456789")
     assert b"".join(iter_chunks(target, 2, 9, chunk=3)) == b"2345678"
+
+
+def test_create_bytes_creates_once_and_never_overwrites(root: Location) -> None:
+    """Of two creates of one name the first wins; the second says False and changes nothing."""
+    target = root.child("_delta_log", "00000000000000000001.json")
+    assert target.create_bytes(b"first")
+    assert not target.create_bytes(b"second")
+    assert target.read_bytes() == b"first"
+    assert [e.name for e in root.child("_delta_log").list()] == [target.name]
+
+
+def test_racing_creators_of_one_name_have_exactly_one_winner(root: Location) -> None:
+    """Eight threads create one commit file at once: one True, seven False, the winner's bytes."""
+    target = root.child("_delta_log", "00000000000000000007.json")
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(lambda i: target.create_bytes(f"writer {i}".encode()), range(8)))
+    assert won.count(True) == 1
+    assert target.read_bytes() == f"writer {won.index(True)}".encode()
+
+
+def test_create_bytes_where_no_conditional_write_is_wired_is_refused() -> None:
+    """A store without a create-if-absent here (GCS) is refused before any request."""
+    with pytest.raises(StorageError, match="no conditional write for gs"):
+        Location("gs://bucket/t/_delta_log/00000000000000000001.json").create_bytes(b"x")
 
 
 def test_a_location_pickles_without_its_client(root: Location) -> None:

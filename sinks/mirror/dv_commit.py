@@ -1,0 +1,409 @@
+"""Committing deletion vectors: the one Delta log entry spark-ckpt writes itself.
+
+delta-rs 1.6 reads deletion vectors (its scans and ``QueryBuilder`` skip the rows, and
+``DeltaTable.deletion_vectors`` lists them) but its Python API cannot commit one: the
+``AddAction`` that ``create_write_transaction`` takes (``deltalake.transaction``) has no
+``deletionVector`` field and is committed without one, and no other call takes raw actions. So
+this module writes the commit: ``_delta_log/<version>.json`` holding ``commitInfo``, ``txn(query
+id, batch id)``, a ``remove`` of each changed file with its old DV and an ``add`` of the same path
+with the new one (PROTOCOL.md "Add File and Remove File": a logical file is ``(path, DV
+uniqueId)``), and an ``add`` per new file; protocol and metadata unchanged.
+
+The commit is created only if absent (:meth:`Location.create_bytes`), as the protocol requires
+("Creation of New Log Entries": writers must never overwrite a log entry): of publishers racing
+for version v + 1, one wins, the others get :class:`CommitFailedError` exactly as from delta-rs,
+re-read the table's ``txn`` version and find the batch published (``sinks/publisher.py``).
+
+What the commit must carry and this module reads from the log for it: the changed file's ``add``
+as last committed (size, partition values, the exact ``stats.numRecords`` that "Writer Requirement
+for Deletion Vectors" demands, its current DV to merge with and to name in the ``remove``).
+delta-rs exposes none of the raw action (``get_add_actions`` has no DV, no stats text), so the
+files asked for are looked up by replaying the log from its newest classic checkpoint.
+
+Runs on the driver (the publisher), once per batch and table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, TableFeatures
+from deltalake.exceptions import CommitFailedError
+
+from spark_ckpt.errors import StateFormatError, TableIncompatibleError, UsageError
+from spark_ckpt.state.storage import Location
+
+from ..staging import StagedFile
+from .deletion_vectors import (
+    DeletedRows,
+    DeletionVectorDescriptor,
+    merge_deletions,
+    write_deletion_vectors,
+)
+
+__all__ = [
+    "DeletionCommit",
+    "LogFile",
+    "check_dv_writable",
+    "commit_deletions",
+    "enable_deletion_vectors",
+    "log_files",
+]
+
+FEATURE = "deletionVectors"
+
+# Writer features whose rules this writer keeps: it adds no column data of its own (so column
+# rules, generated and identity columns hold as the staged files hold them), writes no
+# change-data files (so changeDataFeed only while the feature is not switched on), and appends
+# nothing to an append-only table (refused below when switched on).
+_HONOURED = {
+    FEATURE,
+    "appendOnly",
+    "changeDataFeed",
+    "checkConstraints",
+    "generatedColumns",
+    "identityColumns",
+    "invariants",
+    "timestampNtz",
+    "domainMetadata",
+    "vacuumProtocolCheck",
+    "variantType",
+    "variantType-preview",
+}
+_SWITCHES = {
+    "delta.appendOnly": "an append-only table takes no deletes",
+    "delta.enableChangeDataFeed": "deletes would need change-data files, which it does not write",
+    "delta.enableRowTracking": "row tracking needs baseRowId on every add",
+}
+
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+
+
+def enable_deletion_vectors(delta: DeltaTable) -> None:
+    """Add the ``deletionVectors`` table feature (reader 3, writer 7) unless it is there.
+
+    Runs on the driver, once per table. Only the feature, through delta-rs's
+    ``alter.add_feature``: delta-spark reads a table's DVs whenever the feature is in its
+    ``readerFeatures``; the property ``delta.enableDeletionVectors`` only makes delta-spark's own
+    DELETE/UPDATE/MERGE write DVs, and setting it with delta-rs 1.6 also adds an unused
+    ``variantType`` reader feature, which shuts out readers without variant support.
+    """
+    protocol = delta.protocol()
+    if FEATURE in (protocol.reader_features or []) and FEATURE in (protocol.writer_features or []):
+        return
+    delta.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+
+
+def check_dv_writable(uri: str, delta: DeltaTable) -> None:
+    """Refuse a table whose DV commit this writer cannot make correctly (driver, per commit).
+
+    Raises
+    ------
+    TableIncompatibleError
+        Without the ``deletionVectors`` feature (the message says how to add it), with a writer
+        feature whose rules it does not keep (row tracking, column mapping, v2 checkpoints,
+        in-commit timestamps, ...), or with one switched on that deletes cannot honour.
+    """
+    protocol = delta.protocol()
+    readers, writers = set(protocol.reader_features or []), set(protocol.writer_features or [])
+    if protocol.min_reader_version < 3 or FEATURE not in readers or FEATURE not in writers:
+        raise TableIncompatibleError(
+            f"the Delta table at {uri} does not have the {FEATURE} feature (protocol "
+            f"{protocol.min_reader_version}/{protocol.min_writer_version}): add it first "
+            f"(enable_deletion_vectors, or ALTER TABLE ... SET TBLPROPERTIES "
+            f"('delta.enableDeletionVectors' = true) in Spark)"
+        )
+    unknown = sorted((writers | readers) - _HONOURED)
+    if unknown:
+        raise TableIncompatibleError(
+            f"the Delta table at {uri} has table feature(s) {', '.join(unknown)}, whose rules "
+            f"spark-ckpt's deletion-vector commits do not keep: write to a table without them"
+        )
+    configuration = delta.metadata().configuration
+    for key, why in _SWITCHES.items():
+        if configuration.get(key, "false").lower() == "true":
+            raise TableIncompatibleError(
+                f"the Delta table at {uri} sets {key}=true: {why}. Unset it to apply deletes"
+            )
+
+
+@dataclass(frozen=True)
+class LogFile:
+    """A data file's ``add`` action as the log last holds it (the fields a DV commit repeats).
+
+    Attributes
+    ----------
+    path
+        As in the log (URL-encoded).
+    size, modification_time, partition_values
+        As in the ``add``.
+    stats
+        The statistics JSON (must hold ``numRecords`` for a DV to be added).
+    deletion_vector
+        The file's current DV, None when it has none.
+    """
+
+    path: str
+    size: int
+    modification_time: int
+    partition_values: Mapping[str, str | None]
+    stats: str | None
+    deletion_vector: DeletionVectorDescriptor | None = None
+
+    @property
+    def num_records(self) -> int | None:
+        """Rows in the data file (deleted ones included), from the statistics."""
+        if not self.stats:
+            return None
+        value = json.loads(self.stats).get("numRecords")
+        return None if value is None else int(value)
+
+    @classmethod
+    def from_action(cls, add: Mapping[str, Any]) -> LogFile:
+        """From an ``add`` action (a JSON commit's, or a checkpoint row's as a dict)."""
+        values = add.get("partitionValues") or {}
+        if isinstance(values, list):  # a checkpoint's map column reads as (key, value) pairs
+            values = dict(values)
+        dv = add.get("deletionVector")
+        return cls(
+            path=add["path"],
+            size=int(add["size"]),
+            modification_time=int(add["modificationTime"]),
+            partition_values=dict(values),
+            stats=add.get("stats"),
+            deletion_vector=None if dv is None else DeletionVectorDescriptor.from_json(dv),
+        )
+
+    def add_action(self, deletion_vector: DeletionVectorDescriptor) -> dict[str, Any]:
+        """The ``add`` of this file with ``deletion_vector``.
+
+        Its statistics keep their bounds but say ``tightBounds: false`` (PROTOCOL.md
+        "Per-file Statistics"): min and max may now belong to deleted rows.
+        """
+        stats = json.loads(self.stats or "{}")
+        stats["tightBounds"] = False
+        return {
+            "path": self.path,
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "modificationTime": self.modification_time,
+            "dataChange": True,
+            "stats": json.dumps(stats, separators=(",", ":")),
+            "deletionVector": deletion_vector.to_json(),
+        }
+
+    def remove_action(self, now: int) -> dict[str, Any]:
+        """The ``remove`` of this logical file (path and its current DV)."""
+        action: dict[str, Any] = {
+            "path": self.path,
+            "deletionTimestamp": now,
+            "dataChange": True,
+            "extendedFileMetadata": True,
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+        }
+        if self.deletion_vector is not None:
+            action["deletionVector"] = self.deletion_vector.to_json()
+        return action
+
+
+def _staged_add(staged: StagedFile) -> dict[str, Any]:
+    return {
+        "path": staged.path,
+        "partitionValues": dict(staged.partition_values),
+        "size": staged.size,
+        "modificationTime": staged.modification_time,
+        "dataChange": True,
+        "stats": staged.stats,
+    }
+
+
+def log_files(table: Location, version: int, paths: Collection[str]) -> dict[str, LogFile]:
+    """The live ``add`` of each of ``paths`` at ``version`` (paths not live are left out).
+
+    Runs on the driver, once per DV commit. Replays the log from the newest complete classic
+    checkpoint at or below ``version`` (its ``add`` column, then every JSON commit after it);
+    reconciles per commit as PROTOCOL.md "Action Reconciliation" says: a ``remove`` of the live
+    ``(path, DV)`` ends it, an ``add`` of the path replaces it.
+
+    Raises
+    ------
+    StateFormatError
+        When a commit between the checkpoint and ``version`` is missing (cleaned up by a
+        writer that kept no checkpoint for it).
+    """
+    wanted = set(paths)
+    log = table.child("_delta_log")
+    checkpoint, parts = _newest_checkpoint(log, version)
+    files: dict[str, LogFile] = {}
+    if checkpoint is not None:
+        for name in parts:
+            adds = log.child(name).read_parquet(columns=["add"]).column("add")
+            for add in _matching(adds, wanted):
+                files[add["path"]] = LogFile.from_action(add)
+    for commit in range(0 if checkpoint is None else checkpoint + 1, version + 1):
+        data = log.child(f"{commit:020d}.json").read_bytes()
+        if data is None:
+            raise StateFormatError(
+                f"commit {commit} of the Delta table at {table.url} is missing and no checkpoint "
+                f"covers it: the log cannot be replayed to version {version}"
+            )
+        actions = [json.loads(line) for line in data.splitlines() if line.strip()]
+        for action in actions:
+            remove = action.get("remove")
+            if remove and remove["path"] in files:
+                dv = remove.get("deletionVector")
+                gone = None if dv is None else DeletionVectorDescriptor.from_json(dv).unique_id
+                live = files[remove["path"]].deletion_vector
+                if gone == (None if live is None else live.unique_id):
+                    del files[remove["path"]]
+        for action in actions:
+            add = action.get("add")
+            if add and add["path"] in wanted:
+                files[add["path"]] = LogFile.from_action(add)
+    return files
+
+
+def _newest_checkpoint(log: Location, version: int) -> tuple[int | None, list[str]]:
+    """The newest checkpoint version at or below ``version`` with all its parts, and its files."""
+    found: dict[tuple[int, int], list[str]] = {}
+    for entry in log.list():
+        match = _CHECKPOINT.match(entry.name)
+        if match and int(match.group(1)) <= version:
+            key = (int(match.group(1)), int(match.group(3) or 1))
+            found.setdefault(key, []).append(entry.name)
+    complete = [(v, names) for (v, parts), names in found.items() if len(names) == parts]
+    if not complete:
+        return None, []
+    newest, names = max(complete)
+    return newest, sorted(names)
+
+
+def _matching(adds: pa.ChunkedArray, wanted: set[str]) -> Iterable[dict[str, Any]]:
+    for add in adds.to_pylist():
+        if add is not None and add.get("path") in wanted:
+            yield add
+
+
+@dataclass(frozen=True)
+class DeletionCommit:
+    """One batch's deletes and new files for one table: one Delta commit.
+
+    Attributes
+    ----------
+    query_id, batch_id
+        The ``txn`` action (app id, version).
+    deletions
+        Data file path (as in the log) to the rows of it to delete now (0-based positions);
+        rows its current DV deletes already are merged in.
+    adds
+        New files (the new row versions).
+    metadata
+        More ``commitInfo`` entries.
+    """
+
+    query_id: str
+    batch_id: int
+    deletions: Mapping[str, DeletedRows]
+    adds: Sequence[StagedFile] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+def commit_deletions(table: Location, delta: DeltaTable, commit: DeletionCommit) -> int:
+    """Write ``commit``'s DVs and commit them against the snapshot ``delta``; the new version.
+
+    Runs on the driver, once per batch and table. One DV file holds every changed file's new
+    DV (old rows | new); a file whose rows are all deleted is removed instead. The commit is
+    version ``delta.version() + 1``, created only if absent.
+
+    Raises
+    ------
+    TableIncompatibleError
+        See :func:`check_dv_writable`.
+    UsageError
+        When a row to delete is at or past the file's ``numRecords``, or the file's
+        statistics lack ``numRecords``.
+    CommitFailedError
+        When another commit took the version first, or a file to change is no longer live in
+        the snapshot: the caller re-reads the table and re-plans (a DV file written for the
+        lost try stays unreferenced, for VACUUM).
+    """
+    check_dv_writable(table.url, delta)
+    version = delta.version()
+    deletions = {path: rows for path, rows in commit.deletions.items() if rows}
+    files = log_files(table, version, deletions.keys())
+    missing = sorted(set(deletions) - set(files))
+    if missing:
+        raise CommitFailedError(
+            f"file(s) {', '.join(missing)} are not live in version {version} of {table.url}: "
+            f"another commit removed them; re-read the table"
+        )
+    now = int(time.time() * 1000)
+    removes, merged = [], []
+    for path, rows in deletions.items():
+        file = files[path]
+        records = file.num_records
+        if records is None:
+            raise UsageError(f"{path} in {table.url} has no numRecords statistic")
+        if int(rows.indexes()[-1]) >= records:
+            raise UsageError(
+                f"row {int(rows.indexes()[-1])} of {path} is past its {records} rows in "
+                f"{table.url}: row indexes are 0-based positions in the Parquet file"
+            )
+        removes.append(file.remove_action(now))
+        all_rows = merge_deletions(table, file.deletion_vector, rows)
+        if len(all_rows) < records:
+            merged.append((file, all_rows))
+    adds = []
+    if merged:
+        descriptors = write_deletion_vectors(table, [rows for _, rows in merged])
+        adds = [file.add_action(dv) for (file, _), dv in zip(merged, descriptors, strict=True)]
+    adds += [_staged_add(staged) for staged in commit.adds]
+    info = {
+        "timestamp": now,
+        "operation": "MERGE",
+        "operationParameters": {},
+        "readVersion": version,
+        "isolationLevel": "Serializable",
+        "isBlindAppend": False,
+        "engineInfo": "spark-ckpt delta-2pc",
+        "spark-ckpt.sink": "delta-2pc",
+        "spark-ckpt.queryId": commit.query_id,
+        "spark-ckpt.batchId": commit.batch_id,
+        "spark-ckpt.rows": sum(f.rows for f in commit.adds),
+        **commit.metadata,
+    }
+    actions = [
+        {"commitInfo": info},
+        {"txn": {"appId": commit.query_id, "version": commit.batch_id, "lastUpdated": now}},
+        *({"remove": r} for r in removes),
+        *({"add": a} for a in adds),
+    ]
+    entry = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    target = table.child("_delta_log", f"{version + 1:020d}.json")
+    if not target.create_bytes(entry.encode()):
+        raise CommitFailedError(
+            f"version {version + 1} of {table.url} was committed by another writer first"
+        )
+    _checkpoint_if_due(table, delta, version + 1)
+    return version + 1
+
+
+def _checkpoint_if_due(table: Location, delta: DeltaTable, version: int) -> None:
+    """Write a checkpoint at every ``delta.checkpointInterval``-th version, as delta-rs would.
+
+    delta-rs writes it (its checkpoints carry the ``deletionVector`` of every ``add``), from a
+    table object loaded at the new version.
+    """
+    interval = int(delta.metadata().configuration.get("delta.checkpointInterval", "100"))
+    if version % interval == 0:
+        DeltaTable(
+            table.url, version=version, storage_options=table.delta_options()
+        ).create_checkpoint()
