@@ -107,8 +107,10 @@ def test_an_incomplete_transaction_is_shown_while_it_lasts_then_fails_the_query(
             30,
             "the history records the progress event with heldBack",
         )
-        [declined] = [d for r in history.records() for d in r.declines]
-        assert (declined["kind"], declined["heldBack"]["oldest"]) == ("soft", OLDEST)
+        # The first decline is the soft one; on a slow machine the hard one (past 12 s) may be
+        # recorded too by the time the history is read.
+        declined = [d for r in history.records() for d in r.declines]
+        assert (declined[0]["kind"], declined[0]["heldBack"]["oldest"]) == ("soft", OLDEST)
         text = status(checkpoint, capsys)
         [line] = [line for line in text.splitlines() if line.startswith("held back")]
         assert "2 changes in 1 open transaction since " in line
