@@ -4,7 +4,8 @@ One change log: transaction 729 complete (committed two minutes ago), then 730 e
 one of its three events never written, so the query publishes 729 and then holds 730 back
 (``softDeclineTimeout`` long enough that it only stalls). The scrape must say what the history
 and ``spark-ckpt status`` say: freshness measured from 729's commit, 2 changes in 1 transaction
-held back, and an age of the held-back data that grows while nothing moves.
+held back, and an age of the held-back data that grows while nothing moves. Then a PostgreSQL
+table read by an incremental snapshot in chunks: its progress and the slot, as status shows them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import wait_until
+from conftest import one_plugin, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from test_postgres_cdc import plain_query, sql
 
 import spark_ckpt
 from spark_ckpt import cli
@@ -177,6 +179,84 @@ def test_a_running_querys_endpoint_shows_what_its_history_and_status_show(
             30,
             "the stopped query shown as not active",
         )
+    finally:
+        control.stop_metrics()
+        spark.conf.unset("spark.ckpt.metrics.port")
+
+
+@one_plugin
+def test_snapshot_progress_and_the_slot_on_the_endpoint_are_what_status_shows(
+    spark: SparkSession,
+    pg_dsn: str,
+    pg_plugin: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An incremental snapshot in chunks: rows read, estimate, chunks and the slot, as status."""
+    sql(
+        pg_dsn,
+        "CREATE TABLE snap (id int PRIMARY KEY, v text)",
+        "INSERT INTO snap SELECT g, repeat('x', 20) FROM generate_series(1, 6000) g",
+        "ANALYZE snap",
+    )
+    spark.conf.set("spark.ckpt.metrics.port", "0")
+    control = spark_ckpt.install(spark)
+    try:
+        assert control.metrics is not None
+        port = control.metrics.port
+        assert port
+        query = plain_query(
+            spark,
+            pg_dsn,
+            tmp_path,
+            "metrics_snap",
+            "public.snap",
+            pg_plugin,
+            {"processingTime": "1 second"},
+            snapshot="incremental",
+            snapshotChunkRows="500",
+            snapshotParallelism="1",
+            maxChangesPerTrigger="500",
+        )
+        source = {"connector": "postgres", "source": "0"}
+        try:
+            seen: dict[str, Any] = {}
+
+            def agreed() -> bool:
+                # A scrape and the status of the same newest completed batch, mid-snapshot.
+                assert control.metrics is not None
+                control.metrics.flush()
+                samples = scrape(port)
+                [shown] = status(tmp_path / "ckpt", capsys)["sources"] or [None]
+                if shown is None or shown.get("snapshot") is None:
+                    return False
+                if one(samples, "spark_ckpt_last_completed_batch") != shown["checkpoint"]:
+                    return False  # a batch completed in between: look again
+                seen.update(samples=samples, shown=shown)
+                return True
+
+            wait_until(agreed, 120, "a scrape and status agreeing on a batch mid-snapshot")
+            samples, shown = seen["samples"], seen["shown"]
+            snapshot = shown["snapshot"]
+            for name, key in (
+                ("rows_read", "rowsRead"),
+                ("rows_estimated", "rowsEstimated"),
+                ("tables", "tables"),
+                ("tables_done", "tablesDone"),
+                ("chunks_done", "chunksDone"),
+                ("chunks_pending", "chunksPending"),
+            ):
+                assert one(samples, f"spark_ckpt_snapshot_{name}", **source) == snapshot[key], name
+            table = snapshot["currentTable"] or ""
+            assert one(samples, "spark_ckpt_snapshot_in_progress", **source, table=table) == 1
+            slot = {"slot": "metrics_snap", "source": "0"}
+            retained = one(samples, "spark_ckpt_replication_slot_retained_wal_bytes", **slot)
+            assert retained == shown["retainedBytes"]
+            wal_status = {**slot, "wal_status": shown["walStatus"]}
+            assert one(samples, "spark_ckpt_replication_slot_wal_status", **wal_status) == 1
+            assert one(samples, "spark_ckpt_source_lag_bytes", **source) == shown["lagBytes"]
+        finally:
+            query.stop()
     finally:
         control.stop_metrics()
         spark.conf.unset("spark.ckpt.metrics.port")
