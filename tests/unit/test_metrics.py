@@ -29,6 +29,9 @@ from spark_ckpt.spark.metrics import MetricsExporter
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 
+from driver_loop import make_reader, run
+from log_records import begin, change, end, write_lines
+
 T0 = 1_800_000_000.0
 TABLE = "file:///lake/orders"
 
@@ -348,3 +351,31 @@ def test_the_dashboard_and_the_alerts_use_only_declared_metrics() -> None:
     used = {name for expr in exprs for name in _SERIES.findall(expr)}
     assert used
     assert {name for name in used if not _declared(name)} == set()
+
+
+def test_the_file_log_reports_its_newest_commit_and_what_is_behind(tmp_path: Path) -> None:
+    """``newestCommitMs`` is the END's ts_ms of the newest transaction a batch delivered."""
+    log = tmp_path / "log"
+
+    def transaction(txn_id: str, ts_ms: int) -> list[object]:
+        return [
+            begin(txn_id),
+            change(txn_id, 1),
+            change(txn_id, 2),
+            {**end(txn_id, 2), "ts_ms": ts_ms},
+        ]
+
+    write_lines(log, "0001.jsonl", transaction("1", 5000))
+    write_lines(log, "0002.jsonl", transaction("2", 9000))
+    options = {"connector": "debezium-json", "path": str(log), "maxChangesPerTrigger": "2"}
+    reader = make_reader(options)
+    start = reader.initialOffset()
+    reader.latestOffset(start, reader.getDefaultReadLimit())  # 1's two changes, not 2's
+    reported = reader.reportLatestOffset()
+    assert reported["newestCommitMs"] == 5000
+    size = (log / "0002.jsonl").stat().st_size
+    assert reported["status"]["behind"] == {"files": 1, "bytes": size}
+    run(reader, options, start)
+    reported = reader.reportLatestOffset()
+    assert reported["newestCommitMs"] == 9000
+    assert reported["status"]["behind"] == {"files": 0, "bytes": 0}
