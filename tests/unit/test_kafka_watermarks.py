@@ -64,3 +64,11 @@ def test_a_broker_not_back_within_the_poll_timeout_fails_saying_how_long_it_wait
 def test_what_counts_as_transient() -> None:
     assert is_transient(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
     assert not is_transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+
+def test_behind_sums_each_partitions_end_less_where_the_next_batch_starts() -> None:
+    """The exported Kafka lag: deleted topics' partitions and unknown ones do not count."""
+    planner = types.SimpleNamespace(
+        latest={0: 50, 1: 10, 2: 99, 3: 7}, starts=[40, 10, 0], gone={2}
+    )
+    assert KafkaPlanner.behind(planner) == 10  # type: ignore[arg-type]
