@@ -135,7 +135,8 @@ class CheckpointListener(StreamingQueryListener):
         self._sources: dict[str, dict[str, int]] = {}
         self.metrics: MetricsExporter | None = None
         """The Prometheus exporter told about query starts, ends and names (when serving)."""
-        self._bound: set[str] = set()  # queries whose history the exporter knows (worker)
+        # Queries whose history the exporter knows, with that exporter (worker thread).
+        self._bound: dict[str, MetricsExporter] = {}
         self._names: dict[str, str | None] = {}  # query id -> name, from start events
 
     def watch(self, query_id: str, watcher: Watcher) -> None:
@@ -261,11 +262,11 @@ class CheckpointListener(StreamingQueryListener):
     def _bind_metrics(self, query_id: str) -> None:
         """Tell the exporter where the query's history is, once a component said (worker)."""
         metrics = self.metrics
-        if metrics is None or query_id in self._bound:
+        if metrics is None or self._bound.get(query_id) is metrics:
             return
         history = self._history(query_id)
         if history is not None:
-            self._bound.add(query_id)
+            self._bound[query_id] = metrics
             metrics.bind(query_id, self._names.get(query_id), history)
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
