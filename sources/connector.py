@@ -36,10 +36,15 @@ class PlannedBatch:
         The end offset (JSON, in the :mod:`.offsets` envelope).
     partitions
         Picklable partition values covering ``(start, end]``, whole units each.
+    newest_commit_ms
+        The commit time of the newest source transaction the batch delivers (epoch
+        milliseconds), when the connector knows it: the reader reports it
+        (``newestCommitMs``), and the exported freshness is measured from it.
     """
 
     end: dict[str, Any]
     partitions: list[object]
+    newest_commit_ms: int | None = None
 
 
 @dataclass(frozen=True)

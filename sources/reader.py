@@ -111,6 +111,8 @@ class TxnCdcStreamReader(
         self.last_decision: GateDecision | None = None
         self._proposal: tuple[int, Cut] | None = None
         self._last_checkpoint = -1
+        # The commit time of the newest transaction a batch of this run delivered (epoch ms).
+        self._newest_commit_ms: int | None = None
         self._resumed = False
         # The batch the last latestOffset planned, for Spark's partitions call that follows.
         self._planned: tuple[str, str, list[object]] | None = None
@@ -298,6 +300,8 @@ class TxnCdcStreamReader(
             self.declines.accept()
             planned = self.connector.batch(decision.cut, checkpoint_id)
             self._planned = (_key(start), _key(planned.end), planned.partitions)
+            if planned.newest_commit_ms is not None:
+                self._newest_commit_ms = max(planned.newest_commit_ms, self._newest_commit_ms or 0)
             self._last_checkpoint = checkpoint_id
             self._report()
             self._police(checkpoint_id)
@@ -365,7 +369,9 @@ class TxnCdcStreamReader(
 
         ``heldBack``: what the source holds back at the last trigger (changes, open
         ``transactions``, the ``oldest``, ``sinceMs``, ``heldForMs``, ``lastProgressMs``,
-        ``reason``), or None.
+        ``reason``), or None. ``newestCommitMs``: the commit time of the newest source
+        transaction a batch of this run delivered, up to the batch this trigger planned (epoch
+        milliseconds), when the connector knows it.
         """
         current = self.declines.current
         held = self.held.current
@@ -378,6 +384,7 @@ class TxnCdcStreamReader(
             "identity": self.options.identity or self.policy_identity,
             "status": self.connector.status(),
             "heldBack": None if held is None else held.to_json(),
+            "newestCommitMs": self._newest_commit_ms,
         }
 
     def prepareForTriggerAvailableNow(self) -> None:

@@ -9,7 +9,8 @@ reference cannot drift from it:
   ``OPTIONS``, ``SINK_OPTIONS``);
 - ``spark.ckpt.*`` keys: ``spark_ckpt.model.config.KEYS``, which ``DEFAULTS`` is built from;
 - errors: every :class:`~spark_ckpt.errors.SparkCkptError` subclass, with its docstring;
-- the CLI: the ``argparse`` parser ``spark-ckpt`` runs (``spark_ckpt.cli.build_parser``).
+- the CLI: the ``argparse`` parser ``spark-ckpt`` runs (``spark_ckpt.cli.build_parser``);
+- metrics: ``spark_ckpt.model.metrics.METRICS``, which the Prometheus exporter serves.
 
 An unknown table name, or an error class or command without a description, fails the build
 (and ``tests/unit/test_docs_reference.py``). Runs in the docs build, once per page.
@@ -26,6 +27,7 @@ from typing import Any
 from spark_ckpt import errors
 from spark_ckpt.cli import build_parser
 from spark_ckpt.model.config import KEYS
+from spark_ckpt.model.metrics import METRICS
 from spark_ckpt.model.options import OptionSpec
 from spark_ckpt.sinks.options import SINK_OPTIONS
 from spark_ckpt.sources.options import COMMON_OPTION_SPECS, connector_options_class
@@ -181,6 +183,17 @@ def _cli() -> str:
     return "\n".join(sections)
 
 
+def _metrics() -> str:
+    rows = ["| metric | type | labels | meaning | from |", "|---|---|---|---|---|"]
+    for spec in METRICS:
+        if not spec.help.strip():
+            raise MissingReferenceError(f"the metric {spec.name} has no help to document")
+        labels = ", ".join(f"`{label}`" for label in spec.labels)
+        meaning, origin = _cell(spec.help), _cell(spec.origin)
+        rows.append(f"| `{spec.name}` | {spec.kind} | {labels} | {meaning} | {origin} |")
+    return "\n".join(rows) + "\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "source-options": _source_options,
     **{f"{name}-options": _connector_options(name) for name in CONNECTORS},
@@ -188,6 +201,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "configuration": lambda: options_table(KEYS, heading="key"),
     "errors": _errors,
     "cli": _cli,
+    "metrics": _metrics,
 }
 """Every table a page can ask for, by name."""
 

@@ -246,8 +246,9 @@ class DebeziumJsonConnector(ChangeConnector):
             for row in partition.schema_rows
             if row.order < end.emitted or (row.order == end.emitted and row.at < end.partial)
         ]
+        newest = planner.assembler.unit(cut.unit).commit_ts_ms if cut.at_boundary else None
         planner.advance(cut, end)
-        return PlannedBatch(end.to_json(), partitions)
+        return PlannedBatch(end.to_json(), partitions, newest)
 
     def _split_points(self, planner: LogPlanner, cut: Cut) -> list[LogOffset]:
         """Offsets at transaction boundaries inside ``(base, cut)``, about evenly spaced."""
@@ -344,14 +345,17 @@ class DebeziumJsonConnector(ChangeConnector):
 
         ``skipped``: changes dropped as Debezium's repeats, tombstones, heartbeats and schema
         change records. ``schemaChanges``: the schema changes of the last batch planned, one line
-        each (``public.orders: column_added note``), or None.
+        each (``public.orders: column_added note``), or None. ``behind``: the ``files`` and
+        ``bytes`` of the log not read yet.
         """
         planner = self._planner
         if planner is None:
             return None
+        files, size = planner.behind()
         return {
             "connector": self.name,
             "skipped": planner.assembler.skipped(),
+            "behind": {"files": files, "bytes": size},
             "schemaChanges": self._schema_changes or None,
         }
 

@@ -194,6 +194,17 @@ class LogPlanner:
         if self.closed_tail is not None and self._key(self.closed_tail.name) < limit:
             self.closed_tail = None
 
+    def behind(self) -> tuple[int, int]:
+        """``(files, bytes)`` of the last listing not read yet (past the scan head; driver)."""
+        head = self._key(self.head.file)
+        files = size = 0
+        for f in self.files:
+            key = self._key(f.name)
+            if key > head or (f.name == self.head.file and f.size > self.head.byte):
+                files += 1
+                size += f.size - (self.head.byte if f.name == self.head.file else 0)
+        return files, size
+
     def consumed_before(self, position: LogPosition) -> tuple[int, int]:
         """``(files, bytes)`` before ``position``'s file (all of them consumed)."""
         limit = self._key(position.file)

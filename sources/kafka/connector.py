@@ -141,8 +141,11 @@ class KafkaConnector(ChangeConnector):
         assert planner is not None
         assert cut.at_boundary
         end, partitions = self._planned(planner, cut.unit, checkpoint_id)
+        commits = [
+            ts for *_, ts, _ in map(planner.assembler.unit, range(cut.unit + 1)) if ts is not None
+        ]
         planner.advance(cut.unit + 1, end)
-        return PlannedBatch(end.to_json(), list(partitions))
+        return PlannedBatch(end.to_json(), list(partitions), max(commits, default=None))
 
     def _planned(
         self, planner: KafkaPlanner, last: int, checkpoint_id: int
@@ -261,6 +264,7 @@ class KafkaConnector(ChangeConnector):
         """What this run's planner skipped and where it reads (driver, per trigger).
 
         ``schemaChanges``: the schema changes of the last batch planned, one line each, or None.
+        ``behind.records``: offsets between the next batch's start and the partitions' ends.
         """
         planner = self._planner
         if planner is None:
@@ -271,6 +275,7 @@ class KafkaConnector(ChangeConnector):
             "partitions": len(planner.partitions),
             "skipped": dict(planner.assembler.skipped()) | {"lost": planner.lost},
             "deletedTopics": sorted({planner.partitions[i][0] for i in planner.gone}),
+            "behind": {"records": planner.behind()},
             "schemaChanges": self._schema_changes or None,
         }
 

@@ -87,6 +87,8 @@ class KafkaPlanner:
         """Records skipped because Kafka no longer had them (``failOnDataLoss=false``)."""
         self.gone: set[int] = set()
         """Partitions of deleted topics, no longer read (``failOnDataLoss=false``)."""
+        self.latest: dict[int, int] = {}
+        """Each partition's end offset at the last scan, before any ``availableNow`` cap."""
         self.timeout = min(METADATA_TIMEOUT_S, options.poll_timeout)
         """Seconds a metadata or offset request may take."""
         self._warned_read = False
@@ -243,6 +245,18 @@ class KafkaPlanner:
         self.assembler.feed(index, [], [], low)
         self.next[index] = low
 
+    def behind(self) -> int:
+        """Offsets between where the next batch starts and the partitions' ends, summed.
+
+        As of the last scan (driver, per trigger; no request): what Kafka's own consumer lag
+        would show for the query.
+        """
+        return sum(
+            max(0, high - self.starts[index])
+            for index, high in self.latest.items()
+            if index < len(self.starts) and index not in self.gone
+        )
+
     def scan(self, stop: Mapping[TopicPartition, int] | None = None) -> None:
         """Read every partition up to this trigger's target (driver, once per trigger).
 
@@ -274,6 +288,7 @@ class KafkaPlanner:
                     f"for where to begin), or restore a savepoint taken of the new topic"
                 )
             self._check_retained(index, low)
+            self.latest[index] = high
             if stop is not None:
                 high = min(high, stop.get(tp, self.next[index]))
             ends.append(max(high, self.next[index]))

@@ -285,7 +285,8 @@ class MySqlConnector(ChangeConnector):
         self._units = self._units[cut.unit + 1 :]
         self._base = BinlogOffset.from_json(end)
         self._last_batch = time.monotonic()
-        return PlannedBatch(end, partitions)
+        commit = txns[-1].commit_ts_us if txns else None
+        return PlannedBatch(end, partitions, None if commit is None else commit // 1000)
 
     def _planned(
         self, base: BinlogOffset, txns: list[BinlogTransaction], checkpoint_id: int

@@ -430,7 +430,11 @@ class PostgresConnector(ChangeConnector):
         end = PgOffset(
             checkpoint_id, start.emitted + len(units), "stream", units[-1].end_lsn
         ).with_schemas(units[-1].schemas or start.schemas)
-        return PlannedBatch(end.to_json(), self._stream_partitions(units, start.emitted))
+        return PlannedBatch(
+            end.to_json(),
+            self._stream_partitions(units, start.emitted),
+            units[-1].commit_ts_us // 1000 if units[-1].commit_ts_us is not None else None,
+        )
 
     def prepare_available_now(self) -> None:
         """Stop ``Trigger.availableNow`` (or a drain) at the server's flushed WAL position.

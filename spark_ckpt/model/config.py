@@ -33,6 +33,8 @@ StrategyName = Literal["none", "fixed-delay", "exponential-delay", "failure-rate
 _STRATEGIES: tuple[StrategyName, ...] = ("none", "fixed-delay", "exponential-delay", "failure-rate")
 
 _RESTART = "spark.ckpt.restartStrategy."
+METRICS_PORT = "spark.ckpt.metrics.port"
+METRICS_HOST = "spark.ckpt.metrics.host"
 _EXPONENTIAL = _RESTART + "exponentialDelay."
 
 KEYS: tuple[OptionSpec[str], ...] = (
@@ -115,6 +117,19 @@ KEYS: tuple[OptionSpec[str], ...] = (
     OptionSpec(
         _RESTART + "failureRate.delay", "`failure-rate`: the wait before each restart", default="1s"
     ),
+    OptionSpec(
+        METRICS_PORT,
+        "the port the control plane serves its Prometheus metrics on (`/metrics`), from "
+        "`install()` until the session ends; `off` serves none, `0` takes a free port "
+        "(`Control.metrics.port` tells which)",
+        default="off",
+    ),
+    OptionSpec(
+        METRICS_HOST,
+        "the address the metrics endpoint binds to: loopback by default, so only this machine "
+        "can scrape it; `0.0.0.0` for every interface",
+        default="127.0.0.1",
+    ),
 )
 """Every ``spark.ckpt.*`` key, documented: the reference's table and :data:`DEFAULTS`."""
 
@@ -159,6 +174,9 @@ class CkptConfig:
     checkpoint_timeout: float
     restart_strategy: StrategyName
     values: dict[str, str]
+    metrics_port: int | None = None
+    """The metrics endpoint's port (None: off; 0: a free one)."""
+    metrics_host: str = "127.0.0.1"
 
     @classmethod
     def from_conf(cls, get: Callable[[str], str | None], present: Iterable[str] = ()) -> CkptConfig:
@@ -191,6 +209,8 @@ class CkptConfig:
             checkpoint_timeout=cls._duration(values, "spark.ckpt.checkpointTimeout"),
             restart_strategy=cls._strategy(values["spark.ckpt.restartStrategy"]),
             values=values,
+            metrics_port=cls._port(values[METRICS_PORT]),
+            metrics_host=cls._host(values[METRICS_HOST]),
         )
         config.restart_strategy_factory()  # validate the chosen strategy's keys now
         return config
@@ -201,6 +221,29 @@ class CkptConfig:
         if seconds < 0 or (seconds == 0 and not allow_zero):
             raise ConfigError(f"{key} has the invalid value {values[key]!r}: expected > 0.")
         return seconds
+
+    @staticmethod
+    def _port(raw: str) -> int | None:
+        text = raw.strip().lower()
+        if text in ("off", "none", ""):
+            return None
+        port = int(_int(METRICS_PORT, raw, minimum=0))
+        if port > 65535:
+            raise ConfigError(
+                f"{METRICS_PORT} has the invalid value {raw!r}: expected a port (0 to 65535) "
+                f"or off."
+            )
+        return port
+
+    @staticmethod
+    def _host(raw: str) -> str:
+        host = raw.strip()
+        if not host or any(c.isspace() for c in host):
+            raise ConfigError(
+                f"{METRICS_HOST} has the invalid value {raw!r}: expected an address such as "
+                f"127.0.0.1 or 0.0.0.0."
+            )
+        return host
 
     @staticmethod
     def _strategy(raw: str) -> StrategyName:

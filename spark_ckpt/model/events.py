@@ -53,10 +53,15 @@ def _reported(source: Mapping[str, Any]) -> dict[str, Any]:
     """What a txn-cdc source reports about itself that the history keeps.
 
     ``status`` (the connector's health) when it reports one; ``heldBack`` (what it holds back,
-    None for nothing) whenever the source reports the key.
+    None for nothing) whenever the source reports the key; ``connector`` (its name) and
+    ``newestCommitMs`` (the commit time of the newest transaction its batches delivered, epoch
+    milliseconds) when it says.
     """
     latest = _latest_offset(source)
     kept: dict[str, Any] = {}
+    for key in ("connector", "newestCommitMs"):
+        if latest.get(key) is not None:
+            kept[key] = latest[key]
     if latest.get("status") is not None:
         kept["status"] = latest["status"]
     if "heldBack" in latest:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+    from spark_ckpt.spark.metrics import MetricsExporter
     from spark_ckpt.state.hooks import CheckpointHook
 
     # How the listener learns a starting query's checkpoint root and sink (query_target).
@@ -79,6 +80,31 @@ class Control:
     """Told the exact checkpoint a supervised query resumes from, before each start."""
     build_lock: threading.Lock = field(default_factory=threading.Lock)
     """Serialises supervised builds, so each source claims the right query identity."""
+    metrics: MetricsExporter | None = None
+    """The Prometheus endpoint (``spark.ckpt.metrics.port``), when it serves."""
+
+    def serve_metrics(self, config: CkptConfig) -> MetricsExporter | None:
+        """Start the metrics endpoint ``config`` asks for, unless one serves already (driver)."""
+        if self.metrics is None and config.metrics_port is not None:
+            from spark_ckpt.spark.metrics import MetricsExporter
+
+            try:
+                self.metrics = MetricsExporter(config.metrics_port, config.metrics_host)
+            except OSError as e:
+                raise ConfigError(
+                    f"spark.ckpt.metrics.port={config.metrics_port} on "
+                    f"spark.ckpt.metrics.host={config.metrics_host}: the metrics endpoint "
+                    f"cannot listen there ({e}); choose another port, or 0 for a free one"
+                ) from e
+            self.listener.metrics = self.metrics
+        return self.metrics
+
+    def stop_metrics(self) -> None:
+        """Stop the metrics endpoint (driver; a later ``install()`` may start it again)."""
+        exporter, self.metrics = self.metrics, None
+        self.listener.metrics = None
+        if exporter is not None:
+            exporter.close()
 
     def read_config(self) -> CkptConfig:
         """The ``spark.ckpt.*`` settings as ``spark.conf`` holds them now (validated)."""
@@ -197,7 +223,9 @@ def install(spark: SparkSession) -> Control:
     driver; a second call for the same session returns the same :class:`Control` (a second set
     of registrations would leave the first control's supervised sources unable to reach it).
     The formats also work without it (Spark registers ``pyspark_*`` modules statically); what
-    install adds is policy: low-latency and tail publishing, supervised queries.
+    install adds is policy: low-latency and tail publishing, supervised queries, and the
+    Prometheus endpoint when ``spark.ckpt.metrics.port`` is set (a later call starts it when
+    the key was set after the first; :meth:`Control.stop_metrics` stops it).
 
     Parameters
     ----------
@@ -213,9 +241,11 @@ def install(spark: SparkSession) -> Control:
     with _INSTALL_LOCK:
         existing = _INSTALLED.get(id(spark))
         if existing is not None and existing.spark is spark:
+            existing.serve_metrics(config)
             return existing
         control = _install(spark, config)
         _INSTALLED[id(spark)] = control
+        control.serve_metrics(config)
         return control
 
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -44,6 +44,9 @@ from spark_ckpt.model.events import (
 from spark_ckpt.model.failures import FailureReason
 from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.registry import ControlState, Registration
+
+if TYPE_CHECKING:
+    from spark_ckpt.spark.metrics import MetricsExporter
 
 __all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "load_hooks"]
 
@@ -130,6 +133,11 @@ class CheckpointListener(StreamingQueryListener):
         # Unsupervised queries: the sources' identities and how their checkpoint ids map to
         # Spark's batch ids (learnt from progress events; only the worker thread touches it).
         self._sources: dict[str, dict[str, int]] = {}
+        self.metrics: MetricsExporter | None = None
+        """The Prometheus exporter told about query starts, ends and names (when serving)."""
+        # Queries whose history the exporter knows, with that exporter (worker thread).
+        self._bound: dict[str, MetricsExporter] = {}
+        self._names: dict[str, str | None] = {}  # query id -> name, from start events
 
     def watch(self, query_id: str, watcher: Watcher) -> None:
         """Tell ``watcher`` about ``query_id``'s completed checkpoints and failed hooks."""
@@ -251,6 +259,16 @@ class CheckpointListener(StreamingQueryListener):
         if exception:
             history.append(FailureEvent(None, FailureReason.QUERY_FAILED.name, exception[:2000]))
 
+    def _bind_metrics(self, query_id: str) -> None:
+        """Tell the exporter where the query's history is, once a component said (worker)."""
+        metrics = self.metrics
+        if metrics is None or self._bound.get(query_id) is metrics:
+            return
+        history = self._history(query_id)
+        if history is not None:
+            self._bound[query_id] = metrics
+            metrics.bind(query_id, self._names.get(query_id), history)
+
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """A query (re)started: arm its termination signal (query thread; keep it short).
 
@@ -259,6 +277,9 @@ class CheckpointListener(StreamingQueryListener):
         """
         with self._lock:
             self._finished.setdefault(str(event.runId), threading.Event())
+        self._names[str(event.id)] = event.name
+        if self.metrics is not None:
+            self.metrics.started(str(event.id), event.name)
         if self._on_start is not None:
             try:
                 self._on_start()
@@ -287,6 +308,8 @@ class CheckpointListener(StreamingQueryListener):
             watcher.checkpoint_completed(progress)
         else:
             self._worker.submit(self._record_unsupervised, query_id, progress, None)
+        if self.metrics is not None:
+            self._worker.submit(self._bind_metrics, query_id)
         self._submit(query_id, batch_id, str(event.progress.runId))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
@@ -296,8 +319,12 @@ class CheckpointListener(StreamingQueryListener):
         declines (with what it holds back) into the history; Spark's idle events do.
         """
         self._worker.submit(self._record_unsupervised, str(event.id), None, None)
+        if self.metrics is not None:
+            self._worker.submit(self._bind_metrics, str(event.id))
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """The query ended: run the hooks for everything complete (listener bus)."""
         self._worker.submit(self._record_unsupervised, str(event.id), None, event.exception)
         self._submit(str(event.id), None, str(event.runId))
+        if self.metrics is not None:
+            self.metrics.terminated(str(event.id))

@@ -17,12 +17,15 @@ Pure Python over the storage layer, no Spark.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
+import logging
 import random
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +43,32 @@ from spark_ckpt.model.events import (
 )
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 
-__all__ = ["COMPACT_AT", "KEEP_SEGMENTS", "CheckpointRecord", "HistoryLog"]
+__all__ = ["COMPACT_AT", "KEEP_SEGMENTS", "CheckpointRecord", "HistoryLog", "observe_appends"]
+
+_log = logging.getLogger(__name__)
+
+AppendObserver = Callable[["HistoryLog", HistoryEvent], None]
+"""``observer(log, event)``: ``event`` (its ``at`` filled in) was appended to ``log``."""
+
+_OBSERVERS: list[AppendObserver] = []
+_OBSERVERS_LOCK = threading.Lock()
+
+
+def observe_appends(observer: AppendObserver) -> Callable[[], None]:
+    """Tell ``observer`` about every event this process appends to any history, from now on.
+
+    Called on the appending thread after the event is stored: it must be quick (the metrics
+    exporter only queues it). Returns the function that stops the observation.
+    """
+    with _OBSERVERS_LOCK:
+        _OBSERVERS.append(observer)
+
+    def stop() -> None:
+        with _OBSERVERS_LOCK, contextlib.suppress(ValueError):
+            _OBSERVERS.remove(observer)
+
+    return stop
+
 
 COMPACT_AT = 512
 """Loose event objects beyond which a writer folds the oldest into a segment."""
@@ -198,6 +226,15 @@ class HistoryLog:
             self.root.child(name).write_bytes(body)
             if self._chance.random() < COMPACT_CHANCE:
                 self.compact()
+        with _OBSERVERS_LOCK:
+            observers = list(_OBSERVERS)
+        if observers:
+            stamped = event if event.at is not None else dataclasses.replace(event, at=at)
+            for observer in observers:
+                try:
+                    observer(self, stamped)
+                except Exception:  # bookkeeping must never fail the appender
+                    _log.exception("a history observer failed")
 
     def compact(self) -> None:
         """Fold the oldest loose events into a segment once there are too many (any process)."""

@@ -100,3 +100,11 @@ def test_a_metadata_request_without_patience_fails_at_once_as_before() -> None:
     with pytest.raises(SourceConnectionError, match="did not answer a metadata request"):
         partitions_of(consumer, ("dbz.public.orders",), None, timeout=1)  # type: ignore[arg-type]
     assert consumer.calls == 1
+
+
+def test_behind_sums_each_partitions_end_less_where_the_next_batch_starts() -> None:
+    """The exported Kafka lag: deleted topics' partitions and unknown ones do not count."""
+    planner = types.SimpleNamespace(
+        latest={0: 50, 1: 10, 2: 99, 3: 7}, starts=[40, 10, 0], gone={2}
+    )
+    assert KafkaPlanner.behind(planner) == 10  # type: ignore[arg-type]
