@@ -8,7 +8,6 @@ rules users import (``docs/monitoring/alerts.yml``): every rule must load and ev
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +26,6 @@ ALERTS = Path(__file__).resolve().parents[2] / "docs" / "monitoring" / "alerts.y
 
 
 @pytest.mark.soak
-@pytest.mark.skipif(shutil.which("go") is None, reason="building Prometheus needs Go")
 def test_prometheus_scrapes_the_endpoint_and_promql_sees_the_held_back_query(
     spark: SparkSession, tmp_path: Path
 ) -> None:
