@@ -13,8 +13,8 @@ that the alert rules users import load::
     server.stop()
 
 Building needs Go (``go`` on PATH, 1.26 or newer for this version); without it the build raises,
-saying so, and the test fails (it never skips). The first build costs about 1,100 s of CPU and 1.9 GB of downloaded modules
-(measured on a 2-core machine: docs/development.md, the soak tier).
+saying so, and the test fails (it never skips). The first build costs about 1,100 s of CPU and
+1.9 GB of downloaded modules (measured on a 2-core machine: docs/development.md, the soak tier).
 """
 
 from __future__ import annotations
