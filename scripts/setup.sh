@@ -99,26 +99,40 @@ fi
 SPEC="$ROOT"
 [ -n "$EXTRA" ] && SPEC="$ROOT[$EXTRA]"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-if [ "${SPARK_CKPT_SETUP_DEPENDENCIES_ONLY:-0}" = 1 ]; then
+if [ "${SPARK_CKPT_SETUP_DEPENDENCIES_ONLY:-0}" = 1 ] && "$VENV/bin/python" -c 'import tomllib' 2>/dev/null; then
   # The caller installs spark-ckpt itself (the test command: the release wheel it builds, so the
-  # native modules compile once, not once here and again for the wheel). pip resolves the whole
-  # spec without installing it; everything it would install but spark-ckpt is installed, pinned
-  # to what it resolved. The dry run builds the checkout's metadata only, no native code.
+  # native modules compile once, not once here and again for the wheel). The requirements are
+  # read from pyproject.toml (tomllib: Python 3.11+; on 3.10 the source install below runs),
+  # the extra's references to spark-ckpt's other extras followed. pip's own resolution of the
+  # checkout without installing it (--dry-run --report) cost 50 s more: it builds PySpark's
+  # metadata from its 450 MB sdist.
   say "installing spark-ckpt's dependencies${EXTRA:+ [$EXTRA]} into .venv (spark-ckpt itself comes later)"
   mkdir -p "$ROOT/build"
-  REPORT="$ROOT/build/pip-resolution.json"
-  "${PIP[@]}" install --quiet --dry-run --report "$REPORT" "$SPEC"
-  "$VENV/bin/python" - "$REPORT" >"$REPORT.txt" <<'PY'
-import json
+  REQUIREMENTS="$ROOT/build/requirements${EXTRA:+-$EXTRA}.txt"
+  "$VENV/bin/python" - "$ROOT/pyproject.toml" "$EXTRA" >"$REQUIREMENTS" <<'PY'
+import re
 import sys
+import tomllib
 
-with open(sys.argv[1], encoding="utf-8") as report:
-    for item in json.load(report)["install"]:
-        metadata = item["metadata"]
-        if metadata["name"] != "spark-ckpt":
-            print(f"{metadata['name']}=={metadata['version']}")
+with open(sys.argv[1], "rb") as pyproject:
+    project = tomllib.load(pyproject)["project"]
+extras = project.get("optional-dependencies", {})
+own = re.compile(re.escape(project["name"]) + r"\[([^\]]+)\]")
+wanted, seen, requirements = [e for e in sys.argv[2:] if e], set(), list(project["dependencies"])
+while wanted:
+    extra = wanted.pop()
+    if extra in seen:
+        continue
+    seen.add(extra)
+    for requirement in extras[extra]:
+        reference = own.fullmatch(requirement.replace(" ", ""))
+        if reference:
+            wanted += reference.group(1).split(",")
+        else:
+            requirements.append(requirement)
+print("\n".join(requirements))
 PY
-  if [ -s "$REPORT.txt" ]; then "${PIP[@]}" install --quiet -r "$REPORT.txt"; fi
+  "${PIP[@]}" install --quiet -r "$REQUIREMENTS"
 else
   say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
   # A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
