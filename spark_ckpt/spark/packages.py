@@ -15,8 +15,9 @@ kept off the terminal, and remembers the jar list in a small file under the user
 directory, keyed by everything that decides the resolution (the coordinates, exclusions,
 repositories, Ivy's settings and home, PySpark's version). Later starts read it back and pass
 ``spark.jars``: no resolution at all, as long as every jar it names is still there (a cleared Ivy
-cache resolves again). A resolution that fails raises :class:`PackageResolutionError` with Ivy's
-own lines about what could not be found or downloaded.
+cache resolves again). Coordinates whose artifacts may change (a ``-SNAPSHOT``, a version range,
+``latest.*``) are resolved at every start, as Spark does. A resolution that fails raises
+:class:`PackageResolutionError` with Ivy's own lines about what could not be found or downloaded.
 
 Runs on the driver, once per session build; the resolution itself once per machine and set of
 packages.
@@ -100,6 +101,8 @@ def package_jars(packages: Sequence[str], conf: Mapping[str, str]) -> str:
     PackageResolutionError
         When Ivy cannot resolve or download a package (with Ivy's lines saying which).
     """
+    if not all(_fixed(coordinate) for coordinate in packages):
+        return ",".join(_resolve(packages, conf))  # what they resolve to may change: ask Ivy
     remembered = cache_file(packages, conf)
     jars = _remembered_jars(remembered)
     if jars is None:
@@ -107,6 +110,13 @@ def package_jars(packages: Sequence[str], conf: Mapping[str, str]) -> str:
         _cache_directory().make_dirs()
         remembered.write_bytes(json.dumps({"format": _FORMAT, "jars": jars}).encode())
     return ",".join(jars)
+
+
+def _fixed(coordinate: str) -> bool:
+    """Whether a coordinate names one release (not a ``-SNAPSHOT``, a range or ``latest.*``)."""
+    version = coordinate.rsplit(":", 1)[-1]
+    changing = version.endswith("SNAPSHOT") or version.startswith("latest.")
+    return not changing and not any(mark in version for mark in "[]()+,")
 
 
 def _remembered_jars(remembered: Location) -> list[str] | None:

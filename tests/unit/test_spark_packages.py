@@ -91,3 +91,25 @@ def test_a_remembered_list_that_cannot_be_trusted_resolves_again(
     data = cache_file(DELTA, {}).read_bytes()
     assert data is not None
     assert json.loads(data)["jars"] == fresh
+
+
+@pytest.mark.parametrize(
+    "changing",
+    ["com.example:lib:1.0-SNAPSHOT", "com.example:lib:[1.0,2.0)", "com.example:lib:latest.release"],
+)
+def test_coordinates_whose_artifacts_may_change_are_resolved_at_every_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changing: str
+) -> None:
+    """A snapshot, a range or latest.* is never remembered: Ivy is asked each time, as Spark."""
+    calls: list[int] = []
+    jars = _jars(tmp_path, "a.jar")
+
+    def resolve(*_: object) -> list[str]:
+        calls.append(1)
+        return jars
+
+    monkeypatch.setattr(packages, "_resolve", resolve)
+    package_jars([*DELTA, changing], {})
+    package_jars([*DELTA, changing], {})
+    assert len(calls) == 2
+    assert not list((tmp_path / "cache").rglob("*.json"))
