@@ -58,7 +58,9 @@ def versions_of(spark: Any, table: Path) -> list[tuple[int, list[tuple[str, int,
     """
     from pyspark.sql import functions as sf
 
-    commits = spark.read.json(f"{table}/_delta_log/*.json")
+    # The commit files by name, not a glob: Spark looks for a streaming sink's metadata under a
+    # single path it is given, and logs a glob's FileNotFoundException with its stack trace.
+    commits = spark.read.json(sorted(str(f) for f in (table / "_delta_log").glob("*.json")))
     if "remove" in commits.columns and commits.where("remove IS NOT NULL").count():
         raise SystemExit(f"a version of {table} removed files: what each version added differs")
     added_by = commits.where("add IS NOT NULL").select(

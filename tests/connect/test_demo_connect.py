@@ -19,7 +19,7 @@ pytestmark = pytest.mark.connect
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_demo_runs_through_connect() -> None:
+def test_the_demo_runs_through_connect(tmp_path: Path) -> None:
     done = subprocess.run(
         # A third of the default log: every step of the demo still runs through Connect (the
         # gated and the ungated stream, the mirrors); the default's volume is the demo
@@ -29,8 +29,14 @@ def test_the_demo_runs_through_connect() -> None:
         text=True,
         timeout=900,
         check=False,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
+        # A cache of its own: the packages' jars are resolved as on a first run (quietly).
+        env={**os.environ, "PYTHONSAFEPATH": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "0 transactions visible in part in any version" in done.stdout
     assert "Every Delta version held whole transactions" in done.stdout
+    # A first run is quiet: no Python traceback, no Java stack trace, no Ivy report.
+    assert list((tmp_path / "cache").rglob("resolved-jars-*.json")), "the packages were resolved"
+    output = done.stdout + done.stderr
+    for noise in ("Traceback", "\tat org.apache", ":: resolving dependencies ::"):
+        assert noise not in output, f"the demo printed {noise!r}:\n{output[-3000:]}"
