@@ -167,13 +167,8 @@ def _s3(options: StorageOptions) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
-def write_local_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` to the local ``path`` whole or not at all, durably.
-
-    A temporary file in the same directory is written and fsynced, renamed over ``path`` and
-    the directory fsynced, so a reader sees the old or the new bytes, never a part.
-    """
-    directory = os.path.dirname(path) or "."
+def _write_temporary(directory: str, data: bytes) -> str:
+    """A new temporary file in ``directory`` holding ``data``, fsynced; its path."""
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
     try:
@@ -182,16 +177,37 @@ def write_local_atomically(path: str, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    return tmp
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename or link in ``directory`` durable."""
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_local_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to the local ``path`` whole or not at all, durably.
+
+    A temporary file in the same directory is written and fsynced, renamed over ``path`` and
+    the directory fsynced, so a reader sees the old or the new bytes, never a part.
+    """
+    directory = os.path.dirname(path) or "."
+    tmp = _write_temporary(directory, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
 
 
 def create_local_exclusively(path: str, data: bytes) -> bool:
@@ -203,25 +219,15 @@ def create_local_exclusively(path: str, data: bytes) -> bool:
     settle with exactly one winner, as a Delta commit needs.
     """
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    tmp = _write_temporary(directory, data)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.link(tmp, path)
     except FileExistsError:
         return False
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _fsync_directory(directory)
     return True
 
 
