@@ -10,6 +10,7 @@ Pure Python, no Spark, no I/O.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ __all__ = [
     "PublishedEvent",
     "SavepointEvent",
     "StartEvent",
+    "batch_ended_at",
     "event_from_json",
 ]
 
@@ -36,6 +38,21 @@ def _float(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return None
+
+
+def batch_ended_at(triggered_at: str | None, duration_ms: int | None) -> float | None:
+    """When a batch ended (seconds since the epoch): its trigger time plus its duration.
+
+    Spark writes ``commits/N`` inside the trigger, just before it ends. ``None`` when either is
+    unknown or the trigger time is not ISO 8601.
+    """
+    if triggered_at is None or duration_ms is None:
+        return None
+    try:
+        started = datetime.datetime.fromisoformat(triggered_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return started.timestamp() + duration_ms / 1000
 
 
 def _latest_offset(source: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -11,7 +11,6 @@ Pure Python: no Spark, no Prometheus client, no I/O.
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from spark_ckpt.model.events import (
     HistoryEvent,
     PublishedEvent,
     StartEvent,
+    batch_ended_at,
 )
 from spark_ckpt.model.metric_specs import (
     DURATION_BUCKETS,
@@ -354,10 +354,5 @@ class QueryMetrics:
 
 def _ended_at(event: CompletedEvent) -> float | None:
     """When the completing batch ended (trigger time plus duration), else when recorded."""
-    if event.triggered_at is None or event.duration_ms is None:
-        return event.at
-    try:
-        started = datetime.datetime.fromisoformat(event.triggered_at.replace("Z", "+00:00"))
-    except ValueError:
-        return event.at
-    return started.timestamp() + event.duration_ms / 1000
+    ended = batch_ended_at(event.triggered_at, event.duration_ms)
+    return event.at if ended is None else ended

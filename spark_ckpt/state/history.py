@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
 import random
@@ -39,6 +38,7 @@ from spark_ckpt.model.events import (
     PublishedEvent,
     SavepointEvent,
     StartEvent,
+    batch_ended_at,
     event_from_json,
 )
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
@@ -147,13 +147,8 @@ class CheckpointRecord:
         before it ends. The control plane's own ``completed_at`` can be later, since progress
         events reach listeners asynchronously.
         """
-        if self.triggered_at is None or self.duration_ms is None:
-            return self.completed_at
-        try:
-            started = datetime.datetime.fromisoformat(self.triggered_at.replace("Z", "+00:00"))
-        except ValueError:
-            return self.completed_at
-        return started.timestamp() + self.duration_ms / 1000
+        ended = batch_ended_at(self.triggered_at, self.duration_ms)
+        return self.completed_at if ended is None else ended
 
     @property
     def publish_latency(self) -> float | None:
