@@ -119,7 +119,7 @@ def _without_rust(path: str, shims: Path) -> str:
 def packed_environment(wheel: Path, workdir: Path, extras: str = "kafka") -> PackedEnvironment:
     """A fresh venv with ``wheel[extras]`` installed, packed by venv-pack.
 
-    Runs once per test session (a minute: the install copies pyarrow, deltalake and the rest
+    Runs once per test session (under a minute: the install copies pyarrow, deltalake and the rest
     from pip's cache, the pack writes about 650 MB). A ``.tar.gz``, lightly compressed: Spark
     4.2 unpacks a plain ``.tar`` in Java, which drops the executable bits (so
     ``./environment/bin/python`` cannot start) and refuses the venv's link to its interpreter
@@ -136,8 +136,14 @@ def packed_environment(wheel: Path, workdir: Path, extras: str = "kafka") -> Pac
     if shutil.which("cargo", path=env["PATH"]) != str(workdir / "no-rust" / "cargo"):
         raise AssertionError("a real cargo is first on PATH: the install would not prove the wheel")
     started = time.monotonic()
+    # --no-compile: pip's byte-compiling of every installed module (PySpark's thousands, which
+    # the archive leaves out anyway) cost 15 s of the install's 46 s of CPU here; the workers
+    # compile the few modules they import, once per unpacked archive.
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[{extras}]"],
+        [
+            str(venv / "bin" / "python"),
+            *("-m", "pip", "install", "--quiet", "--no-compile", f"{wheel}[{extras}]"),
+        ],
         check=True,
         env=env,
         timeout=900,
