@@ -24,6 +24,7 @@ __all__ = [
     "JavaNotFoundError",
     "check_java",
     "local_session",
+    "package_conf",
     "worker_python",
 ]
 
@@ -114,6 +115,35 @@ def worker_python() -> str:
     return sys.executable
 
 
+def package_conf(
+    conf: Mapping[str, str], *, packages: Sequence[str] = (), s3a: bool = False
+) -> dict[str, str]:
+    """``conf`` with Delta's jar, s3a's when asked and ``packages`` named in ``spark.jars``.
+
+    Runs on the driver, once per session start (:func:`local_session`), or alone to resolve a
+    set of packages ahead of the sessions that will use it (the test command does, while the
+    wheel builds). The packages reach Spark as the jars they resolved to
+    (:mod:`spark_ckpt.spark.packages`): Ivy resolves a set once per machine, on its first use,
+    instead of at every session start. ``spark.jars.packages`` and ``spark.jars.excludes`` in
+    ``conf`` are resolved with them.
+
+    Raises
+    ------
+    PackageResolutionError
+        A package could not be resolved (Ivy's lines about it are quoted).
+    """
+    conf = dict(conf)
+    excludes = [*_DELTA_EXCLUDES, *(S3A_EXCLUDES if s3a else ())]
+    if conf.get("spark.jars.excludes"):
+        excludes.append(conf["spark.jars.excludes"])
+    conf["spark.jars.excludes"] = ",".join(excludes)
+    coordinates = [delta_package(), *(S3A_PACKAGES if s3a else ()), *packages]
+    coordinates += filter(None, conf.pop("spark.jars.packages", "").split(","))
+    jars = [package_jars(coordinates, conf), *filter(None, [conf.get("spark.jars")])]
+    conf["spark.jars"] = ",".join(jars)
+    return conf
+
+
 def local_session(
     app_name: str = "spark-ckpt",
     *,
@@ -191,17 +221,7 @@ def local_session(
         builder = builder.config(
             "spark.databricks.delta.snapshotPartitions", str(local_cores(master))
         )
-    excludes = [*_DELTA_EXCLUDES, *(S3A_EXCLUDES if s3a else ())]
-    if conf.get("spark.jars.excludes"):
-        excludes.append(conf["spark.jars.excludes"])
-    conf["spark.jars.excludes"] = ",".join(excludes)
-    # The packages reach Spark as the jars they resolved to (spark_ckpt.spark.packages): Ivy
-    # resolves them once per machine instead of at every session start.
-    coordinates = [delta_package(), *(S3A_PACKAGES if s3a else ()), *packages]
-    coordinates += filter(None, conf.pop("spark.jars.packages", "").split(","))
-    jars = [package_jars(coordinates, conf), *filter(None, [conf.get("spark.jars")])]
-    conf["spark.jars"] = ",".join(jars)
-    for key, value in conf.items():
+    for key, value in package_conf(conf, packages=packages, s3a=s3a).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not connect:  # a Connect client has no SparkContext; its server logs at WARN already

@@ -1,17 +1,19 @@
-"""Resolve the test session's Spark packages into Ivy's cache once, before sessions start in pairs.
+"""Resolve the test sessions' Spark packages once, before any session starts.
 
 The tests' shared session (``tests/integration/conftest.py``) asks Spark for Delta, s3a and
-Spark's Kafka source by Maven coordinates, which Spark resolves with Ivy into ``~/.ivy2*`` on its
-first start. On a fresh machine both pytest processes start their sessions at once and download
-the same jars into the one cache, which Ivy does not lock, and a single failed download (a reset
+Spark's Kafka source by Maven coordinates. ``spark_ckpt.spark.packages`` resolves a set of
+packages with Ivy on its first use and remembers the jars, so that later sessions start from
+them without resolving. On a fresh machine both pytest processes would resolve the same set at
+once, into one Ivy cache that Ivy does not lock, and a single failed download (a reset
 connection to Maven Central) fails every test of that process: seen on a fresh clone, where 116
 tests errored with ``JAVA_GATEWAY_EXITED`` after Ivy's "FAILED DOWNLOADS". ``scripts/test.sh``
-runs this module first: one session, in a process of its own per attempt, tried up to three
-times. Its start resolves the packages once (``spark_ckpt.spark.packages``) and remembers their
-jars, which every later session of the same packages starts from without resolving; with the
-cache warm it costs one session start.
+runs this module first, in the background while the wheel builds (a resolution is mostly
+downloads): the resolution alone (:func:`spark_ckpt.spark.session.package_conf`, no session),
+in a process of its own per attempt, tried up to three times. With the jars remembered already
+it costs an interpreter start.
 
-Run: ``python -m harness.spark_packages``.
+The test command runs it before spark-ckpt is installed, with the checkout on ``PYTHONPATH``
+(the resolution's modules need nothing compiled). Run: ``python -m harness.spark_packages``.
 """
 
 from __future__ import annotations
@@ -24,13 +26,12 @@ ATTEMPTS = 3
 TIMEOUT_S = 600.0
 
 
-def _start_once() -> None:
-    """Start and stop a session with the tests' packages (in this process)."""
+def _resolve_once() -> None:
+    """Resolve the tests' packages, or find them remembered (in this process)."""
     from harness.servers.kafka import spark_kafka_package
-    from spark_ckpt.spark.session import local_session
+    from spark_ckpt.spark.session import package_conf
 
-    session = local_session("spark-ckpt-packages", s3a=True, packages=[spark_kafka_package()])
-    session.stop()
+    package_conf({}, s3a=True, packages=[spark_kafka_package()])
 
 
 def main() -> int:
@@ -45,7 +46,7 @@ def main() -> int:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            print(f"attempt {attempt}: no session within {TIMEOUT_S:.0f} s", file=sys.stderr)
+            print(f"attempt {attempt}: no resolution within {TIMEOUT_S:.0f} s", file=sys.stderr)
             continue
         if result.returncode == 0:
             return 0
@@ -58,6 +59,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--once"]:
-        _start_once()
+        _resolve_once()
     else:
         sys.exit(main())
