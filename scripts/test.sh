@@ -6,7 +6,7 @@
 #                                marked `quick` (one per component), Connect's included
 #   ./scripts/test.sh --soak     lint, types, then the tests marked `soak`: the scenarios the
 #                                whole suite leaves out for its time budget (bench/soak.sh)
-#   ./scripts/test.sh ARGS       lint, types, then pytest ARGS (a file, -k ...), no Connect tests
+#   ./scripts/test.sh ARGS       lint, types, then pytest ARGS (a file, -k ...)
 set -euo pipefail
 QUICK=0
 SOAK=0
@@ -149,18 +149,17 @@ elif [ "$SOAK" = 1 ]; then
     say "pytest, soak tier (the tests marked soak, ${SPARK_CKPT_TEST_WORKERS:-2} processes)"
     "${PYTEST[@]}" "${DURATIONS[@]}" -m soak "$@"
 elif [ $# -gt 0 ]; then
-    # With arguments (a test file, -k ...) only those run, without the Connect tests.
+    # With arguments (a test file, -k ...) only those run.
     say "pytest $*"
     "${PYTEST[@]}" "${DURATIONS[@]}" "$@"
 else
     # The soak tier's scenarios are left out (bench/soak.sh runs them): each repeats, for minutes,
     # a path a test here already kills or runs (docs/development.md, "The soak tier").
-    say "pytest (integration and unit, ${SPARK_CKPT_TEST_WORKERS:-2} processes, soak tier left out)"
+    # The Connect tests (tests/connect) are one test of this run
+    # (tests/integration/test_connect_process.py), which starts them in a pytest process of their
+    # own: a Connect server and a classic session cannot share a process. Run alone after this
+    # run, they kept one core of two busy for their 163 s.
+    say "pytest (integration, unit and Connect, ${SPARK_CKPT_TEST_WORKERS:-2} processes, soak tier left out)"
     "${PYTEST[@]}" "${DURATIONS[@]}" -m "not soak"
-    # In a process of their own: a Connect server and a classic session cannot share one. Not
-    # beside the main run: its two processes keep both cores busy already (measured: 97% busy),
-    # and a third JVM beside them slowed the demo past its bounds.
-    say "pytest tests/connect (through a Spark Connect server, in a process of its own)"
-    "$VENV/bin/pytest" -p no:cacheprovider --durations=5 tests/connect
 fi
 if [ "$SOAK" = 1 ]; then say "the soak tier passed"; else say "the test command passed"; fi

@@ -1,8 +1,8 @@
 """A Spark Connect client of a local Connect server, shared by the whole connect session.
 
 pyspark starts the server from its bundled ``spark-connect`` jar in this process, so these tests
-run in a pytest process of their own (``scripts/test.sh`` runs them after the others): a classic
-SparkSession and a Connect server cannot share one Python process.
+run in a pytest process of their own (``tests/integration/test_connect_process.py`` starts one
+within the main run): a classic SparkSession and a Connect server cannot share one Python process.
 """
 
 from __future__ import annotations
