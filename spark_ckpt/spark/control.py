@@ -299,10 +299,10 @@ def query_target(spark: SparkSession, query_id: str) -> tuple[str, str] | None:
     sink; the query's ``StreamExecution`` knows both. Its ``resolvedCheckpointRoot`` is a
     qualified Hadoop URI (``file:/tmp/a%20b``), percent-encoded: decoded here for the storage
     layer. The sink's name is its table's (``delta-2pc`` for ours, a Python data source's
-    ``name()``); a sink of Spark's first data source API (Delta's own sink, ``foreachBatch``,
-    console, memory, Kafka) has none (Spark's ``Sink.name`` throws "should not be called"), so
-    its class name stands in: no restore handler has that name. None when the query is not
-    active (any more).
+    ``name()``, ``KafkaTable`` for Spark's Kafka sink); a sink of Spark's first data source API
+    (Delta's own sink, ``foreachBatch``, console, memory) has none (Spark's ``Sink.name`` throws
+    "should not be called"), so its class name stands in: no restore handler has that name.
+    None when the query is not active (any more).
     """
     from py4j.protocol import Py4JError
 

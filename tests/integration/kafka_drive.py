@@ -6,12 +6,14 @@ wanted units came out. ``replay`` writes the records of ``tests/fixtures/kafka/p
 (every record Debezium 3.6.1 wrote through Kafka Connect for a snapshot, six transactions, a
 Connect SIGKILL and its repeats, and an incremental snapshot) into a fresh set of topics, partition
 by partition in their offset order, so the fault tests read what Debezium really writes without
-a Connect worker.
+a Connect worker. ``TransactionWriter`` writes Debezium's form of transactions all along, as a
+running capture does, while a test breaks the brokers.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -209,3 +211,64 @@ def debezium_transaction(
         )
     out.append((f"{prefix}.transaction", 0, marker_key, json.dumps(end).encode()))
     return out
+
+
+class TransactionWriter:
+    """Debezium's records of one transaction after another, written from a thread.
+
+    Transactions of 1 to 4 order inserts (:func:`debezium_transaction`, spread over
+    ``partitions`` partitions), one every ``pause`` seconds, by an idempotent producer (acks from
+    every in-sync replica) as Kafka Connect's producer writes: a broker restart or a leader
+    change is retried by the client, never duplicated. ``produced`` maps each transaction id
+    written to its number of changes.
+    """
+
+    def __init__(self, bootstrap: str, prefix: str, partitions: int, pause: float = 0.1) -> None:
+        from confluent_kafka import Producer
+
+        self.prefix = prefix
+        self.partitions = partitions
+        self.pause = pause
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
+        self.produced: dict[str, int] = {}
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, daemon=True)
+
+    def _delivered(self, error: Any, _message: Any) -> None:
+        if error is not None:
+            self.failed.append(str(error))
+
+    def _write(self) -> None:
+        xid = 1000
+        while not self._stop.is_set():
+            xid += 1
+            ids = [xid * 10 + i for i in range(1 + xid % 4)]
+            for topic, partition, key, value in debezium_transaction(
+                self.prefix, xid, xid * 1000, ids, self.partitions
+            ):
+                self.producer.produce(
+                    topic, value=value, key=key, partition=partition, on_delivery=self._delivered
+                )
+            self.produced[str(xid)] = len(ids)
+            self.producer.poll(0)
+            time.sleep(self.pause)
+
+    def start(self) -> None:
+        """Start writing."""
+        self._thread.start()
+
+    def halt(self) -> None:
+        """Stop writing, checking nothing (a test's cleanup)."""
+        self._stop.set()
+
+    def stop(self, timeout: float = 60) -> None:
+        """Stop writing; return once the brokers acknowledged every record (bounded)."""
+        self._stop.set()
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the writer did not stop within {timeout:.0f}s"
+        left = self.producer.flush(timeout)
+        assert left == 0, f"{left} records not acknowledged within {timeout:.0f}s"
+        assert not self.failed, f"deliveries failed: {self.failed[:3]}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,8 +23,8 @@ import pytest
 from changelog_checks import whole_once
 from conftest import wait_until
 from kafka_drive import (
+    TransactionWriter,
     connector_for,
-    debezium_transaction,
     fixture_records,
     fixture_units,
     read_batch,
@@ -313,39 +312,11 @@ def test_an_unsupervised_query_survives_a_broker_sigkilled_and_back_after_15_s(
     transaction produced (and acknowledged) is compared with the Delta table: once, whole, in
     one version.
     """
-    from confluent_kafka import Producer
-
     prefix = fresh()
     partitions = 3
     kafka_broker.create_topic(f"{prefix}.public.orders", partitions=partitions)
     kafka_broker.create_topic(f"{prefix}.transaction")
-    producer = Producer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True, "linger.ms": 5}
-    )
-    failed: list[str] = []
-
-    def delivered(error: Any, _message: Any) -> None:
-        if error is not None:
-            failed.append(str(error))
-
-    produced: dict[str, int] = {}
-    stop_writing = threading.Event()
-
-    def write() -> None:
-        xid = 1000
-        while not stop_writing.is_set():
-            xid += 1
-            ids = [xid * 10 + i for i in range(1 + xid % 4)]  # 1 to 4 changes, 3 partitions
-            for topic, partition, key, value in debezium_transaction(
-                prefix, xid, xid * 1000, ids, partitions
-            ):
-                producer.produce(
-                    topic, value=value, key=key, partition=partition, on_delivery=delivered
-                )
-            produced[str(xid)] = len(ids)
-            producer.poll(0)
-            time.sleep(0.1)
-
+    writer = TransactionWriter(kafka_broker.bootstrap, prefix, partitions)
     table = tmp_path / "table"
     query = (
         spark.readStream.format("txn-cdc")
@@ -360,7 +331,6 @@ def test_an_unsupervised_query_survives_a_broker_sigkilled_and_back_after_15_s(
         .trigger(processingTime="300 milliseconds")
         .start()
     )
-    writer = threading.Thread(target=write, daemon=True)
     writer.start()
     try:
         wait_until(lambda: len(delta_txn_ids(table)) >= 5, 60, "the query delivering")
@@ -368,10 +338,8 @@ def test_an_unsupervised_query_survives_a_broker_sigkilled_and_back_after_15_s(
         time.sleep(15)
         kafka_broker.restart()
         time.sleep(3)  # written after the restart too
-        stop_writing.set()
-        writer.join(30)
-        assert producer.flush(60) == 0, "the producer did not deliver everything"
-        assert not failed, f"deliveries failed: {failed[:3]}"
+        writer.stop()
+        produced = writer.produced
 
         def caught_up() -> bool:
             if query.exception() is not None:
@@ -382,7 +350,7 @@ def test_an_unsupervised_query_survives_a_broker_sigkilled_and_back_after_15_s(
         assert query.isActive
         assert query.exception() is None
     finally:
-        stop_writing.set()
+        writer.halt()
         query.stop()
     rows = delta_changes(table)
     by_txn = whole_once(rows)
