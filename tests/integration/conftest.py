@@ -90,6 +90,20 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
         time.sleep(min(max(0.1, 2 * (now - started)), max(0.0, deadline - now) + 0.01))
 
 
+def workers_stderr(request: pytest.FixtureRequest) -> str | None:
+    """What the JVM and its Python workers wrote to stderr in this test's call so far.
+
+    The session's JVM started under pytest's global capture and writes to its file, which
+    ``capfd`` never sees (it captures this process's own writes); the Python workers' log lines
+    (the connector's warnings) go through the JVM's stderr. None when pytest does not capture
+    (``-s``).
+    """
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    if capture is None or not capture.is_globally_capturing():
+        return None
+    return str(capture.read_global_capture().err)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[SparkCluster]:
     """A standalone master and two workers on loopback, started by the first test needing it."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from changelog_checks import whole_once
-from conftest import wait_until
+from conftest import wait_until, workers_stderr
 from kafka_drive import TransactionWriter
 
 import spark_ckpt
@@ -132,17 +132,3 @@ def test_an_unsupervised_query_survives_its_partitions_leaders_moving_away_and_b
     waited = _WAITING.findall(err or "")
     unexplained = [w for w in waited if not re.search(r"answered|made no progress|reconnects", w)]
     assert not unexplained, f"warnings of a wait that do not name its reason: {unexplained}"
-
-
-def workers_stderr(request: pytest.FixtureRequest) -> str | None:
-    """What the JVM and its Python workers wrote to stderr in this test's call so far.
-
-    The session's JVM started under pytest's global capture and writes to its file, which
-    ``capfd`` never sees (it captures this process's own writes); the Python workers' log lines
-    (the connector's warnings) go through the JVM's stderr. None when pytest does not capture
-    (``-s``).
-    """
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    if capture is None or not capture.is_globally_capturing():
-        return None
-    return str(capture.read_global_capture().err)

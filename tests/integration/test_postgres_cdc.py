@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from conftest import one_plugin, wait_until
+from conftest import one_plugin, wait_until, workers_stderr
 
 import spark_ckpt
 from harness.workloads import postgres as pg_workload
@@ -196,6 +196,7 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
     pg_plugin: str,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     from harness.servers.postgres import PASSWORD
 
@@ -221,7 +222,11 @@ def test_a_dsn_that_does_not_connect_never_shows_the_password(
     assert PASSWORD not in message
     time.sleep(0.5)  # let the worker's stderr reach the capture
     out, err = capfd.readouterr()
-    assert PASSWORD not in out + err
+    # The JVM and its Python workers write to pytest's global capture, not to capfd's.
+    workers = workers_stderr(request)
+    assert workers is not None, "run with pytest's capture (not -s): the workers' log is checked"
+    assert "password authentication failed" in workers, "the workers' log was not captured"
+    assert PASSWORD not in out + err + workers
 
 
 def plain_query(
