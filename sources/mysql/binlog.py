@@ -4,8 +4,10 @@
 id, asks for the binlog from a file and position (``COM_BINLOG_DUMP``, non-blocking: the server
 sends what it has, then end-of-file) and decodes the row events with the table map's full
 metadata (``binlog_row_metadata=FULL``), so each row is decoded with the columns it was written
-with. Both servers are read by file and position; the GTID each transaction carries is kept for
-the offset. Runs on the driver, once per trigger (a connection per read).
+with. Both servers are read by file and position, or from a GTID state on a server that did not
+write the offset (MariaDB: ``@slave_connect_state``; MySQL: ``COM_BINLOG_DUMP_GTID``); the GTID
+each transaction carries advances the offset's GTID state. Runs on the driver, once per trigger
+(a connection per read).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from spark_ckpt.errors import SourceConnectionError
+from spark_ckpt.errors import DataLossError, SourceConnectionError
 
 from . import time2
-from .binlog_offset import BinlogPosition
+from .binlog_offset import BinlogPosition, GtidStart
+from .gtid import is_mariadb_state, reached
 from .schemas import SchemaTracker
 from .transactions import (
     Begin,
@@ -36,6 +39,10 @@ if TYPE_CHECKING:
 
 __all__ = ["TableMaps", "feed", "read_transactions", "wanted_events"]
 
+_GTID_NOT_FOUND = 1236
+"""``ER_MASTER_FATAL_ERROR_READING_BINLOG``: what a server answers a replica whose start (file,
+or GTID state) is not in its binlog: purged, or another history."""
+
 _MARIADB_STANDALONE = 0x01
 """MariaDB's GTID event flag ``FL_STANDALONE``: the event group is one statement (DDL), with no
 ``XID`` or ``COMMIT`` after it (MariaDB's ``log_event.h``)."""
@@ -44,14 +51,16 @@ _MARIADB_STANDALONE = 0x01
 def read_transactions(
     options: MySqlOptions,
     settings: dict[str, Any],
-    start: BinlogPosition,
+    start: BinlogPosition | GtidStart,
     assembler: TransactionAssembler,
     tracker: SchemaTracker,
-    stop: BinlogPosition | None = None,
+    stop: BinlogPosition | GtidStart | None = None,
 ) -> Iterator[BinlogTransaction | Statement]:
     """Committed transactions of captured tables, and standalone statements, after ``start``.
 
-    Reads until the binlog's current end, or until the event ending at ``stop``. Statements are
+    Reads until the binlog's current end, or until the event ending at ``stop`` (a position),
+    or the commit that reaches ``stop`` (a GTID state). ``assembler.gtid_state`` must be the
+    GTID state at ``start``: each commit advances it. Statements are
     yielded so the caller can tell whether one changes a captured table (and let ``tracker``
     follow it); the assembler keeps what a transaction still open at the end read
     (:attr:`~.TransactionAssembler.held_changes`). A table map that changes a captured table's
@@ -61,6 +70,9 @@ def read_transactions(
     ------
     SourceConnectionError
         When the server cannot be read (the message names the endpoint, never the password).
+    DataLossError
+        When the server does not have the binlog from a GTID ``start`` on (purged, or another
+        GTID history).
     """
     import pymysql
     from pymysqlreplication import BinLogStreamReader
@@ -68,13 +80,17 @@ def read_transactions(
     time2.install()
     captured = frozenset(options.tables)
     table_maps = TableMaps()
+    where: dict[str, Any] = (
+        {"auto_position": start.gtid, "is_mariadb": is_mariadb_state(start.gtid)}
+        if isinstance(start, GtidStart)
+        else {"log_file": start.file, "log_pos": start.pos}
+    )
     stream = BinLogStreamReader(
         connection_settings=dict(settings),
         server_id=options.server_id,
         resume_stream=True,
         blocking=False,
-        log_file=start.file,
-        log_pos=start.pos,
+        **where,
         only_events=wanted_events(),
         only_schemas=sorted({name.split(".")[0] for name in captured}),
         enable_logging=False,
@@ -84,6 +100,15 @@ def read_transactions(
             try:
                 event = stream.fetchone()
             except pymysql.MySQLError as e:
+                if isinstance(start, GtidStart) and e.args and e.args[0] == _GTID_NOT_FOUND:
+                    raise DataLossError(
+                        f"the checkpoint resumes after GTID {start.gtid}, but "
+                        f"{options.host}:{options.port} cannot send its binlog from there "
+                        f"({e.args[-1]}): the changes after the checkpoint were purged from "
+                        f"its binlog, or it does not have the GTID history of the server the "
+                        f"checkpoint was written on. Start over with a new checkpointLocation; "
+                        f"fail over only to a replica with log_slave_updates and the same GTIDs"
+                    ) from None
                 raise SourceConnectionError(
                     f"reading the binlog of {options.host}:{options.port} from {start} failed: "
                     f"{e.args[-1] if e.args else e}"
@@ -94,10 +119,16 @@ def read_transactions(
             found = feed(assembler, event, end, captured, table_maps, tracker)
             if found is not None:
                 yield found
-            if stop is not None and end >= stop:
+            if isinstance(stop, BinlogPosition) and end >= stop:
+                return
+            if isinstance(stop, GtidStart) and found is not None and _reached(assembler, stop):
                 return
     finally:
         stream.close()
+
+
+def _reached(assembler: TransactionAssembler, stop: GtidStart) -> bool:
+    return reached(assembler.gtid_state, stop.gtid)
 
 
 def wanted_events() -> list[type]:
@@ -181,7 +212,9 @@ def feed(
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
     if isinstance(event, MariadbGtidEvent):
-        if not event.flags & _MARIADB_STANDALONE:
+        if event.flags & _MARIADB_STANDALONE:
+            assembler.open_gtid = event.gtid  # the statement after it advances the GTID state
+        else:
             assembler.begin(Begin(event.gtid))
         return None
     if isinstance(event, GtidEvent):

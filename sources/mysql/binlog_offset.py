@@ -4,12 +4,16 @@ JSON, with a stable key order::
 
     {"v": 1, "checkpoint": k, "emitted": n,
      "file": "mariadb-bin.000003", "pos": 1234, "gtid": "0-1-42" | null,
+     "server": "mariadb:1" | "mysql:<server_uuid>",   # absent in offsets written before it
      "schemas": {"tables": {...}, "renames": {...}}}   # once a captured table was seen
 
 ``file`` and ``pos`` are the binlog coordinates just after the last emitted transaction (its
 ``XID`` or ``COMMIT`` event ends there): the next batch starts with the transaction after it.
 ``gtid`` is the server's GTID state at that point where it has GTIDs (MariaDB's
-``domain-server-seq`` list), recorded for a resume on another server of the same history.
+``domain-server-seq`` list, MySQL's ``uuid:1-n`` set), kept exact transaction by transaction
+(:mod:`.gtid`). ``server`` names the server whose binlog ``file`` and ``pos`` are in: a resume on
+another server (a replica after a failover) or after the file left the binlog index starts from
+``gtid`` instead, which a server of the same GTID history finds in its own binlog.
 ``schemas`` is what the stream delivered of each captured table's schema up to there
 (:class:`~.schemas.SchemaState`): the next batch compares table maps with it.
 
@@ -28,7 +32,7 @@ from typing import Any
 from ..offsets import OffsetHeader, offset_json, read_offset
 from .schemas import SchemaState
 
-__all__ = ["BinlogOffset", "BinlogPosition"]
+__all__ = ["BinlogOffset", "BinlogPosition", "GtidStart"]
 
 
 @dataclass(frozen=True, order=True)
@@ -46,6 +50,20 @@ class BinlogPosition:
 
 
 @dataclass(frozen=True)
+class GtidStart:
+    """Where a read starts on a server that did not write the offset: after a GTID state.
+
+    The server finds the transaction after ``gtid`` in its own binlog; the positions read from
+    there on are its own.
+    """
+
+    gtid: str
+
+    def __str__(self) -> str:
+        return f"GTID {self.gtid}"
+
+
+@dataclass(frozen=True)
 class BinlogOffset:
     """A position of the ``mysql`` connector (see the module docstring)."""
 
@@ -55,6 +73,9 @@ class BinlogOffset:
     """None while the initial snapshot is still to be delivered (it finds the position)."""
     gtid: str | None = None
     schemas: SchemaState | None = None
+    server: str | None = None
+    """The identity of the server whose binlog ``position`` is in (:func:`.server.identity`);
+    None in offsets written before it was recorded."""
 
     @property
     def at(self) -> BinlogPosition:
@@ -72,6 +93,8 @@ class BinlogOffset:
             "pos": self.position.pos,
             "gtid": self.gtid,
         }
+        if self.server is not None:
+            body["server"] = self.server
         if self.schemas is not None and (self.schemas.tables or self.schemas.renames):
             body["schemas"] = self.schemas.to_json()
         return offset_json(header, body)
@@ -90,13 +113,14 @@ class BinlogOffset:
             if keys.get("phase") == "snapshot":
                 return cls(header.checkpoint, header.emitted, None)
             position = BinlogPosition(str(keys["file"]), int(keys["pos"]))
-            gtid, schemas = keys.get("gtid"), keys.get("schemas")
+            gtid, schemas, server = keys.get("gtid"), keys.get("schemas"), keys.get("server")
             return cls(
                 header.checkpoint,
                 header.emitted,
                 position,
                 None if gtid is None else str(gtid),
                 None if schemas is None else SchemaState.from_json(schemas),
+                None if server is None else str(server),
             )
 
         return read_offset(value, "mysql", body)

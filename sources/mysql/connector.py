@@ -21,6 +21,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import DataLossError, LogRewrittenError, UnsupportedChangeError
@@ -33,7 +34,8 @@ from ..gate import Cut
 from ..partitions import split_after
 from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .binlog import read_transactions
-from .binlog_offset import BinlogOffset, BinlogPosition
+from .binlog_offset import BinlogOffset, BinlogPosition, GtidStart
+from .gtid import reached
 from .initial_snapshot import InitialSnapshot
 from .rows import MySqlPartition, pack, unpack
 from .schemas import SchemaState, SchemaTracker
@@ -102,7 +104,9 @@ class MySqlConnector(ChangeConnector):
         self._base: BinlogOffset | None = None
         self._assembler = TransactionAssembler()
         self._tracker = SchemaTracker(SchemaState())
-        self._read_to: BinlogPosition | None = None
+        self._read_to: BinlogPosition | GtidStart | None = None
+        self._moved: set[str] = set()
+        """Binlog files of restored offsets that this server does not have (or not as theirs)."""
         self._units: list[BinlogTransaction] = []
         self._target: BinlogPosition | None = None
         self._last_batch = time.monotonic()
@@ -134,34 +138,75 @@ class MySqlConnector(ChangeConnector):
         if self.options.snapshot == "initial":
             return BinlogOffset(-1, 0, None).to_json()
         position, gtid = current_position(self.options, self.info)
-        return BinlogOffset(-1, 0, position, gtid).to_json()
+        return BinlogOffset(-1, 0, position, gtid, server=self._identity).to_json()
+
+    @property
+    def _identity(self) -> str | None:
+        return self.info.identity or None
 
     def resume(self, offset: dict[str, Any]) -> None:
-        """Check the server still has the binlog file the restored offset continues in.
+        """Check the server still has the binlog the restored offset continues in.
+
+        An offset another server wrote (a failover to a replica), or whose binlog file this
+        server no longer has, is resumed from its GTID state (:meth:`_read_start`); the server
+        says at the first read whether it has the binlog from there.
 
         Raises
         ------
         DataLossError
-            When that file was purged: the changes after the offset can no longer be read.
+            When the offset's file was purged and the offset has no GTID state to resume from,
+            or another server wrote it without one.
         """
         restored = BinlogOffset.from_json(offset)
         if restored.position is None:
             return  # the snapshot is (re)taken: nothing was read yet
-        files = binlog_files(self.options)
-        if restored.position.file not in files:
+        other = restored.server is not None and restored.server != self._identity
+        if other and restored.gtid is None:
             raise DataLossError(
-                f"the checkpoint resumes the binlog at {restored.position}, but the server no "
-                f"longer has {restored.position.file} (it has {files[0] if files else 'none'} "
-                f"to {files[-1] if files else 'none'}): the changes after the checkpoint were "
-                f"purged (binlog_expire_logs_seconds, PURGE BINARY LOGS) before the query read "
-                f"them. Start over with a new checkpointLocation, and keep binlogs longer than "
-                f"the query may be stopped"
+                f"the checkpoint was written reading server {restored.server} at "
+                f"{restored.position}, without a GTID state, and this server is "
+                f"{self._identity}: binlog positions of one server mean nothing on another. "
+                f"Resume on the server the checkpoint was written on, or turn GTIDs on (MySQL: "
+                f"gtid_mode=ON) and start over with a new checkpointLocation"
             )
+        files = binlog_files(self.options)
+        if restored.position.file in files and not other:
+            return
+        if restored.gtid is not None:
+            _log.info(
+                "the checkpoint's binlog position %s is not this server's (%s): resuming after "
+                "GTID %s",
+                restored.position,
+                "written on " + str(restored.server) if other else "file not in its index",
+                restored.gtid,
+            )
+            self._moved.add(restored.position.file)
+            return
+        raise DataLossError(
+            f"the checkpoint resumes the binlog at {restored.position}, but the server no "
+            f"longer has {restored.position.file} (it has {files[0] if files else 'none'} "
+            f"to {files[-1] if files else 'none'}): the changes after the checkpoint were "
+            f"purged (binlog_expire_logs_seconds, PURGE BINARY LOGS) before the query read "
+            f"them. Start over with a new checkpointLocation, and keep binlogs longer than "
+            f"the query may be stopped"
+        )
+
+    def _read_start(self, offset: BinlogOffset) -> BinlogPosition | GtidStart:
+        """Where reading after ``offset`` starts on this server (driver, per plan and replan).
+
+        Its position; or its GTID state when another server wrote it or this one lost its file
+        (see :meth:`resume`).
+        """
+        other = offset.server is not None and offset.server != self._identity
+        if offset.gtid is not None and (other or offset.at.file in self._moved):
+            return GtidStart(offset.gtid)
+        return offset.at
 
     def _start_at(self, start: BinlogOffset) -> None:
         if self._base != start:
             self._base, self._units = start, []
-            self._assembler, self._read_to = TransactionAssembler(), start.at
+            self._assembler = TransactionAssembler(gtid_state=start.gtid)
+            self._read_to = self._read_start(start)
             self._tracker = self._new_tracker(start)
 
     def _new_tracker(self, start: BinlogOffset) -> SchemaTracker:
@@ -186,10 +231,11 @@ class MySqlConnector(ChangeConnector):
                 return plan
             # The tables were empty: no snapshot batch; the stream starts at its position.
             offset = self._snapshot.end(offset, offset.checkpoint, self._snapshot.manifest())
+            offset = replace(offset, server=self._identity)
         self._start_at(offset)
         assert self._read_to is not None
         target = self._target
-        if target is None or self._read_to < target:
+        if target is None or not _at_or_past(self._read_to, target):
             # Each read starts after the last commit read: a transaction still open at the end
             # of the last read is read again whole.
             self._assembler.discard_open()
@@ -225,13 +271,20 @@ class MySqlConnector(ChangeConnector):
     def _idle_batch(self) -> PlannedBatch | None:
         """An empty batch past uncaptured transactions, once they are old enough (see above)."""
         base, passed = self._base, self._assembler.passed
-        if self._units or base is None or passed is None or passed <= base.at:
+        if self._units or base is None or passed is None:
+            return None
+        if not isinstance(self._read_start(base), GtidStart) and passed <= base.at:
             return None
         if time.monotonic() - self._last_batch < IDLE_ADVANCE_S:
             return None
         self._last_batch = time.monotonic()
         end = BinlogOffset(
-            base.checkpoint + 1, base.emitted, passed, base.gtid, self._tracker.committed
+            base.checkpoint + 1,
+            base.emitted,
+            passed,
+            self._assembler.gtid_state,
+            self._tracker.committed,
+            self._identity,
         )
         return PlannedBatch(end.to_json(), [])
 
@@ -276,6 +329,7 @@ class MySqlConnector(ChangeConnector):
             self._snapshot_unit = False
             manifest = self._snapshot.manifest()
             after = self._snapshot.end(BinlogOffset(-1, 0, None), checkpoint_id, manifest)
+            after = replace(after, server=self._identity)
             return PlannedBatch(after.to_json(), self._snapshot.partitions(manifest))
         base = self._base
         assert base is not None
@@ -304,8 +358,9 @@ class MySqlConnector(ChangeConnector):
             checkpoint_id,
             base.emitted + len(txns),
             last.end,
-            last.gtid or base.gtid,
+            last.gtid_state or base.gtid,
             last.schemas or base.schemas,
+            self._identity,
         )
         return end.to_json(), partitions
 
@@ -330,19 +385,22 @@ class MySqlConnector(ChangeConnector):
             return []
         tracker = self._new_tracker(first)
         txns: list[BinlogTransaction] = []
+        # On another server the batch is read from its start's GTID state to its end's.
+        read_from = self._read_start(first)
+        by_position = isinstance(read_from, BinlogPosition) or last.gtid is None
         for found in read_transactions(
             self.options,
             connection_settings(self.options),
-            first.at,
-            TransactionAssembler(),
+            read_from,
+            TransactionAssembler(gtid_state=first.gtid),
             tracker,
-            last.at,
+            last.at if by_position else GtidStart(str(last.gtid)),
         ):
             if isinstance(found, Statement):
                 self._follow_statement(found, tracker)
             else:
                 txns.append(found)
-        if len(txns) != count or txns[-1].end != last.at:
+        if len(txns) != count or not _ends_at(txns[-1], read_from, last):
             raise LogRewrittenError(
                 f"reading the logged batch {last.checkpoint} again from {first.position} to "
                 f"{last.position} found {len(txns)} transactions, not {count}: the binlog "
@@ -384,6 +442,21 @@ class MySqlConnector(ChangeConnector):
             return snapshot_rows(partition, self.column_types)
         assert isinstance(partition, MySqlPartition)
         return unpack(partition, self.column_types)
+
+
+def _ends_at(txn: BinlogTransaction, start: BinlogPosition | GtidStart, last: BinlogOffset) -> bool:
+    """Whether a batch read again ends where it was logged to end (driver, per replan).
+
+    At its binlog position; or, read by GTID on another server, at its GTID state.
+    """
+    if isinstance(start, BinlogPosition):
+        return txn.end == last.at
+    return last.gtid is None or reached(txn.gtid_state, last.gtid)
+
+
+def _at_or_past(read_to: BinlogPosition | GtidStart, target: BinlogPosition) -> bool:
+    """Whether a read has reached ``target`` (a GTID start has read nothing yet)."""
+    return isinstance(read_to, BinlogPosition) and read_to >= target
 
 
 def lag_seconds(pending: list[BinlogTransaction], now: float) -> float:

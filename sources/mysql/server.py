@@ -36,6 +36,7 @@ __all__ = [
     "connect",
     "connection_settings",
     "current_position",
+    "identity",
     "primary_keys",
 ]
 
@@ -61,6 +62,9 @@ class ServerInfo:
 
     version: str
     mariadb: bool
+    identity: str = ""
+    """Which server this is, as offsets record it: ``mariadb:<server_id>`` (a replica of the
+    same history has its own server id) or ``mysql:<server_uuid>``."""
 
 
 def connection_settings(options: MySqlOptions) -> dict[str, Any]:
@@ -131,11 +135,19 @@ def check_server(options: MySqlOptions) -> tuple[ServerInfo, dict[str, tuple[str
     """
     with connect(options) as conn:
         version = str((_one(conn, "SELECT VERSION()") or ("",))[0])
-        info = ServerInfo(version, "mariadb" in version.lower())
+        mariadb = "mariadb" in version.lower()
+        info = ServerInfo(version, mariadb, identity(conn, mariadb))
         _check_settings(conn)
         _check_grants(conn, options.user, info)
         keys = primary_keys(conn, options.tables)
     return info, keys
+
+
+def identity(conn: Connection[Any], mariadb: bool) -> str:
+    """The server's identity (see :attr:`ServerInfo.identity`; driver, once per start)."""
+    if mariadb:
+        return f"mariadb:{(_one(conn, 'SELECT @@GLOBAL.server_id') or ('',))[0]}"
+    return f"mysql:{(_one(conn, 'SELECT @@GLOBAL.server_uuid') or ('',))[0]}"
 
 
 def _check_settings(conn: Connection[Any]) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .binlog_offset import BinlogPosition
+from .gtid import advance
 
 if TYPE_CHECKING:
     from spark_ckpt.model.schema_changes import SchemaEvent
@@ -97,6 +98,8 @@ class BinlogTransaction:
     end: BinlogPosition
     schemas: SchemaState | None = None
     """The captured tables' schemas as delivered up to this transaction's end."""
+    gtid_state: str | None = None
+    """The server's GTID state just after this transaction (:mod:`.gtid`), where it has GTIDs."""
 
 
 @dataclass
@@ -108,6 +111,9 @@ class TransactionAssembler:
     pending: list[RowChange] = field(default_factory=list)
     passed: BinlogPosition | None = None
     """The coordinates after the last commit read, captured or not."""
+    gtid_state: str | None = None
+    """The GTID state after the last commit read, captured or not: the read's start state,
+    advanced by each transaction's and each standalone statement's GTID."""
 
     def begin(self, event: Begin) -> None:
         """A transaction opens (a second BEGIN without a commit keeps the first open)."""
@@ -125,14 +131,23 @@ class TransactionAssembler:
         changes, gtid = tuple(self.pending), self.open_gtid
         self.is_open, self.open_gtid, self.pending = False, None, []
         self.passed = event.end
+        if gtid is not None:
+            self.gtid_state = advance(self.gtid_state, gtid)
         if not changes:
             return None
-        return BinlogTransaction(gtid, event.timestamp * 1_000_000, changes, event.end)
+        return BinlogTransaction(
+            gtid, event.timestamp * 1_000_000, changes, event.end, gtid_state=self.gtid_state
+        )
 
     def statement(self, event: Statement) -> None:
         """A statement committed on its own: it moves the position, and closes nothing open."""
         if not self.is_open:
             self.passed = event.end
+            # The statement's own GTID event came just before it (MariaDB's standalone GTID,
+            # MySQL's GTID before DDL).
+            if self.open_gtid is not None:
+                self.gtid_state = advance(self.gtid_state, self.open_gtid)
+            self.open_gtid = None
 
     def discard_open(self) -> None:
         """Forget a transaction still open: the next read starts at :attr:`passed`, before it."""

@@ -101,11 +101,16 @@ class MariaDbServer:
 
     Attributes
     ----------
+    server_id
+        The server's ``server_id`` (a replica needs its own: :meth:`replicate_from`).
+
+    Attributes
+    ----------
     host, port, user, password
         Where and as whom the tests and the connectors connect (``port`` is 0 until started).
     """
 
-    def __init__(self, workdir: str | os.PathLike[str]) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], server_id: int = SERVER_ID) -> None:
         self.workdir = Path(workdir)
         self.data = self.workdir / "data"
         self.config = self.workdir / "my.cnf"
@@ -118,6 +123,7 @@ class MariaDbServer:
         self.port = 0
         self.user = USER
         self.password = PASSWORD
+        self.server_id = server_id
         self._as_root = os.geteuid() == 0
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -133,7 +139,7 @@ class MariaDbServer:
             "port": str(self.port),
             "skip_name_resolve": "ON",
             # The binlog as Debezium's MariaDB connector documents it.
-            "server_id": str(SERVER_ID),
+            "server_id": str(self.server_id),
             "log_bin": BINLOG_BASENAME,
             "binlog_format": "ROW",
             "binlog_row_image": "FULL",
@@ -273,6 +279,39 @@ class MariaDbServer:
                         f"{_tail(self.output, 500)}{_tail(self.log)}"
                     ) from None
                 time.sleep(0.1)
+
+    # -- replication --------------------------------------------------------------------------
+
+    def replicate_from(self, primary: MariaDbServer) -> None:
+        """Make this (fresh) server a GTID replica of ``primary``, replicating from its start.
+
+        Both servers log what they apply (``log_slave_updates``, in every server's option
+        file) in GTID strict mode, so the replica's binlog has the primary's transactions under
+        the same GTIDs, in files and positions of its own: what a failover to it needs.
+        MariaDB's ``CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos`` with an empty
+        ``gtid_slave_pos`` replicates the primary's binlog from its first GTID. ``spark``
+        replicates (it has ``REPLICATION SLAVE``); its password goes only into the replica's
+        ``master.info``, never to a log.
+        """
+        with self.connect(admin=True) as conn, conn.cursor() as cursor:
+            cursor.execute("SET GLOBAL gtid_slave_pos = ''")
+            cursor.execute(
+                "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, "
+                "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
+                (primary.host, primary.port, primary.user, primary.password),
+            )
+            cursor.execute("START SLAVE")
+
+    def wait_replicated(self, gtid: str, timeout: float = 30.0) -> None:
+        """Block until this replica applied GTID state ``gtid`` (bounded; MASTER_GTID_WAIT)."""
+        found = self.query("SELECT MASTER_GTID_WAIT(%s, %s)", params=(gtid, timeout), admin=True)
+        if found[0][0] != 0:
+            status = self.query("SHOW SLAVE STATUS", admin=True)
+            raise RuntimeError(
+                f"the replica did not apply GTID {gtid} within {timeout:.0f}s "
+                f"(gtid_slave_pos {self.query('SELECT @@gtid_slave_pos', admin=True)[0][0]}): "
+                f"{status}"
+            )
 
     # -- connecting --------------------------------------------------------------------------
 
