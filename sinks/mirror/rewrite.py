@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from deltalake import DeltaTable
 from spark_ckpt.state.storage import Location
 
 from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from .deletion_vectors import DeletionVectorDescriptor, live_rows
 from .evolution import ProjectedColumn
 from .fold import ACTION, END_AT, FROM_KEY, META_COLUMNS, MISSING, START_AT
 from .types import to_arrow
@@ -198,6 +199,7 @@ def rewrite_table(
     batch_id: int,
     history: bool = False,
     projection: Sequence[ProjectedColumn] | None = None,
+    dvs: Mapping[str, DeletionVectorDescriptor | None] | None = None,
 ) -> TableRewrite:
     """Stage the files that apply ``folded`` to the mirror at ``table`` (snapshot ``delta``).
 
@@ -206,7 +208,9 @@ def rewrite_table(
     never removed, a changed key's current version is closed, and the batch's versions are
     added. With a ``projection`` (a schema change the stored rows must follow) every file is
     read and rewritten, its rows projected (:func:`_align`); ``adds`` then hold the whole
-    table. Nothing is committed; on error the files written so far are deleted.
+    table. ``dvs``: the deletion vector of each live file, for a table with the
+    ``deletionVectors`` feature (a file with one is read whole, its deleted rows left out).
+    Nothing is committed; on error the files written so far are deleted.
 
     Raises
     ------
@@ -227,6 +231,7 @@ def rewrite_table(
             (query_id, batch_id),
             history,
             projection,
+            dvs or {},
         )
     except BaseException:
         result.discard(table)
@@ -245,6 +250,7 @@ def _rewrite(
     names: tuple[str, int],
     history: bool,
     projection: Sequence[ProjectedColumn] | None,
+    dvs: Mapping[str, DeletionVectorDescriptor | None],
 ) -> None:
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
@@ -270,7 +276,14 @@ def _rewrite(
     for entry in candidates:
         path = str(entry["path"])
         location = staged_location(table, path)
-        if projection is not None:
+        dv = dvs.get(path)
+        if dv is not None:  # only its live rows: its key columns alone would not say which
+            rows = _align(live_rows(table, path, dv), schema, projection)
+            mask = _hits(rows.select(list(key_columns)), lookup, key_columns)
+            result.files_read += 1
+            if projection is None and not pc.any(mask).as_py():
+                continue
+        elif projection is not None:
             rows = _align(location.read_parquet(), schema, projection)
             mask = _hits(rows.select(list(key_columns)), lookup, key_columns)
             result.files_read += 1
