@@ -79,8 +79,7 @@ def test_a_batch_marks_rows_of_the_files_holding_its_keys_and_rewrites_none(
 
 
 def test_rows_a_deletion_vector_deletes_are_not_live_for_the_next_batch(tmp_path: Path) -> None:
-    """A key changed twice: the second batch marks its live version, and fills a left-out column
-    from it, never from the version the first batch deleted."""
+    """A key changed twice: the second batch marks and fills from its live version only."""
     mirror = Mirror(tmp_path / "root")
     mirror.apply(
         [(TABLE, "c", {"id": i}, None, {"id": i, "a": 0, "big": f"x{i}"}) for i in range(20)]
