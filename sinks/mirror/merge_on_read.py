@@ -38,7 +38,7 @@ from ..staging import StagedFile, staged_location, staged_name, write_staged_fil
 from .deletion_vectors import DeletedRows, DeletionVectorDescriptor, read_deletion_vector
 from .dv_commit import LogFile, log_files
 from .fold import ACTION, FROM_KEY, MISSING
-from .rewrite import _align, _candidates, _fill_missing, _from_keys, _hits
+from .rewrite import align_rows, candidate_files, fill_missing, key_hits, old_keys
 
 __all__ = ["COMPACT_SHARE", "FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
 
@@ -103,7 +103,7 @@ def mark_file(
 
     location = staged_location(table, path)
     keys = location.read_parquet(list(key_columns))
-    mask = _hits(keys, lookup, key_columns)
+    mask = key_hits(keys, lookup, key_columns)
     current = _current_dv(table, dv)
     if current:
         live = np.ones(keys.num_rows, dtype=bool)
@@ -198,14 +198,14 @@ def _plan(
         live = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
     keys = folded.select(list(key_columns))
     if folded.num_rows and pc.any(pc.invert(pc.is_null(folded.column(FROM_KEY)))).as_py():
-        keys = pa.concat_tables([keys, _from_keys(folded, schema, key_columns)])
+        keys = pa.concat_tables([keys, old_keys(folded, schema, key_columns)])
     lookup = keys.group_by(list(key_columns)).aggregate([])
     first = sorted(v for v in lookup.column(key_columns[0]).to_pylist() if v is not None)
     if truncate:
         result.removes += [str(entry["path"]) for entry in live]
         candidates = []
     else:
-        candidates = _candidates(live, key_columns[0], first) if lookup.num_rows else []
+        candidates = candidate_files(live, key_columns[0], first) if lookup.num_rows else []
     upserts = folded.filter(pc.equal(folded.column(ACTION), "upsert"))
     # Upserts that left columns out (unchanged TOAST values) take them from the stored rows.
     with_rows = upserts.num_rows > 0 and bool(
@@ -224,14 +224,14 @@ def _plan(
             continue
         result.rows_marked += marks.marked
         if marks.old_rows is not None:
-            old_parts.append(_align(marks.old_rows, schema))
+            old_parts.append(align_rows(marks.old_rows, schema))
         records = file.num_records
         if records is None or len(marks.deleted) >= COMPACT_SHARE * records:
             compact.append((file, marks.deleted))
         else:
             result.deletions[file.path] = marks.deleted
     old_rows = pa.concat_tables(old_parts) if old_parts else schema.empty_table()
-    content = _fill_missing(upserts, old_rows, key_columns, schema)
+    content = fill_missing(upserts, old_rows, key_columns, schema)
     sequence = 0
     if content.num_rows:
         result.adds.append(
@@ -254,4 +254,4 @@ def _without(table: Location, file: LogFile, deleted: DeletedRows, schema: pa.Sc
     rows = staged_location(table, file.path).read_parquet()
     keep = np.ones(rows.num_rows, dtype=bool)
     keep[deleted.indexes().astype(np.int64)] = False
-    return _align(rows.filter(pa.array(keep)), schema)
+    return align_rows(rows.filter(pa.array(keep)), schema)
