@@ -9,8 +9,9 @@ and nothing of it is ever published. The folded rows are written under
 mirror cannot follow in place is rebuilt beside it (:mod:`.rebuild`).
 
 **Publish** (:func:`apply_plan`, driver, whichever process publishes N, before the change log's
-commit of N, which is the publish order's sequencer): each touched mirror is rewritten and
-committed with ``txn(query id, N)``, skipped when its ``txn`` version already is N (a publisher
+commit of N, which is the publish order's sequencer): each touched mirror is applied (by
+deletion vectors, :mod:`.merge_on_read`, or copy-on-write, :mod:`.rewrite`) and committed with
+``txn(query id, N)``, skipped when its ``txn`` version already is N (a publisher
 that crashed part way through, or a concurrent one); then the checkpoint index records every
 mirror's version for N in one commit, also with ``txn(query id, N)``. A reader of the index's
 newest checkpoint thus sees every table as of the same batch.

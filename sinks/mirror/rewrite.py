@@ -1,4 +1,7 @@
-"""Applying one batch's folded changes to one mirror table: which files to rewrite, and how.
+"""Applying one batch's folded changes to one mirror table copy-on-write: which files to rewrite.
+
+The apply of tables without deletion vectors, of SCD type 2 mirrors and of a schema change's
+rewrite of every file (:mod:`.merge_on_read` applies the others, with the helpers here).
 
 Only files that hold a changed key are read in full and rewritten (the rest of the table is never
 read): a file is a *candidate* when the first key column's min/max statistics can hold a changed
