@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
@@ -144,11 +145,16 @@ def key_hits(rows: pa.Table, lookup: pa.Table, key_columns: Sequence[str]) -> pa
     """
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
-    keyed = rows.select(list(key_columns)).append_column(
-        _ROW, pa.array(range(rows.num_rows), pa.int64())
-    )
+    if len(key_columns) == 1:
+        column, wanted = rows.column(key_columns[0]), lookup.column(key_columns[0])
+        if column.type == wanted.type:
+            # A hash lookup: a tenth of a join's cost on a file of 10k rows, and a batch's
+            # apply makes one per candidate file. Null keys match nothing, as in the join.
+            return pc.is_in(column, value_set=wanted.combine_chunks(), skip_nulls=True)
+    positions = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    keyed = rows.select(list(key_columns)).append_column(_ROW, positions)
     matched = keyed.join(lookup, list(key_columns), join_type="left semi").column(_ROW)
-    return pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=matched.combine_chunks())
+    return pc.is_in(positions, value_set=matched.combine_chunks())
 
 
 def fill_missing(
