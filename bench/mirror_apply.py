@@ -1,22 +1,26 @@
-"""Changes per second applied by mirror mode vs the usual foreachBatch + delta-spark MERGE.
+"""Seconds per batch of mirror mode (merge-on-read, copy-on-write) vs foreachBatch + MERGE.
 
 One table (``public.items``) is loaded with ``--rows`` rows, then changed by batches of
-``--batch`` changes (updates of random existing keys, some inserts and deletes). Both pipelines
-read the same Debezium log through ``txn-cdc`` with the same batch cap:
+``--batch`` changes (updates of random existing keys, some inserts and deletes). Every pipeline
+reads the same Debezium log through ``txn-cdc`` with the same batch cap:
 
-- **mirror**: ``delta-2pc`` ``mode=mirror`` (its change log included);
-- **merge**: what users write today: ``foreachBatch`` that keeps each key's last change of the
-  batch (a window over ``txn_order``, ``event_index``), parses ``after`` with ``from_json`` and
-  runs delta-spark's ``MERGE`` (delete / update / insert), idempotent through
-  ``spark.databricks.delta.write.txnAppId`` / ``txnVersion``.
+- **mirror_dv**: ``delta-2pc`` ``mode=mirror`` as it is by default: the table has deletion vectors
+  and each batch marks the rows it replaces (merge-on-read);
+- **mirror_cow**: the same with ``deletionVectors=false``: each file holding a changed key is
+  rewritten (copy-on-write);
+- **merge_dv**: what users write today: ``foreachBatch`` that keeps each key's last change of
+  the batch (a window over ``txn_order``, ``event_index``), parses ``after`` with ``from_json``
+  and runs delta-spark's ``MERGE`` (delete / update / insert) into a table with
+  ``delta.enableDeletionVectors``, idempotent through ``spark.databricks.delta.write.txnAppId``
+  / ``txnVersion``.
 
 The load runs first, untimed; then the change batches run, timed, to the last batch published.
 ``--hot-keys N`` sends 90% of the updates to the newest N keys (OLTP rows change while they are
 recent); by default keys are uniformly random, so every batch touches every file of the table.
-Both run at ``--rows`` and at ten times as many, alternating, ``--pairs`` times; the verdict is
-the median per-pair ratio of changes per second (mirror over merge), and each pipeline's
-seconds per batch at both sizes (a batch's cost should not grow with the table). Prints one
-JSON line. Run: ``.venv/bin/python bench/mirror_apply.py [--rows 20000] [--batch 2000]``.
+Each size of ``--sizes`` is measured ``--pairs`` times; every pipeline's seconds per batch (the
+timed run over its batches) is the median over them. Prints one JSON line per size and
+pipeline, then a summary line. Run: ``.venv/bin/python bench/mirror_apply.py [--sizes
+200000,2000000] [--batch 2000]``.
 """
 
 from __future__ import annotations
@@ -134,14 +138,22 @@ def _source(spark: Any, log: Path, cap: int) -> Any:
     )
 
 
-def run_mirror(spark: Any, control: spark_ckpt.Control, log: Path, work: Path, cap: int) -> None:
+def run_mirror(
+    spark: Any,
+    control: spark_ckpt.Control,
+    log: Path,
+    work: Path,
+    cap: int,
+    name: str = "mirror_dv",
+) -> None:
     """One availableNow run of mirror mode over ``log`` (driver), to everything published."""
     query = (
         _source(spark, log, cap)
         .writeStream.format("delta-2pc")
         .option("mode", "mirror")
-        .option("path", str(work / "mirror"))
-        .option("checkpointLocation", str(work / "mirror-ckpt"))
+        .option("deletionVectors", str(name == "mirror_dv").lower())
+        .option("path", str(work / name))
+        .option("checkpointLocation", str(work / f"{name}-ckpt"))
         .trigger(availableNow=True)
         .start()
     )
@@ -155,8 +167,13 @@ def run_merge(spark: Any, log: Path, work: Path, cap: int) -> None:
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    target = str(work / "merge")
+    target = str(work / "merge_dv")
     app = "bench-merge"
+    if not DeltaTable.isDeltaTable(spark, target):
+        spark.sql(
+            f"CREATE TABLE delta.`{target}` (id long, amount string, sku string, note string) "
+            "USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+        )
 
     def upsert(frame: Any, batch_id: int) -> None:
         order = Window.partitionBy("k").orderBy(sf.desc("txn_order"), sf.desc("event_index"))
@@ -171,9 +188,6 @@ def run_merge(spark: Any, log: Path, work: Path, cap: int) -> None:
         spark.conf.set("spark.databricks.delta.write.txnAppId", app)
         spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
         try:
-            if not DeltaTable.isDeltaTable(spark, target):
-                latest.where("op != 'd'").drop("k", "op").write.format("delta").save(target)
-                return
             columns = {c: f"s.{c}" for c in ("id", "amount", "sku", "note")}
             (
                 DeltaTable.forPath(spark, target)
@@ -191,7 +205,7 @@ def run_merge(spark: Any, log: Path, work: Path, cap: int) -> None:
     query = (
         _source(spark, log, cap)
         .writeStream.foreachBatch(upsert)
-        .option("checkpointLocation", str(work / "merge-ckpt"))
+        .option("checkpointLocation", str(work / "merge_dv-ckpt"))
         .trigger(availableNow=True)
         .start()
     )
@@ -201,6 +215,9 @@ def run_merge(spark: Any, log: Path, work: Path, cap: int) -> None:
 def _copy_files(source: Path, log: Path, first: int) -> None:
     for number, path in enumerate(sorted(source.glob("*.jsonl")), start=first):
         (log / f"{number:08d}.jsonl").write_bytes(path.read_bytes())
+
+
+PIPELINES = ("mirror_dv", "mirror_cow", "merge_dv")
 
 
 def measure(
@@ -217,35 +234,36 @@ def measure(
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         make_logs(work / "load", work / "changes", rows, batches, batch, seed, hot_keys)
-        for name in ("mirror", "merge"):
+        for name in PIPELINES:
             log = work / f"log-{name}"
             log.mkdir()
             _copy_files(work / "load", log, 0)
 
             def run(path: Path, cap: int, name: str = name) -> None:
-                if name == "mirror":
-                    run_mirror(spark, control, path, work, cap)
-                else:
+                if name == "merge_dv":
                     run_merge(spark, path, work, cap)
+                else:
+                    run_mirror(spark, control, path, work, cap, name)
 
             run(log, 10_000)  # the load, untimed (files of at most 10k rows)
             _copy_files(work / "changes", log, 1)
             began = time.monotonic()
             run(log, batch)
             out[name] = time.monotonic() - began
-        mirror = spark.read.format("delta").load(str(work / "mirror" / TABLE))
-        merge = spark.read.format("delta").load(str(work / "merge"))
-        if mirror.exceptAll(merge).count() or merge.exceptAll(mirror).count():
-            raise SystemExit(f"the two pipelines disagree at {rows} rows")
+        merge = spark.read.format("delta").load(str(work / "merge_dv"))
+        for name in PIPELINES[:2]:
+            mirror = spark.read.format("delta").load(str(work / name / TABLE))
+            if mirror.exceptAll(merge).count() or merge.exceptAll(mirror).count():
+                raise SystemExit(f"{name} and merge_dv disagree at {rows} rows")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--sizes", default="200000,2000000", help="table rows, comma-separated")
     parser.add_argument("--batch", type=int, default=2_000, help="changes per batch")
     parser.add_argument("--batches", type=int, default=5)
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=3, help="runs of every size")
     parser.add_argument(
         "--hot-keys",
         type=int,
@@ -254,49 +272,54 @@ def main() -> None:
         "0: uniformly random keys, every file of the table touched by every batch",
     )
     args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
     spark = spark_ckpt.local_session("bench-mirror-apply")
     control = spark_ckpt.install(spark)
-    changes = args.batch * args.batches
-    ratios, per_batch = [], {"mirror": {}, "merge": {}}
-    samples: dict[str, dict[int, list[float]]] = {"mirror": {}, "merge": {}}
+    samples: dict[str, dict[int, list[float]]] = {name: {} for name in PIPELINES}
     for pair in range(args.pairs):
-        for rows in (args.rows, args.rows * 10):
+        for rows in sizes:
             seconds = measure(
                 spark, control, rows, args.batch, args.batches, seed=pair, hot_keys=args.hot_keys
             )
             for name, value in seconds.items():
                 samples[name].setdefault(rows, []).append(value / args.batches)
-            if rows == args.rows * 10:
-                ratios.append(seconds["merge"] / seconds["mirror"])
             print(json.dumps({"pair": pair, "rows": rows, **seconds}), file=sys.stderr, flush=True)
-    for name in samples:
-        for rows, values in samples[name].items():
-            per_batch[name][str(rows)] = round(statistics.median(values), 3)
-    small, large = str(args.rows), str(args.rows * 10)
-    result = {
+    per_batch = {
+        name: {rows: statistics.median(values) for rows, values in by_size.items()}
+        for name, by_size in samples.items()
+    }
+    for rows in sizes:
+        for name in PIPELINES:
+            line = {
+                "bench": "mirror_apply",
+                "pipeline": name,
+                "rows": rows,
+                "batch_changes": args.batch,
+                "batches": args.batches,
+                "runs": args.pairs,
+                "hot_keys": args.hot_keys,
+                "seconds_per_batch": round(per_batch[name][rows], 3),
+            }
+            print(json.dumps(line), flush=True)
+    small, large = sizes[0], sizes[-1]
+    summary = {
         "bench": "mirror_apply",
-        "rows": args.rows,
-        "batch_changes": args.batch,
-        "batches": args.batches,
-        "pairs": args.pairs,
-        "hot_keys": args.hot_keys,
-        "ratio_over_merge": round(statistics.median(ratios), 2),
-        "mirror_changes_per_s": round(
-            changes
-            / statistics.median([v * args.batches for v in samples["mirror"][args.rows * 10]]),
-            1,
-        ),
-        "merge_changes_per_s": round(
-            changes
-            / statistics.median([v * args.batches for v in samples["merge"][args.rows * 10]]),
-            1,
-        ),
-        "seconds_per_batch": per_batch,
-        "mirror_growth_at_10x": round(per_batch["mirror"][large] / per_batch["mirror"][small], 2),
-        "merge_growth_at_10x": round(per_batch["merge"][large] / per_batch["merge"][small], 2),
+        "summary": True,
+        "sizes": sizes,
+        "mirror_dv_over_merge_dv": {
+            str(rows): round(per_batch["merge_dv"][rows] / per_batch["mirror_dv"][rows], 2)
+            for rows in sizes
+        },
+        "mirror_dv_over_mirror_cow": {
+            str(rows): round(per_batch["mirror_cow"][rows] / per_batch["mirror_dv"][rows], 2)
+            for rows in sizes
+        },
+        "growth_largest_over_smallest": {
+            name: round(per_batch[name][large] / per_batch[name][small], 2) for name in PIPELINES
+        },
     }
     spark.stop()
-    print(json.dumps(result), flush=True)
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

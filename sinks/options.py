@@ -103,6 +103,14 @@ SCHEMA_CHANGE_BEHAVIOR: OptionSpec[Behavior] = OptionSpec(
     Choice(BEHAVIORS),
     default="evolve",
 )
+DELETION_VECTORS: OptionSpec[bool] = OptionSpec(
+    "deletionVectors",
+    "`mode=mirror`: create new mirror tables with deletion vectors and apply batches by them "
+    "(merge-on-read; readers need delta-spark 3.x+ or delta-rs `QueryBuilder`); `false`: "
+    "copy-on-write. Existing tables keep what they have; `scd=2` mirrors are copy-on-write",
+    Boolean(),
+    default=True,
+)
 TABLE_BEHAVIOR: OptionSpec[str] = OptionSpec(
     BEHAVIOR_PREFIX,
     "`mode=mirror`: `schemaChangeBehavior` for one source table, overriding the query's",
@@ -121,6 +129,7 @@ SINK_OPTIONS: tuple[OptionSpec[Any], ...] = (
     CHANGE_LOG,
     SCD,
     SCHEMA_CHANGE_BEHAVIOR,
+    DELETION_VECTORS,
     TABLE_BEHAVIOR,
 )
 """Every ``delta-2pc`` option, documented: the reference's table and the accepted names."""
@@ -162,6 +171,9 @@ class SinkOptions:
     schema_change_behavior
         Mirror mode: what a mirror does on its source table's schema change
         (:mod:`~spark_ckpt.sinks.mirror.evolution`).
+    deletion_vectors
+        Mirror mode: new mirror tables get deletion vectors and are applied merge-on-read
+        (:mod:`~spark_ckpt.sinks.mirror.merge_on_read`).
     """
 
     path: str
@@ -175,6 +187,7 @@ class SinkOptions:
     storage: StorageOptions = field(default_factory=StorageOptions)
     scd: int = declared(SCD)
     schema_change_behavior: Behavior = declared(SCHEMA_CHANGE_BEHAVIOR)
+    deletion_vectors: bool = declared(DELETION_VECTORS)
     table_behaviors: tuple[tuple[str, Behavior], ...] = ()
     """``(schema.table lower-cased, behavior)`` for the tables with their own behavior."""
 
@@ -227,6 +240,7 @@ class SinkOptions:
         else:
             reader.forbid("scd", "no value outside mode=mirror")
             reader.forbid("schemaChangeBehavior", "no value outside mode=mirror")
+            reader.forbid("deletionVectors", "no value outside mode=mirror")
             reader.forbid(
                 "changeLog",
                 "no value outside mode=mirror (in append mode, 'path' is the change log)",

@@ -36,6 +36,7 @@ from .staging import StagedFile
 
 __all__ = [
     "BatchCommit",
+    "add_new_columns",
     "check_writable",
     "commit_files",
     "commit_manifest",
@@ -193,8 +194,10 @@ def _refuse_unenforced_rules(uri: str, table: DeltaTable, configuration: dict[st
                 )
 
 
-def _add_new_columns(table: DeltaTable, schema: Schema, batch_id: int) -> None:
+def add_new_columns(table: DeltaTable, schema: Schema, batch_id: int) -> None:
     """Evolve the table's schema first when the batch brings new columns (``mergeSchema``).
+
+    Runs on the driver, once per commit of a batch; ``table`` then is at the new version.
 
     delta-rs keeps the table's schema on an append whose schema is wider, which would make the
     new columns' data invisible; so the new columns are added in a metadata-only commit before the
@@ -372,7 +375,7 @@ def commit_files(table: Location, delta: DeltaTable | None, batch: BatchCommit) 
         mode = "overwrite"
     else:
         mode = "append"
-        _add_new_columns(delta, batch.schema, batch.batch_id)
+        add_new_columns(delta, batch.schema, batch.batch_id)
         now = int(time.time() * 1000)
         actions += [RemoveAction(path, True, now) for path in batch.removes]
     delta.create_write_transaction(

@@ -213,6 +213,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 manifest.attempt,
                 history=self.options.scd == 2,
                 behavior_of=self.options.behavior_of,
+                deletion_vectors=self.options.deletion_vectors,
             )
             manifest = dataclasses.replace(manifest, mirror=plan)
         precommit(store, manifest)

@@ -47,16 +47,20 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 from pyroaring import BitMap
 
 from spark_ckpt.errors import StateFormatError, UsageError
 from spark_ckpt.state.storage import Location
+
+from ..staging import staged_location
 
 __all__ = [
     "FILE_FORMAT_VERSION",
     "MAGIC_NUMBER",
     "DeletedRows",
     "DeletionVectorDescriptor",
+    "live_rows",
     "merge_deletions",
     "read_deletion_vector",
     "write_deletion_vectors",
@@ -551,3 +555,23 @@ def merge_deletions(
     if existing is None:
         return deleted
     return read_deletion_vector(table, existing).union(deleted)
+
+
+def live_rows(
+    table: Location,
+    path: str,
+    descriptor: DeletionVectorDescriptor | None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """The rows of the data file ``path`` (as in the log) that ``descriptor`` does not delete.
+
+    Runs on the driver (or an executor), once per data file read whole by a reader that must
+    honour deletion vectors: a compaction, a rewrite after a schema change, a rebuild's copy.
+    ``columns``: only those (all by default).
+    """
+    rows = staged_location(table, path).read_parquet(None if columns is None else list(columns))
+    if descriptor is None:
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[read_deletion_vector(table, descriptor).indexes().astype(np.int64)] = False
+    return rows.filter(pa.array(keep))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,9 @@ __all__ = [
     "LogFile",
     "check_dv_writable",
     "commit_deletions",
+    "create_table",
     "enable_deletion_vectors",
+    "has_deletion_vectors",
     "log_files",
 ]
 
@@ -99,6 +102,15 @@ def enable_deletion_vectors(delta: DeltaTable) -> None:
     if FEATURE in (protocol.reader_features or []) and FEATURE in (protocol.writer_features or []):
         return
     delta.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+
+
+def has_deletion_vectors(delta: DeltaTable) -> bool:
+    """Whether the table has the ``deletionVectors`` reader feature (its files may have DVs).
+
+    Runs on the driver, once per batch and table: such a table is read with its DVs applied and
+    its files are removed with their DVs named (:func:`commit_deletions`).
+    """
+    return FEATURE in (delta.protocol().reader_features or [])
 
 
 def check_dv_writable(uri: str, delta: DeltaTable) -> None:
@@ -302,11 +314,17 @@ class DeletionCommit:
         The ``txn`` action (app id, version).
     deletions
         Data file path (as in the log) to the rows of it to delete now (0-based positions);
-        rows its current DV deletes already are merged in.
+        rows its current DV deletes already are merged in (unless ``merged``).
     adds
         New files (the new row versions).
     metadata
         More ``commitInfo`` entries.
+    removes
+        Paths (as in the log) of files removed whole, with whatever DV they have (a truncate,
+        a file the compaction rewrote).
+    merged
+        ``deletions`` hold each file's whole DV already (the planner read the current one):
+        the commit does not read it again.
     """
 
     query_id: str
@@ -314,14 +332,23 @@ class DeletionCommit:
     deletions: Mapping[str, DeletedRows]
     adds: Sequence[StagedFile] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    removes: Sequence[str] = ()
+    merged: bool = False
 
 
-def commit_deletions(table: Location, delta: DeltaTable, commit: DeletionCommit) -> int:
+def commit_deletions(
+    table: Location,
+    delta: DeltaTable,
+    commit: DeletionCommit,
+    files: Mapping[str, LogFile] | None = None,
+) -> int:
     """Write ``commit``'s DVs and commit them against the snapshot ``delta``; the new version.
 
     Runs on the driver, once per batch and table. One DV file holds every changed file's new
     DV (old rows | new); a file whose rows are all deleted is removed instead. The commit is
-    version ``delta.version() + 1``, created only if absent.
+    version ``delta.version() + 1``, created only if absent. ``files``: the ``add`` of every
+    file ``commit`` changes or removes, as :func:`log_files` read it at ``delta``'s version
+    (the planner's; read here when None).
 
     Raises
     ------
@@ -338,8 +365,10 @@ def commit_deletions(table: Location, delta: DeltaTable, commit: DeletionCommit)
     check_dv_writable(table.url, delta)
     version = delta.version()
     deletions = {path: rows for path, rows in commit.deletions.items() if rows}
-    files = log_files(table, version, deletions.keys())
-    missing = sorted(set(deletions) - set(files))
+    changed = set(deletions) | set(commit.removes)
+    if files is None or not changed <= set(files):
+        files = log_files(table, version, changed)
+    missing = sorted(changed - set(files))
     if missing:
         raise CommitFailedError(
             f"file(s) {', '.join(missing)} are not live in version {version} of {table.url}: "
@@ -358,9 +387,10 @@ def commit_deletions(table: Location, delta: DeltaTable, commit: DeletionCommit)
                 f"{table.url}: row indexes are 0-based positions in the Parquet file"
             )
         removes.append(file.remove_action(now))
-        all_rows = merge_deletions(table, file.deletion_vector, rows)
+        all_rows = rows if commit.merged else merge_deletions(table, file.deletion_vector, rows)
         if len(all_rows) < records:
             merged.append((file, all_rows))
+    removes += [files[path].remove_action(now) for path in commit.removes]
     adds = []
     if merged:
         descriptors = write_deletion_vectors(table, [rows for _, rows in merged])
@@ -374,11 +404,7 @@ def commit_deletions(table: Location, delta: DeltaTable, commit: DeletionCommit)
         "isolationLevel": "Serializable",
         "isBlindAppend": False,
         "engineInfo": "spark-ckpt delta-2pc",
-        "spark-ckpt.sink": "delta-2pc",
-        "spark-ckpt.queryId": commit.query_id,
-        "spark-ckpt.batchId": commit.batch_id,
-        "spark-ckpt.rows": sum(f.rows for f in commit.adds),
-        **commit.metadata,
+        **_batch_info(commit),
     }
     actions = [
         {"commitInfo": info},
@@ -386,14 +412,97 @@ def commit_deletions(table: Location, delta: DeltaTable, commit: DeletionCommit)
         *({"remove": r} for r in removes),
         *({"add": a} for a in adds),
     ]
-    entry = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
-    target = table.child("_delta_log", f"{version + 1:020d}.json")
-    if not target.create_bytes(entry.encode()):
-        raise CommitFailedError(
-            f"version {version + 1} of {table.url} was committed by another writer first"
-        )
+    _create_entry(table, version + 1, actions)
     _checkpoint_if_due(table, delta, version + 1)
     return version + 1
+
+
+def create_table(
+    table: Location,
+    schema_json: str,
+    commit: DeletionCommit,
+    configuration: Mapping[str, str],
+) -> int:
+    """Create the table at ``table`` with the ``deletionVectors`` feature and ``commit``'s files.
+
+    Runs on the driver, once per new mirror table (its first batch). Version 0 holds
+    ``commitInfo``, the protocol (reader 3, writer 7, ``deletionVectors`` alone), ``metaData``
+    (``schema_json``, unpartitioned, ``configuration``), ``txn(query id, batch id)`` and an
+    ``add`` per file: one commit, so a table is never seen without the feature or without its
+    first batch. delta-rs cannot create it so: its ``delta.enableDeletionVectors`` property adds
+    an unused ``variantType`` reader feature, and adding the feature afterwards is a second
+    commit a crash could separate from the first.
+
+    Raises
+    ------
+    UsageError
+        When ``commit`` deletes or removes anything (a new table has no files).
+    CommitFailedError
+        When version 0 exists already (a concurrent publisher created the table): the caller
+        re-reads the table.
+    """
+    if commit.deletions or commit.removes:
+        raise UsageError("a new table has no files to delete rows of or remove")
+    now = int(time.time() * 1000)
+    info = {
+        "timestamp": now,
+        "operation": "CREATE TABLE",
+        "operationParameters": {},
+        "isBlindAppend": True,
+        "engineInfo": "spark-ckpt delta-2pc",
+        **_batch_info(commit),
+    }
+    metadata = {
+        "id": str(uuid.uuid4()),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_json,
+        "partitionColumns": [],
+        "configuration": dict(configuration),
+        "createdTime": now,
+    }
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": [FEATURE],
+        "writerFeatures": [FEATURE],
+    }
+    actions = [
+        {"commitInfo": info},
+        {"protocol": protocol},
+        {"metaData": metadata},
+        {"txn": {"appId": commit.query_id, "version": commit.batch_id, "lastUpdated": now}},
+        *({"add": _staged_add(staged)} for staged in commit.adds),
+    ]
+    table.child("_delta_log").make_dirs()
+    _create_entry(table, 0, actions)
+    return 0
+
+
+def _batch_info(commit: DeletionCommit) -> dict[str, Any]:
+    """The ``commitInfo`` entries every spark-ckpt commit carries (``sinks/table.py``'s too)."""
+    return {
+        "spark-ckpt.sink": "delta-2pc",
+        "spark-ckpt.queryId": commit.query_id,
+        "spark-ckpt.batchId": commit.batch_id,
+        "spark-ckpt.rows": sum(f.rows for f in commit.adds),
+        **commit.metadata,
+    }
+
+
+def _create_entry(table: Location, version: int, actions: Sequence[Mapping[str, Any]]) -> None:
+    """Write log entry ``version`` holding ``actions``, only if absent (the commit itself).
+
+    Raises
+    ------
+    CommitFailedError
+        When another writer created the entry first.
+    """
+    entry = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    target = table.child("_delta_log", f"{version:020d}.json")
+    if not target.create_bytes(entry.encode()):
+        raise CommitFailedError(
+            f"version {version} of {table.url} was committed by another writer first"
+        )
 
 
 def _checkpoint_if_due(table: Location, delta: DeltaTable, version: int) -> None:

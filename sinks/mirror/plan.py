@@ -111,12 +111,16 @@ class MirrorPlan:
         The tables being rebuilt after the batch (:mod:`.rebuild`).
     discard
         Shadow tables to delete once the batch is published (finished or superseded rebuilds).
+    deletion_vectors
+        A mirror table the batch creates gets deletion vectors (merge-on-read), unless it is
+        SCD type 2 (copy-on-write).
     """
 
     root: str
     tables: tuple[TablePlan, ...]
     rebuilding: tuple[RebuildState, ...] = ()
     discard: tuple[str, ...] = ()
+    deletion_vectors: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
@@ -125,6 +129,7 @@ class MirrorPlan:
             "tables": [t.to_json() for t in self.tables],
             "rebuilding": [r.to_json() for r in self.rebuilding],
             "discard": list(self.discard),
+            "deletionVectors": self.deletion_vectors,
         }
 
     @classmethod
@@ -135,4 +140,5 @@ class MirrorPlan:
             tuple(TablePlan.from_json(t) for t in value["tables"]),
             tuple(RebuildState.from_json(r) for r in value.get("rebuilding", ())),
             tuple(str(d) for d in value.get("discard", ())),
+            bool(value.get("deletionVectors", True)),
         )

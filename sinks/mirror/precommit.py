@@ -141,11 +141,13 @@ def plan_batch(
     attempt: str,
     history: bool = False,
     behavior_of: Callable[[str], Behavior] = lambda table: "evolve",
+    deletion_vectors: bool = True,
 ) -> MirrorPlan:
     """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
 
     ``files`` are the change rows the executors staged into ``changelog``; ``history`` keeps
-    every row version (SCD type 2); ``behavior_of`` gives each table's schema change behavior.
+    every row version (SCD type 2); ``behavior_of`` gives each table's schema change behavior;
+    ``deletion_vectors``: mirror tables the batch creates get them (merge-on-read).
 
     Raises
     ------
@@ -233,6 +235,7 @@ def plan_batch(
         tuple(plans),
         tuple(states[name] for name in sorted(states)),
         tuple(discard),
+        deletion_vectors,
     )
 
 

@@ -9,8 +9,9 @@ and nothing of it is ever published. The folded rows are written under
 mirror cannot follow in place is rebuilt beside it (:mod:`.rebuild`).
 
 **Publish** (:func:`apply_plan`, driver, whichever process publishes N, before the change log's
-commit of N, which is the publish order's sequencer): each touched mirror is rewritten and
-committed with ``txn(query id, N)``, skipped when its ``txn`` version already is N (a publisher
+commit of N, which is the publish order's sequencer): each touched mirror is applied (by
+deletion vectors, :mod:`.merge_on_read`, or copy-on-write, :mod:`.rewrite`) and committed with
+``txn(query id, N)``, skipped when its ``txn`` version already is N (a publisher
 that crashed part way through, or a concurrent one); then the checkpoint index records every
 mirror's version for N in one commit, also with ``txn(query id, N)``. A reader of the index's
 newest checkpoint thus sees every table as of the same batch.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -37,15 +39,26 @@ from spark_ckpt.testing.faults import crash_point
 from ..staging import staged_location, staged_name, write_staged_file
 from ..table import (
     CONFLICT_ATTEMPTS,
+    NEW_TABLE_CONFIGURATION,
     BatchCommit,
+    add_new_columns,
     commit_files,
     conflict_backoff,
     load_table,
+)
+from .dv_commit import (
+    DeletionCommit,
+    LogFile,
+    commit_deletions,
+    create_table,
+    has_deletion_vectors,
+    log_files,
 )
 from .fold import (
     META_COLUMNS,
     empty_folded,
 )
+from .merge_on_read import merge_on_read
 from .plan import MirrorPlan, TablePlan
 from .rebuild import (
     REBUILDING_KEY,
@@ -93,7 +106,9 @@ def table_schema(delta: DeltaTable) -> pa.Schema:
     return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in mirror_columns(delta)])
 
 
-def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) -> int | None:
+def _apply_table(
+    root: Location, plan: TablePlan, query_id: str, batch_id: int, deletion_vectors: bool = True
+) -> int | None:
     """Apply one table's part of batch N unless the table holds N already; return its version.
 
     Runs on the driver, once per table a batch touched. A commit that loses to another
@@ -103,7 +118,7 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
     location = root.child(*plan.directory.split("/"))
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
         try:
-            return _apply_table_once(root, location, plan, query_id, batch_id)
+            return _apply_table_once(root, location, plan, query_id, batch_id, deletion_vectors)
         except CommitFailedError as e:
             if attempt == CONFLICT_ATTEMPTS:
                 raise PublishError(
@@ -116,7 +131,12 @@ def _apply_table(root: Location, plan: TablePlan, query_id: str, batch_id: int) 
 
 
 def _apply_table_once(
-    root: Location, location: Location, plan: TablePlan, query_id: str, batch_id: int
+    root: Location,
+    location: Location,
+    plan: TablePlan,
+    query_id: str,
+    batch_id: int,
+    deletion_vectors: bool,
 ) -> int | None:
     """One try of :func:`_apply_table` on the table's newest snapshot (driver, once per try).
 
@@ -150,24 +170,49 @@ def _apply_table_once(
             _log.debug("mirror %s: a concurrent publisher published batch %d", plan.table, batch_id)
             return again.version()
         schema = pa.schema([f for f in folded.schema if f.name not in META_COLUMNS])
+    key_columns = plan.key_columns or tuple(schema.names[:1])
+    if _merges_on_read(location, delta, plan, deletion_vectors):
+        return _apply_merge_on_read(
+            location, delta, folded, key_columns, plan, schema, query_id, batch_id
+        )
+    dvs = None
+    if delta is not None and has_deletion_vectors(delta):
+        # SCD type 2, or a schema change's rewrite, of a table with DVs: copy-on-write that
+        # reads files without their deleted rows.
+        paths = pa.table(delta.get_add_actions(flatten=True))["path"].to_pylist()
+        dvs = {p: f.deletion_vector for p, f in log_files(location, delta.version(), paths).items()}
     rewrite = rewrite_table(
         location,
         delta,
         folded,
-        plan.key_columns or tuple(schema.names[:1]),
+        key_columns,
         plan.truncate,
         schema,
         query_id,
         batch_id,
         plan.history,
         plan.projection if plan.rewrite_all else None,
+        dvs,
     )
+    if delta is not None and dvs is not None and not plan.rewrite_all:
+        # delta-rs's RemoveAction cannot name a file's DV (its overwrite can): a ``remove``
+        # without it would leave the (path, DV) logical file live.
+        removing = DeletionCommit(
+            query_id,
+            batch_id,
+            {},
+            rewrite.adds,
+            _apply_info(rewrite.files_read, 0, 0, 0),
+            removes=tuple(rewrite.removes),
+        )
+        return _commit_by_dv(location, delta, removing, schema, rewrite.discard)
     commit = BatchCommit(
         query_id,
         batch_id,
         Schema.from_arrow(schema),
         rewrite.adds,
         tuple(rewrite.removes),
+        metadata=_apply_info(rewrite.files_read, 0, 0, 0),
         overwrite=plan.rewrite_all,
     )
     try:
@@ -191,6 +236,119 @@ def _apply_table_once(
         len(rewrite.adds),
     )
     return version
+
+
+def _merges_on_read(
+    location: Location, delta: DeltaTable | None, plan: TablePlan, deletion_vectors: bool
+) -> bool:
+    """Whether batch N applies to this table by deletion vectors (driver, per table and try).
+
+    A table with the feature does, except SCD type 2 (copy-on-write) and a schema change's
+    rewrite of every file (delta-rs's overwrite, which names each removed file's DV). A table
+    without it keeps copy-on-write (its protocol is the user's: never upgraded silently). A new
+    one gets DVs with ``deletion_vectors``, where the commit can be created only if absent
+    (local disks and S3, :meth:`Location.create_bytes`).
+    """
+    if plan.history or plan.rewrite_all:
+        return False
+    if delta is not None:
+        return has_deletion_vectors(delta)
+    return deletion_vectors and (location.is_local or location.scheme == "s3")
+
+
+def _apply_info(read: int, marked: int, rows: int, compacted: int) -> dict[str, str]:
+    """``commitInfo`` entries saying what the apply read and changed (in Delta's history)."""
+    return {
+        "spark-ckpt.mirror.filesRead": str(read),
+        "spark-ckpt.mirror.filesMarked": str(marked),
+        "spark-ckpt.mirror.rowsMarked": str(rows),
+        "spark-ckpt.mirror.filesCompacted": str(compacted),
+    }
+
+
+def _apply_merge_on_read(
+    location: Location,
+    delta: DeltaTable | None,
+    folded: pa.Table,
+    key_columns: tuple[str, ...],
+    plan: TablePlan,
+    schema: pa.Schema,
+    query_id: str,
+    batch_id: int,
+) -> int | None:
+    """Batch N's merge-on-read apply to one table, one commit (driver, per table and try).
+
+    Raises
+    ------
+    CommitFailedError
+        Another publisher's commit landed first and the table does not hold N yet.
+    """
+    applied = merge_on_read(
+        location, delta, folded, key_columns, plan.truncate, schema, query_id, batch_id
+    )
+    info = _apply_info(
+        applied.files_read, len(applied.deletions), applied.rows_marked, applied.files_compacted
+    )
+    commit = DeletionCommit(
+        query_id,
+        batch_id,
+        applied.deletions,
+        applied.adds,
+        info,
+        removes=tuple(applied.removes),
+        merged=True,
+    )
+    _log.debug(
+        "mirror %s: batch %d read %d files, marked %d rows in %d, compacted %d, added %d",
+        plan.table,
+        batch_id,
+        applied.files_read,
+        applied.rows_marked,
+        len(applied.deletions),
+        applied.files_compacted,
+        len(applied.adds),
+    )
+    return _commit_by_dv(location, delta, commit, schema, applied.discard, applied.files)
+
+
+def _commit_by_dv(
+    location: Location,
+    delta: DeltaTable | None,
+    commit: DeletionCommit,
+    schema: pa.Schema,
+    discard: Callable[[Location], None],
+    files: Mapping[str, LogFile] | None = None,
+) -> int | None:
+    """Commit ``commit`` by :mod:`.dv_commit` (creating the table when ``delta`` is None).
+
+    Runs on the driver, once per table and try. A lost race is answered as
+    :func:`~spark_ckpt.sinks.table.commit_files`' is: the files are deleted, and the table is
+    read again; holding N, its version is returned, else the error is raised for a retry.
+
+    Raises
+    ------
+    CommitFailedError
+        Another publisher's commit landed first and the table does not hold N yet.
+    """
+    try:
+        if delta is None:
+            return create_table(
+                location, Schema.from_arrow(schema).to_json(), commit, NEW_TABLE_CONFIGURATION
+            )
+        before = delta.version()
+        add_new_columns(delta, Schema.from_arrow(schema), commit.batch_id)
+        if delta.version() > before + 1:
+            # Another commit landed meanwhile: the files and DVs planned at ``before`` may be
+            # stale (another publisher's N among them).
+            raise CommitFailedError(f"{location.url} changed while batch N was planned")
+        return commit_deletions(location, delta, commit, files)
+    except CommitFailedError:
+        discard(location)
+        again = load_table(location)
+        done = None if again is None else again.transaction_version(commit.query_id)
+        if again is None or done is None or done < commit.batch_id:
+            raise
+        return again.version()
 
 
 def _publish_rebuilt(
@@ -267,7 +425,7 @@ def apply_plan(plan: MirrorPlan, storage: StorageOptions, query_id: str, batch_i
         return
     versions = {} if index is None or done is None else _previous_versions(index, query_id, done)
     for table in plan.tables:
-        version = _apply_table(root, table, query_id, batch_id)
+        version = _apply_table(root, table, query_id, batch_id, plan.deletion_vectors)
         if version is not None and not table.shadow:
             versions[table.table] = (table.directory, version)
         crash_point("during_mirror", batch_id)

@@ -35,7 +35,9 @@ from spark_ckpt.model.schema_changes import SCHEMA_CHANGE_OP, SchemaEvent
 from spark_ckpt.state.mirrors import STAGING_DIR, table_directory
 from spark_ckpt.state.storage import Location
 
-from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from ..staging import StagedFile, staged_name, write_staged_file
+from .deletion_vectors import live_rows
+from .dv_commit import has_deletion_vectors, log_files
 
 __all__ = [
     "REBUILDING_KEY",
@@ -199,13 +201,16 @@ def copy_shadow(
 ) -> list[StagedFile]:
     """Copy the files of the shadow table at ``source`` into the mirror at ``table`` (driver).
 
-    Once per finished rebuild; file by file, so memory holds one file's rows at a time.
+    Once per finished rebuild; file by file, so memory holds one file's rows at a time. A
+    shadow with deletion vectors is copied without the rows they delete.
     """
     if shadow is None:
         return []
-    paths = pa.table(shadow.get_add_actions(flatten=True)).column("path").to_pylist()
+    paths = [str(p) for p in pa.table(shadow.get_add_actions(flatten=True))["path"].to_pylist()]
+    files = log_files(source, shadow.version(), paths) if has_deletion_vectors(shadow) else {}
     copied = []
     for sequence, path in enumerate(paths):
-        rows = staged_location(source, str(path)).read_parquet()
+        file = files.get(path)
+        rows = live_rows(source, path, None if file is None else file.deletion_vector)
         copied.append(write_staged_file(table, staged_name(query_id, batch_id, sequence), rows))
     return copied

@@ -346,12 +346,12 @@ def read_mirror(root: Path, table: str) -> pa.Table:
 
     What ``spark_ckpt.read_consistent`` reads, without a Spark job per table (seconds each).
     """
-    from deltalake import DeltaTable
+    from harness.delta_reads import read_delta
 
-    index = DeltaTable(str(root / CHECKPOINTS_TABLE)).to_pyarrow_table().to_pylist()
+    index = read_delta(str(root / CHECKPOINTS_TABLE)).to_pylist()
     newest = max(row["checkpoint_id"] for row in index)
     [entry] = [r for r in index if r["checkpoint_id"] == newest and r["table"] == table]
-    return DeltaTable(str(root / entry["path"]), version=entry["version"]).to_pyarrow_table()
+    return read_delta(str(root / entry["path"]), entry["version"])
 
 
 def test_each_encoding_mode_mirrors_typed_values_equal_to_postgres(

@@ -23,6 +23,7 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.errors import StreamingQueryException
 
 import spark_ckpt
+from harness.delta_reads import read_delta
 from spark_ckpt.errors import MirrorSchemaError, message_in_trace
 from spark_ckpt.testing.debezium_log import write_log
 from spark_ckpt.testing.shop_workload import (
@@ -142,9 +143,9 @@ def test_mirror_tables_track_the_source_and_read_consistently(
         nonlocal naive_checks, naive_failures
         while not done.is_set():
             try:
-                orders = DeltaTable(str(root / ORDERS)).to_pyarrow_table().to_pylist()
+                orders = read_delta(str(root / ORDERS)).to_pylist()
                 time.sleep(0.1)
-                items = DeltaTable(str(root / ITEMS)).to_pyarrow_table().to_pylist()
+                items = read_delta(str(root / ITEMS)).to_pylist()
             except TableNotFoundError:
                 time.sleep(0.2)
                 continue

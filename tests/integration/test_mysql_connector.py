@@ -30,9 +30,9 @@ import pytest
 import schema_migrations
 from changelog_checks import whole_once
 from conftest import wait_until
-from deltalake import DeltaTable
 
 import spark_ckpt
+from harness.delta_reads import read_delta
 from harness.faults.debezium import delta_changes, delta_txn_ids
 from harness.faults.mysql import run_scenario
 from harness.servers.mariadb import PASSWORD, MariaDbServer
@@ -405,7 +405,7 @@ def test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_streams(
             path = root / f"{database}.{name}"
             if not (path / "_delta_log").is_dir():
                 return {}
-            rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+            rows = read_delta(str(path)).to_pylist()
             return {row["id"]: row for row in rows}
 
         def sources() -> dict[str, dict[Any, dict[str, Any]]]:

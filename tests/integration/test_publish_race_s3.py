@@ -38,6 +38,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, Schema
 
+from harness.delta_reads import read_delta
 from harness.servers.s3 import S3Server
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore
 from spark_ckpt.sinks.mirror.precommit import plan_batch
@@ -307,8 +308,10 @@ def test_two_publishers_of_one_mirror_batch_on_s3_both_succeed_and_publish_it_on
     assert batches == list(range(rounds)), "the change log holds each batch once, in order"
     assert changes.to_pyarrow_table().num_rows == rounds * len(TABLES)
     for name in TABLES:
-        mirror = query.delta(query.mirror.child(name))
-        rows = {r["id"]: r["v"] for r in mirror.to_pyarrow_table().to_pylist()}
+        location = query.mirror.child(name)
+        mirror = query.delta(location)
+        stored = read_delta(location.url, storage_options=location.delta_options())
+        rows = {r["id"]: r["v"] for r in stored.to_pylist()}
         assert rows == expected, f"mirror {name}"
         assert mirror.transaction_version(QUERY) == rounds - 1
     index = query.delta(query.mirror.child(CHECKPOINTS_TABLE))

@@ -273,7 +273,7 @@ def test_each_documented_sink_default_is_what_leaving_the_option_out_gives() -> 
     base = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
     for spec in _defaulted(SINK_OPTIONS):
         # Mirror options are compared in mirror mode.
-        mirror_only = ("scd", "schemaChangeBehavior")
+        mirror_only = ("scd", "schemaChangeBehavior", "deletionVectors")
         own = {**base, "mode": "mirror"} if spec.name in mirror_only else base
         given = SinkOptions.parse({**own, spec.name: _as_written(spec)})
         assert given == SinkOptions.parse(own), f"{spec.name}={spec.default} is not the default"

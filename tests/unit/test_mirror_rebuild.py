@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from test_mirror_apply import Mirror, change_rows
 
+from harness.delta_reads import read_delta
 from spark_ckpt.errors import MirrorSchemaError, SchemaChangeError
 from spark_ckpt.model.schema_changes import (
     ColumnSchema,
@@ -58,8 +59,8 @@ def _at(mirror: Mirror, checkpoint: int) -> dict[str, dict[str, Any]]:
 
 
 def _rows(mirror: Mirror, table: str, version: int | None = None) -> list[dict[str, Any]]:
-    delta = DeltaTable(f"{mirror.root.path}/{table}", version=version)
-    return sorted(delta.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    rows = read_delta(f"{mirror.root.path}/{table}", version)
+    return sorted(rows.to_pylist(), key=lambda r: r["id"])
 
 
 def test_what_a_mirror_cannot_follow_in_place_is_a_rebuild_and_the_marks_round_trip() -> None:

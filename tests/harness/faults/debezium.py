@@ -325,16 +325,14 @@ def delta_mirrors(root: str | os.PathLike[str]) -> dict[str, Any]:
     AssertionError
         If the root has no checkpoint index yet.
     """
-    from deltalake import DeltaTable
+    from harness.delta_reads import read_delta
 
     index_dir = Path(root) / "_checkpoints"
     assert (index_dir / "_delta_log").exists(), f"{root} has no checkpoint index"
-    index = DeltaTable(str(index_dir)).to_pyarrow_table().to_pylist()
+    index = read_delta(str(index_dir)).to_pylist()
     newest = max(row["checkpoint_id"] for row in index)
     return {
-        row["table"]: DeltaTable(
-            str(Path(root) / row["path"]), version=int(row["version"])
-        ).to_pyarrow_table()
+        row["table"]: read_delta(str(Path(root) / row["path"]), int(row["version"]))
         for row in index
         if row["checkpoint_id"] == newest
     }

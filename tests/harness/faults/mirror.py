@@ -82,19 +82,19 @@ def _normalised(rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
 
 def _index(root: Path) -> dict[int, dict[str, tuple[str, int]]]:
     """The checkpoint index as ``{checkpoint: {table: (path, version)}}`` (delta-rs)."""
-    from deltalake import DeltaTable
+    from harness.delta_reads import read_delta
 
     index: dict[int, dict[str, tuple[str, int]]] = {}
-    for row in DeltaTable(str(root / CHECKPOINTS_TABLE)).to_pyarrow_table().to_pylist():
+    for row in read_delta(str(root / CHECKPOINTS_TABLE)).to_pylist():
         index.setdefault(row["checkpoint_id"], {})[row["table"]] = (row["path"], row["version"])
     return index
 
 
 def _rows_at(root: Path, path: str, version: int) -> list[dict[str, Any]]:
-    """A mirror's rows at one Delta version (delta-rs)."""
-    from deltalake import DeltaTable
+    """A mirror's rows at one Delta version (delta-rs, deletion vectors applied)."""
+    from harness.delta_reads import read_delta
 
-    table = DeltaTable(str(root / path), version=version).to_pyarrow_table()
+    table = read_delta(str(root / path), version)
     return cast("list[dict[str, Any]]", table.to_pylist())
 
 

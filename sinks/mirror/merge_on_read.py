@@ -1,0 +1,257 @@
+"""Applying one batch to a mirror table with deletion vectors: merge-on-read.
+
+A batch's apply reads and writes in proportion to its changes, not to the files its keys sit in:
+
+1. *Candidates*: files whose first key column's min/max statistics can hold a changed key (as
+   the copy-on-write rewrite, :mod:`.rewrite`). Files the batch does not touch are never read.
+2. *Marks* (:func:`mark_file`, one call per candidate): the candidate's key columns are read
+   with their row positions; the live rows (those its current deletion vector does not delete)
+   whose key the batch changes (updates, deletes, a primary-key update's old key) are added to
+   its deletion vector (DV).
+3. *New versions*: the batch's upserts go to one new file.
+4. *One commit* (:func:`.dv_commit.commit_deletions`): per marked file a ``remove`` with its old
+   DV and an ``add`` with the merged one, the new file, ``txn(query id, batch id)``.
+
+A file whose DV would delete :data:`COMPACT_SHARE` of its rows or more is rewritten instead
+(its live rows to a new file, the old one removed): copy-on-write stays as the compaction that
+keeps reads of a mirror fast.
+
+:func:`mark_file` is a pure function of (table, file, its DV, the batch's keys) with picklable
+arguments and result, so that it can run in Spark tasks later; today every call runs on the
+driver, in whichever process publishes batch N.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from spark_ckpt.state.storage import Location
+
+from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from .deletion_vectors import DeletedRows, DeletionVectorDescriptor, read_deletion_vector
+from .dv_commit import LogFile, log_files
+from .fold import ACTION, FROM_KEY, MISSING
+from .rewrite import align_rows, candidate_files, fill_missing, key_hits, old_keys
+
+__all__ = ["COMPACT_SHARE", "FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
+
+COMPACT_SHARE = 0.5
+"""A file whose DV deletes this share of its rows or more is rewritten instead of marked.
+
+A constant, not an option: at half its rows deleted a file costs readers twice its live rows'
+I/O, while rewriting it costs the apply about what one more read of it would; Delta's own
+``OPTIMIZE`` purges DVs by a similar ratio. A policy users set (every N batches, by ratio, a
+maintenance call) is issue 43's compaction step."""
+
+
+@dataclass(frozen=True)
+class FileMarks:
+    """What one batch does to one stored file (the result of :func:`mark_file`).
+
+    Attributes
+    ----------
+    path
+        The file's path as in the Delta log.
+    deleted
+        The file's whole DV after the batch (its current DV's rows and the batch's).
+    marked
+        How many live rows the batch deletes.
+    old_rows
+        The stored versions of the rows the batch deletes, every column (only when asked:
+        upserts that left columns out take their values from them).
+    """
+
+    path: str
+    deleted: DeletedRows
+    marked: int
+    old_rows: pa.Table | None = None
+
+
+def _current_dv(table: Location, dv: DeletionVectorDescriptor | None) -> DeletedRows:
+    return DeletedRows() if dv is None else read_deletion_vector(table, dv)
+
+
+def mark_file(
+    table: Location,
+    path: str,
+    dv: DeletionVectorDescriptor | None,
+    lookup: pa.Table,
+    key_columns: Sequence[str],
+    with_rows: bool = False,
+) -> FileMarks | None:
+    """The DV of the file ``path`` after deleting the live rows whose key is in ``lookup``.
+
+    Runs on the driver today (an executor later: every argument and the result pickle), once
+    per candidate file of a batch. Reads the file's key columns and its current DV; with
+    ``with_rows``, the matched rows' other columns too. None when no live row matches (the
+    statistics allowed a changed key, the file holds none).
+
+    Raises
+    ------
+    StorageError
+        When the file or its DV cannot be read (``StorageNotFoundError``: gone, e.g. vacuumed
+        while this snapshot was in use).
+    """
+    import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
+
+    location = staged_location(table, path)
+    keys = location.read_parquet(list(key_columns))
+    mask = key_hits(keys, lookup, key_columns)
+    current = _current_dv(table, dv)
+    if current:
+        live = np.ones(keys.num_rows, dtype=bool)
+        live[current.indexes().astype(np.int64)] = False
+        mask = pc.and_(mask, pa.array(live))
+    positions = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+    if positions.size == 0:
+        return None
+    old_rows = None
+    if with_rows:
+        old_rows = location.read_parquet().take(pa.array(positions, pa.int64()))
+    deleted = current.union(DeletedRows.from_indexes(positions))
+    return FileMarks(path, deleted, int(positions.size), old_rows)
+
+
+@dataclass
+class MergeOnRead:
+    """One batch's changes to one mirror table with DVs, ready for one commit.
+
+    Attributes
+    ----------
+    deletions
+        Data file path (as in the log) to its whole DV after the batch.
+    removes
+        Paths of files removed whole (truncated, or rewritten by the compaction).
+    adds
+        New files: the batch's new row versions, compacted files' live rows.
+    files
+        The ``add`` of every file in ``deletions`` and ``removes`` at the snapshot read.
+    files_read
+        Files whose key columns were read (candidates by statistics).
+    rows_marked
+        Stored rows the batch deleted by DV.
+    files_compacted
+        Files rewritten because their DV passed :data:`COMPACT_SHARE`.
+    """
+
+    deletions: dict[str, DeletedRows] = field(default_factory=dict)
+    removes: list[str] = field(default_factory=list)
+    adds: list[StagedFile] = field(default_factory=list)
+    files: dict[str, LogFile] = field(default_factory=dict)
+    files_read: int = 0
+    rows_marked: int = 0
+    files_compacted: int = 0
+
+    def discard(self, table: Location) -> None:
+        """Delete the written files (a commit that lost a race, or failed)."""
+        for staged in self.adds:
+            with contextlib.suppress(OSError):
+                staged_location(table, staged.path).delete()
+
+
+def merge_on_read(
+    table: Location,
+    delta: DeltaTable | None,
+    folded: pa.Table,
+    key_columns: Sequence[str],
+    truncate: bool,
+    schema: pa.Schema,
+    query_id: str,
+    batch_id: int,
+) -> MergeOnRead:
+    """Mark and stage what applies ``folded`` to the mirror at ``table`` (snapshot ``delta``).
+
+    Runs on the driver, once per batch and table with DVs. Nothing is committed; on error the
+    files written so far are deleted.
+    """
+    result = MergeOnRead()
+    try:
+        _plan(result, table, delta, folded, key_columns, truncate, schema, (query_id, batch_id))
+    except BaseException:
+        result.discard(table)
+        raise
+    return result
+
+
+def _plan(
+    result: MergeOnRead,
+    table: Location,
+    delta: DeltaTable | None,
+    folded: pa.Table,
+    key_columns: Sequence[str],
+    truncate: bool,
+    schema: pa.Schema,
+    names: tuple[str, int],
+) -> None:
+    import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
+
+    query_id, batch_id = names
+    live: list[dict[str, Any]] = []
+    if delta is not None:
+        live = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
+    keys = folded.select(list(key_columns))
+    if folded.num_rows and pc.any(pc.invert(pc.is_null(folded.column(FROM_KEY)))).as_py():
+        keys = pa.concat_tables([keys, old_keys(folded, schema, key_columns)])
+    lookup = keys.group_by(list(key_columns)).aggregate([])
+    first = sorted(v for v in lookup.column(key_columns[0]).to_pylist() if v is not None)
+    if truncate:
+        result.removes += [str(entry["path"]) for entry in live]
+        candidates = []
+    else:
+        candidates = candidate_files(live, key_columns[0], first) if lookup.num_rows else []
+    upserts = folded.filter(pc.equal(folded.column(ACTION), "upsert"))
+    # Upserts that left columns out (unchanged TOAST values) take them from the stored rows.
+    with_rows = upserts.num_rows > 0 and bool(
+        pc.any(pc.invert(pc.is_null(upserts.column(MISSING)))).as_py()
+    )
+    wanted = [str(entry["path"]) for entry in candidates] + result.removes
+    if delta is not None and wanted:
+        result.files = log_files(table, delta.version(), wanted)
+    old_parts: list[pa.Table] = []
+    compact: list[tuple[LogFile, DeletedRows]] = []
+    for entry in candidates:
+        file = result.files[str(entry["path"])]
+        marks = mark_file(table, file.path, file.deletion_vector, lookup, key_columns, with_rows)
+        result.files_read += 1
+        if marks is None:
+            continue
+        result.rows_marked += marks.marked
+        if marks.old_rows is not None:
+            old_parts.append(align_rows(marks.old_rows, schema))
+        records = file.num_records
+        if records is None or len(marks.deleted) >= COMPACT_SHARE * records:
+            compact.append((file, marks.deleted))
+        else:
+            result.deletions[file.path] = marks.deleted
+    old_rows = pa.concat_tables(old_parts) if old_parts else schema.empty_table()
+    content = fill_missing(upserts, old_rows, key_columns, schema)
+    sequence = 0
+    if content.num_rows:
+        result.adds.append(
+            write_staged_file(table, staged_name(query_id, batch_id, sequence), content)
+        )
+        sequence += 1
+    for file, deleted in compact:
+        kept = _without(table, file, deleted, schema)
+        result.removes.append(file.path)
+        result.files_compacted += 1
+        if kept.num_rows:
+            result.adds.append(
+                write_staged_file(table, staged_name(query_id, batch_id, sequence), kept)
+            )
+            sequence += 1
+
+
+def _without(table: Location, file: LogFile, deleted: DeletedRows, schema: pa.Schema) -> pa.Table:
+    """The rows of ``file`` outside ``deleted``, in ``schema`` (a compaction's new file)."""
+    rows = staged_location(table, file.path).read_parquet()
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[deleted.indexes().astype(np.int64)] = False
+    return align_rows(rows.filter(pa.array(keep)), schema)

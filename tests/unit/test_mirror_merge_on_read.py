@@ -1,0 +1,143 @@
+"""Mirror mode's merge-on-read apply without a JVM: deletion vectors instead of rewritten files.
+
+Batches are planned and published as the sink does (:class:`test_mirror_apply.Mirror`), against
+real Delta tables on local disk; each commit's ``commitInfo`` says what the apply read and
+changed, and the log says which file has which deletion vector.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from test_mirror_apply import Mirror, by_id
+
+from spark_ckpt.sinks.mirror.dv_commit import has_deletion_vectors, log_files
+
+TABLE = "s.t"
+
+
+def paths(mirror: Mirror) -> set[str]:
+    return set(pa.table(mirror.table(TABLE).get_add_actions(flatten=True))["path"].to_pylist())
+
+
+def last_apply(mirror: Mirror) -> dict[str, int]:
+    """The newest commit's counts: files read, files marked, rows marked, files compacted."""
+    (info,) = mirror.table(TABLE).history(1)
+    names = ("filesRead", "filesMarked", "rowsMarked", "filesCompacted")
+    return {name: int(info[f"spark-ckpt.mirror.{name}"]) for name in names}
+
+
+def dvs(mirror: Mirror) -> dict[str, int]:
+    """Each live file's deleted row count (files without a DV left out)."""
+    delta = mirror.table(TABLE)
+    files = log_files(mirror.root.child(TABLE), delta.version(), paths(mirror))
+    return {
+        path: file.deletion_vector.cardinality
+        for path, file in files.items()
+        if file.deletion_vector is not None
+    }
+
+
+def load(mirror: Mirror, first: int, count: int) -> None:
+    mirror.apply(
+        [(TABLE, "c", {"id": i}, None, {"id": i, "v": "a"}) for i in range(first, first + count)]
+    )
+
+
+def test_a_batch_marks_rows_of_the_files_holding_its_keys_and_rewrites_none(
+    tmp_path: Path,
+) -> None:
+    """An update and a delete become DVs on their two files; new versions go to one new file."""
+    mirror = Mirror(tmp_path / "root")
+    for first in (0, 100, 200):  # three files with disjoint key ranges
+        load(mirror, first, 50)
+    before = paths(mirror)
+    mirror.apply(
+        [
+            (TABLE, "u", {"id": 120}, None, {"id": 120, "v": "b"}),
+            (TABLE, "d", {"id": 30}, {"id": 30}, None),
+            (TABLE, "c", {"id": 999}, None, {"id": 999, "v": "new"}),
+        ]
+    )
+    after = paths(mirror)
+    assert before < after, "no file is removed"
+    assert len(after - before) == 1, "one file of new versions (120's and 999)"
+    assert sorted(dvs(mirror).values()) == [1, 1], "one row marked in each of two files"
+    assert last_apply(mirror) == {
+        "filesRead": 2,  # by statistics, the files of 0..49 and 100..149; 999 is in none
+        "filesMarked": 2,
+        "rowsMarked": 2,
+        "filesCompacted": 0,
+    }
+    rows = by_id(mirror.rows(TABLE))
+    assert len(rows) == 150
+    assert 30 not in rows
+    assert rows[120]["v"] == "b"
+    assert rows[999]["v"] == "new"
+
+
+def test_rows_a_deletion_vector_deletes_are_not_live_for_the_next_batch(tmp_path: Path) -> None:
+    """A key changed twice: the second batch marks and fills from its live version only."""
+    mirror = Mirror(tmp_path / "root")
+    mirror.apply(
+        [(TABLE, "c", {"id": i}, None, {"id": i, "a": 0, "big": f"x{i}"}) for i in range(20)]
+    )
+    mirror.apply([(TABLE, "u", {"id": 5}, None, {"id": 5, "a": 1, "big": "y"})])
+    assert last_apply(mirror)["rowsMarked"] == 1
+    mirror.apply([(TABLE, "u", {"id": 5}, None, {"id": 5, "a": 2})])  # big left out (TOAST)
+    assert last_apply(mirror)["filesRead"] == 2, "the first file's statistics still hold 5"
+    assert last_apply(mirror)["rowsMarked"] == 1, "only the live version is marked"
+    rows = by_id(mirror.rows(TABLE))
+    assert rows[5] == {"id": 5, "a": 2, "big": "y"}
+    assert len(rows) == 20
+
+
+def test_a_file_whose_rows_are_mostly_deleted_is_rewritten(tmp_path: Path) -> None:
+    """Past half of a file's rows deleted, its live rows go to a new file (the compaction)."""
+    mirror = Mirror(tmp_path / "root")
+    load(mirror, 0, 10)
+    load(mirror, 100, 10)
+    (small,) = paths(mirror) - {p for p in paths(mirror) if "-b1-" in p}
+    mirror.apply([(TABLE, "d", {"id": i}, {"id": i}, None) for i in range(4)])
+    assert last_apply(mirror)["filesCompacted"] == 0
+    assert small in dvs(mirror), "4 of 10 rows: marked"
+    mirror.apply([(TABLE, "u", {"id": 4}, None, {"id": 4, "v": "b"})])
+    assert last_apply(mirror)["filesCompacted"] == 1, "5 of 10 rows: rewritten"
+    assert small not in paths(mirror)
+    assert dvs(mirror) == {}
+    rows = by_id(mirror.rows(TABLE))
+    assert sorted(rows) == [*range(4, 10), *range(100, 110)]
+    assert rows[4]["v"] == "b"
+
+
+def test_new_tables_get_deletion_vectors_and_scd2_or_existing_tables_do_not(
+    tmp_path: Path,
+) -> None:
+    """The default is merge-on-read for new tables only: a user's protocol is never upgraded."""
+    fresh = Mirror(tmp_path / "fresh")
+    load(fresh, 0, 3)
+    assert has_deletion_vectors(fresh.table(TABLE))
+    history = Mirror(tmp_path / "history", history=True)
+    load(history, 0, 3)
+    assert not has_deletion_vectors(history.table(TABLE))
+    old = Mirror(tmp_path / "old", deletion_vectors=False)
+    load(old, 0, 3)
+    old.deletion_vectors = True  # the query restarted with the default
+    before = paths(old)
+    old.apply([(TABLE, "u", {"id": 1}, None, {"id": 1, "v": "b"})])
+    assert not has_deletion_vectors(old.table(TABLE))
+    assert not before <= paths(old), "copy-on-write: the file holding 1 is replaced"
+    assert by_id(old.rows(TABLE))[1]["v"] == "b"
+
+
+def test_a_truncate_removes_files_with_their_deletion_vectors(tmp_path: Path) -> None:
+    """Removing a file that has a DV names the DV (else the logical file would stay live)."""
+    mirror = Mirror(tmp_path / "root")
+    load(mirror, 0, 10)
+    mirror.apply([(TABLE, "d", {"id": 1}, {"id": 1}, None)])
+    truncate: Any = (TABLE, "t", None, None, None)
+    mirror.apply([truncate, (TABLE, "c", {"id": 7}, None, {"id": 7, "v": "c"})])
+    assert mirror.rows(TABLE) == [{"id": 7, "v": "c"}]
+    assert len(paths(mirror)) == 1
