@@ -76,7 +76,7 @@ class Poller(threading.Thread):
         super().__init__(daemon=True)
         self.table, self.ids_of = table, ids_of
         self.seen: dict[int, float] = {}
-        self.order: list[int] = []  # ids in the order versions made them visible
+        self.version_of: dict[int, int] = {}  # the version that made each id visible
         self.added_rows = 0  # every row of every file added: more than seen means a repeat
         self.error: BaseException | None = None
         self._halt = threading.Event()
@@ -106,7 +106,7 @@ class Poller(threading.Thread):
                     self.added_rows += 1
                     if row_id not in self.seen:
                         self.seen[row_id] = now
-                        self.order.append(row_id)
+                        self.version_of[row_id] = self._version
             self._version += 1
 
     def stop(self) -> None:
@@ -116,9 +116,9 @@ class Poller(threading.Thread):
 
 
 def txn_cdc_ids(path: Path) -> list[int]:
-    """Row ids of a ``delta-2pc`` data file: each change row's ``key`` is ``{"id": ...}``."""
-    keys = pq.read_table(path, columns=["key"]).column("key").to_pylist()
-    return [int(json.loads(k)["id"]) for k in keys]
+    """Row ids of a ``delta-2pc`` data file: each change row's ``after`` has the ``id``."""
+    images = pq.read_table(path, columns=["after"]).column("after").to_pylist()
+    return [int(json.loads(image)["id"]) for image in images]
 
 
 def merged_ids(path: Path) -> list[int]:
@@ -386,7 +386,9 @@ def run_once(
         # What delta-2pc promises: each transaction once, in commit order (ids grow with it).
         if poller.added_rows != len(committed):
             raise SystemExit(f"{system} run {run}: {poller.added_rows} rows for {len(committed)}")
-        if poller.order != sorted(committed):
+        # No transaction visible before one committed earlier (a version's files are unordered).
+        versions = [poller.version_of[i] for i in sorted(committed)]
+        if versions != sorted(versions):
             raise SystemExit(f"{system} run {run}: rows became visible out of commit order")
     since = began + args.warmup
     lags = [poller.seen[i] - t for i, t in committed.items() if t >= since]
@@ -475,7 +477,20 @@ def main() -> None:
     parser.add_argument("--trigger", default="", help="a processingTime trigger for every query")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--label", default="", help="a note copied into the JSON lines")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="also run every system so, alternating with the defaults in the same session: "
+        "spark.* keys are session settings (set for the run, unset after), trigger= a "
+        "processingTime trigger, other keys txn-cdc source options",
+    )
     args = parser.parse_args()
+    variants: dict[str, list[str]] = {"default": []}
+    for text in args.variant:
+        name, _, settings = text.partition(":")
+        variants[name] = [s for s in settings.split(",") if s]
     systems = args.systems.split(",")
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
@@ -514,13 +529,28 @@ def main() -> None:
         first = 1
         number = 0
 
-        def one(system: str, rate: float, warmup: bool = False) -> dict[str, Any]:
+        base_options, base_trigger = list(args.source_option), args.trigger
+
+        def one(system: str, rate: float, variant: str, warmup: bool = False) -> dict[str, Any]:
             nonlocal first, number
             number += 1
             work = scratch / f"{system}-{number}"
-            result = run_once(spark, args, system, rate, work, str(number), first)
+            settings = [s.partition("=")[::2] for s in variants[variant]]
+            args.source_option = base_options + [
+                f"{k}={v}" for k, v in settings if not k.startswith("spark.") and k != "trigger"
+            ]
+            args.trigger = next((v for k, v in settings if k == "trigger"), base_trigger)
+            confs = [(k, v) for k, v in settings if k.startswith("spark.")]
+            for key, value in confs:
+                spark.conf.set(key, value)
+            try:
+                result = run_once(spark, args, system, rate, work, str(number), first)
+            finally:
+                for key, _ in confs:
+                    spark.conf.unset(key)
             first += int(rate * (args.warmup + args.seconds)) + 1
             result["warm_up"] = warmup
+            result["variant"] = variant
             print(json.dumps(result), file=sys.stderr, flush=True)
             return result
 
@@ -528,18 +558,26 @@ def main() -> None:
         measured_seconds = args.seconds
         args.seconds = 4.0
         for system in systems:
-            one(system, rates[0], warmup=True)
+            one(system, rates[0], "default", warmup=True)
         args.seconds = measured_seconds
-        results: dict[tuple[str, float], list[dict[str, Any]]] = {}
+        results: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
+        entries = [(system, variant) for system in systems for variant in variants]
         for rate in rates:
             for index in range(args.runs):
-                # The systems alternate, each run in a different order: alike in the machine's load.
-                turn = systems[index % len(systems) :] + systems[: index % len(systems)]
-                for system in turn:
-                    results.setdefault((system, rate), []).append(one(system, rate))
+                # Systems and variants alternate, each run in another order: alike in the load.
+                shift = index % len(entries)
+                for system, variant in entries[shift:] + entries[:shift]:
+                    results.setdefault((system, rate, variant), []).append(
+                        one(system, rate, variant)
+                    )
         spark.stop()
-    for (system, rate), runs in results.items():
-        print(json.dumps(summary(system, rate, runs, args)), flush=True)
+    args.source_option, args.trigger = base_options, base_trigger
+    for (system, rate, variant), runs in results.items():
+        line = summary(system, rate, runs, args)
+        if len(variants) > 1:
+            line["variant"] = variant
+            line["variant_settings"] = variants[variant]
+        print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":
