@@ -393,6 +393,8 @@ def run_once(
     since = began + args.warmup
     lags = [poller.seen[i] - t for i, t in committed.items() if t >= since]
     batches = [p for p in progress if p["numInputRows"] and dt_seconds(p["timestamp"]) >= since]
+    if not batches:  # one batch took the whole run (a cold start): count it, not nothing
+        batches = [p for p in progress if p["numInputRows"]]
     parts = {
         part: statistics.median(int(p["durationMs"].get(part, 0)) for p in batches)
         for part in (*PARTS, "triggerExecution")
