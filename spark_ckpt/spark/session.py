@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "CHECKPOINT_FILE_MANAGER_KEY",
     "HADOOP_AWS",
+    "LOCAL_CHECKPOINT_FILE_MANAGER",
     "S3A_EXCLUDES",
     "S3A_PACKAGES",
     "JavaNotFoundError",
@@ -30,6 +32,15 @@ __all__ = [
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 """Spark's s3a connector, matching the Hadoop (3.5.0) bundled with pyspark 4.2."""
+
+CHECKPOINT_FILE_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+"""Spark's setting for how a query's offset and commit logs are written."""
+
+LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+"""What :func:`local_session` sets :data:`CHECKPOINT_FILE_MANAGER_KEY` to on a ``local`` master
+(unless ``conf`` says otherwise): fewer processes per micro-batch on a local checkpoint."""
 
 _AWS_SDK = "2.35.4"  # the SDK version hadoop-aws 3.5.0 is built and tested against
 
@@ -166,7 +177,10 @@ def local_session(
     of packages, quietly, then named to Spark by the jars Ivy retrieved:
     :mod:`spark_ckpt.spark.packages`); turns the UI and the console progress bar off and keeps
     shuffles small, and on a ``local`` master has Delta rebuild a table's state with one
-    partition per core.
+    partition per core and writes streaming checkpoints' offset and commit logs with Spark's
+    ``FileSystem``-based checkpoint file manager (:data:`LOCAL_CHECKPOINT_FILE_MANAGER`; a
+    checkpoint on HDFS wants Spark's default: pass ``conf`` with
+    :data:`CHECKPOINT_FILE_MANAGER_KEY` set to it).
 
     Parameters
     ----------
@@ -221,6 +235,14 @@ def local_session(
         builder = builder.config(
             "spark.databricks.delta.snapshotPartitions", str(local_cores(master))
         )
+        # Every micro-batch writes offsets/N and commits/N. Spark's default checkpoint file
+        # manager (FileContext) on Hadoop's local file system starts about 46 processes per
+        # batch (chmod, stat, readlink); its FileSystem-based manager 12. On local disk both
+        # write a temporary file and rename it after checking the name is free, so neither is
+        # more atomic than the other there. bench/freshness.py: offset and commit logs from
+        # 650 ms to 235 ms a batch on a busy 2-core machine, on the path of every change to
+        # its Delta version. A checkpoint on HDFS wants the default: set it in ``conf``.
+        builder = builder.config(CHECKPOINT_FILE_MANAGER_KEY, LOCAL_CHECKPOINT_FILE_MANAGER)
     for key, value in package_conf(conf, packages=packages, s3a=s3a).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -15,7 +15,11 @@ from pyspark import cloudpickle
 
 from spark_ckpt.errors import PackageResolutionError
 from spark_ckpt.spark.packages import package_jars
-from spark_ckpt.spark.session import local_cores
+from spark_ckpt.spark.session import (
+    CHECKPOINT_FILE_MANAGER_KEY,
+    LOCAL_CHECKPOINT_FILE_MANAGER,
+    local_cores,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,6 +42,28 @@ def test_a_local_session_rebuilds_delta_state_with_one_partition_per_core(
     assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "2"  # local[2]
     assert (local_cores("local"), local_cores("local[3]"), local_cores("local[4,2]")) == (1, 3, 4)
     assert local_cores("local[*]") >= 1
+
+
+def test_a_local_session_writes_checkpoint_logs_with_the_filesystem_manager(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Fewer processes per micro-batch; the offset and commit logs still end up whole."""
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER_KEY) == LOCAL_CHECKPOINT_FILE_MANAGER
+    spark.range(5).write.format("delta").save(str(tmp_path / "in"))
+    checkpoint = tmp_path / "ckpt"
+    query = (
+        spark.readStream.format("delta")
+        .load(str(tmp_path / "in"))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "an availableNow query over 5 rows ran 120 s"
+    for log in ("offsets", "commits"):
+        names = sorted(p.name for p in (checkpoint / log).iterdir())
+        # Batch 0, its checksum; no temporary file left behind by the rename.
+        assert [n for n in names if not n.endswith(".crc")] == ["0"], (log, names)
 
 
 def test_task_workers_import_pyspark_with_cached_bytecode(spark: SparkSession) -> None:
