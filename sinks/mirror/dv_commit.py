@@ -417,6 +417,28 @@ def commit_deletions(
     return version + 1
 
 
+def _type_features(schema: Any) -> list[str]:
+    """The reader-writer features the column types of ``schema`` (Delta's schema JSON) need.
+
+    A ``timestamp_ntz`` column, at any depth, needs ``timestampNtz`` (the protocol's "Timestamp
+    without timezone" feature): delta-rs and delta-spark refuse to read a table without it.
+    """
+    found: set[str] = set()
+
+    def visit(kind: Any) -> None:
+        if kind == "timestamp_ntz":
+            found.add("timestampNtz")
+        elif isinstance(kind, dict):
+            for field in kind.get("fields", ()):
+                visit(field.get("type"))
+            for key in ("elementType", "keyType", "valueType"):
+                if key in kind:
+                    visit(kind[key])
+
+    visit(schema)
+    return sorted(found)
+
+
 def create_table(
     table: Location,
     schema_json: str,
@@ -426,7 +448,8 @@ def create_table(
     """Create the table at ``table`` with the ``deletionVectors`` feature and ``commit``'s files.
 
     Runs on the driver, once per new mirror table (its first batch). Version 0 holds
-    ``commitInfo``, the protocol (reader 3, writer 7, ``deletionVectors`` alone), ``metaData``
+    ``commitInfo``, the protocol (reader 3, writer 7, ``deletionVectors`` and what the column
+    types need: ``timestampNtz``), ``metaData``
     (``schema_json``, unpartitioned, ``configuration``), ``txn(query id, batch id)`` and an
     ``add`` per file: one commit, so a table is never seen without the feature or without its
     first batch. delta-rs cannot create it so: its ``delta.enableDeletionVectors`` property adds
@@ -460,11 +483,12 @@ def create_table(
         "configuration": dict(configuration),
         "createdTime": now,
     }
+    features = [FEATURE, *_type_features(json.loads(schema_json))]
     protocol = {
         "minReaderVersion": 3,
         "minWriterVersion": 7,
-        "readerFeatures": [FEATURE],
-        "writerFeatures": [FEATURE],
+        "readerFeatures": features,
+        "writerFeatures": features,
     }
     actions = [
         {"commitInfo": info},

@@ -20,6 +20,7 @@ from spark_ckpt.sinks.mirror.deletion_vectors import DeletedRows
 from spark_ckpt.sinks.mirror.dv_commit import (
     DeletionCommit,
     commit_deletions,
+    create_table,
     enable_deletion_vectors,
     log_files,
 )
@@ -182,3 +183,28 @@ def test_a_dv_commit_on_s3_is_conditional_and_read_by_delta_rs(
     taken = table.child("_delta_log", f"{version:020d}.json")
     assert not taken.create_bytes(b"{}\n")
     assert DeltaTable(table.url, storage_options=options).transaction_version("q") == 2
+
+
+def test_a_created_table_has_the_features_its_column_types_need(tmp_path: Path) -> None:
+    """A TIMESTAMP_NTZ column, even nested, adds timestampNtz: delta-rs reads the table."""
+
+    def schema(kind: object) -> str:
+        fields = [
+            {"name": "id", "type": "long", "nullable": False, "metadata": {}},
+            {"name": "inner", "type": kind, "nullable": True, "metadata": {}},
+        ]
+        return json.dumps({"type": "struct", "fields": fields})
+
+    nested = {
+        "type": "struct",
+        "fields": [{"name": "at", "type": "timestamp_ntz", "nullable": True, "metadata": {}}],
+    }
+    for name, kind, features in (
+        ("plain", "string", ["deletionVectors"]),
+        ("ntz", nested, ["deletionVectors", "timestampNtz"]),
+    ):
+        table = Location(str(tmp_path / name))
+        assert create_table(table, schema(kind), DeletionCommit("q", 0, {}), {}) == 0
+        protocol = DeltaTable(table.url).protocol()
+        assert protocol.reader_features == features, name
+        assert protocol.writer_features == features, name
