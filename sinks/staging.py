@@ -30,6 +30,7 @@ from .stats import StatsCollector
 __all__ = [
     "StagedFile",
     "StagingWriter",
+    "discard_staged",
     "hive_partition_value",
     "parse_staged_name",
     "staged_location",
@@ -165,6 +166,16 @@ def staged_location(root: Location, path: str) -> Location:
     if "://" in path:
         return Location(path, root.options)
     return root.child(*unquote(path).split("/"))
+
+
+def discard_staged(root: Location, staged: Iterable[StagedFile]) -> None:
+    """Delete the files of the table at ``root`` a commit will not add (it lost a race, or failed).
+
+    Runs on the driver, once per discarded plan. A file already gone is no error.
+    """
+    for file in staged:
+        with contextlib.suppress(OSError):
+            staged_location(root, file.path).delete()
 
 
 def write_staged_file(root: Location, rel_path: str, rows: pa.Table) -> StagedFile:

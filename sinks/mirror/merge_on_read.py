@@ -23,7 +23,6 @@ driver, in whichever process publishes batch N.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,13 @@ from deltalake import DeltaTable
 
 from spark_ckpt.state.storage import Location
 
-from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from ..staging import (
+    StagedFile,
+    discard_staged,
+    staged_location,
+    staged_name,
+    write_staged_file,
+)
 from .deletion_vectors import DeletedRows, DeletionVectorDescriptor, read_deletion_vector
 from .dv_commit import LogFile, log_files
 from .fold import ACTION, FROM_KEY, MISSING
@@ -151,9 +156,7 @@ class MergeOnRead:
 
     def discard(self, table: Location) -> None:
         """Delete the written files (a commit that lost a race, or failed)."""
-        for staged in self.adds:
-            with contextlib.suppress(OSError):
-                staged_location(table, staged.path).delete()
+        discard_staged(table, self.adds)
 
 
 def merge_on_read(

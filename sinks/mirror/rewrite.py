@@ -15,7 +15,6 @@ driver, in whichever process publishes batch N.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,13 @@ from deltalake import DeltaTable
 
 from spark_ckpt.state.storage import Location
 
-from ..staging import StagedFile, staged_location, staged_name, write_staged_file
+from ..staging import (
+    StagedFile,
+    discard_staged,
+    staged_location,
+    staged_name,
+    write_staged_file,
+)
 from .deletion_vectors import DeletionVectorDescriptor, live_rows
 from .evolution import ProjectedColumn
 from .fold import ACTION, END_AT, FROM_KEY, META_COLUMNS, MISSING, START_AT
@@ -66,9 +71,7 @@ class TableRewrite:
 
     def discard(self, table: Location) -> None:
         """Delete the written files (a commit that lost a race, or failed)."""
-        for staged in self.adds:
-            with contextlib.suppress(OSError):
-                staged_location(table, staged.path).delete()
+        discard_staged(table, self.adds)
 
 
 def align_rows(
