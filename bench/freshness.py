@@ -56,9 +56,6 @@ import spark_ckpt
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.state.history import HistoryLog
 
-# kafka_drive builds Debezium's records of a transaction from the captured fixture.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-
 PARTS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 POLL_S = 0.05  # the reader's look at the table, as the issue's poller
 KAFKA_PARTITIONS = 3
@@ -274,7 +271,7 @@ class Kafka(Source):
 
     def commit(self, row_id: int) -> None:
         """Commit one transaction of one row ``row_id`` (writer, at the rate)."""
-        from kafka_drive import debezium_transaction
+        from harness.workloads.kafka_records import debezium_transaction
 
         records = debezium_transaction(
             self.prefix, row_id, row_id * 100, [row_id], KAFKA_PARTITIONS
