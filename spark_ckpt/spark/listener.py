@@ -28,6 +28,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql.streaming.listener import (
+    JStreamingQueryListener,
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
@@ -46,9 +47,19 @@ from spark_ckpt.state.history import HistoryLog
 from spark_ckpt.state.registry import ControlState, Registration
 
 if TYPE_CHECKING:
+    from py4j.java_gateway import JavaObject
+
     from spark_ckpt.spark.metrics import MetricsExporter
 
-__all__ = ["HOOK_GROUP", "CheckpointListener", "CompletionHook", "Watcher", "load_hooks"]
+__all__ = [
+    "HOOK_GROUP",
+    "CheckpointListener",
+    "CompletionHook",
+    "JsonProgressBridge",
+    "JsonProgressListener",
+    "Watcher",
+    "load_hooks",
+]
 
 HOOK_GROUP = "spark_ckpt.completion_hooks"
 """Entry-point group of completion hooks, keyed by the registering component's format name."""
@@ -88,7 +99,53 @@ def load_hooks() -> dict[str, CompletionHook]:
     return {entry.name: entry.load() for entry in entry_points(group=HOOK_GROUP)}
 
 
-class CheckpointListener(StreamingQueryListener):
+class JsonProgressBridge(JStreamingQueryListener):
+    """Spark's Python listener bridge, reading each progress event as one JSON document.
+
+    pyspark's bridge converts a progress event field by field (``fromJObject``): a Py4J call
+    per field and per element, and each iteration over one of its Java collections (the
+    durations, each source's metrics, the observed metrics) ends in a ``Py4JError`` that pyspark
+    converts to a Python exception by asking the JVM about ten ``is_instance_of`` questions,
+    each resolving ``py4j.reflection.TypeUtil`` by class lookups that fail through every jar of
+    the driver's class path. ``bench/listener_cost.py`` measures both conversions of the same
+    events side by side. Here the event costs one call, the progress's ``json()``, parsed the
+    way Spark Connect's client reads the same events (``StreamingQueryProgress.fromJson``).
+    Started, idle and terminated events carry no collections and keep pyspark's conversion.
+
+    Runs on the driver, on Spark's listener bus thread, once per progress event.
+    """
+
+    def onQueryProgress(self, jevent: JavaObject) -> None:
+        """Hand the listener the event, parsed from its JSON (listener bus, each batch)."""
+        progress = json.loads(jevent.progress().json())
+        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
+
+
+class JsonProgressListener(StreamingQueryListener):
+    """A ``StreamingQueryListener`` whose progress events come through :class:`JsonProgressBridge`.
+
+    Subclasses implement the ``on*`` callbacks as for pyspark's base class.
+    """
+
+    _bridge: JavaObject | None = None
+
+    @property
+    def _jlistener(self) -> JavaObject:
+        """The JVM side of this listener, built on :class:`JsonProgressBridge` (driver, once).
+
+        pyspark's ``addListener`` registers what this property returns; pyspark's own builds
+        the same wrapper around its field-by-field bridge.
+        """
+        if self._bridge is None:
+            from pyspark import SparkContext
+
+            jvm = SparkContext._jvm
+            assert jvm is not None, "a listener is added to a classic session's JVM"
+            self._bridge = jvm.PythonStreamingQueryListenerWrapper(JsonProgressBridge(self))
+        return self._bridge
+
+
+class CheckpointListener(JsonProgressListener):
     """Runs completion hooks after each completed checkpoint and after termination.
 
     Parameters

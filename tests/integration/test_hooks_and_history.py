@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from conftest import wait_until
 from deltalake import DeltaTable
 
 import spark_ckpt
 from harness.workloads.streams import expected_notes, failing_writer, generated, table_notes
 from spark_ckpt.model.failures import FailureReason
+from spark_ckpt.spark.listener import JsonProgressListener
 from spark_ckpt.state.hooks import CheckpointHook
 
 if TYPE_CHECKING:
@@ -140,3 +143,55 @@ def test_history_has_one_record_per_checkpoint_and_survives_restarts(
     restored = [r for r in supervised.history() if r.restarts]
     assert len(restored) == 1, "the second run resumed from the first run's last checkpoint"
     assert restored[0].checkpoint_id == max(r.checkpoint_id for r in supervised.history())
+
+
+class ProgressRecorder(JsonProgressListener):
+    """Keeps each progress event's JSON as the control plane's bridge hands it over."""
+
+    def __init__(self) -> None:
+        self.progress: list[dict[str, Any]] = []
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        self.progress.append(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+def test_the_json_bridge_hands_over_each_progress_event_as_spark_reports_it(
+    spark: SparkSession, control: spark_ckpt.Control, tmp_path: Path
+) -> None:
+    """Every batch's event, field for field what the query's own progress says (pyspark's way)."""
+    generated(tmp_path / "log", 5)
+    recorder = ProgressRecorder()
+    spark.streams.addListener(recorder)
+    assert recorder._bridge is not None, "pyspark registered its own bridge, not the JSON one"
+    try:
+        query = (
+            spark.readStream.format("txn-cdc")
+            .option("connector", "debezium-json")
+            .option("maxChangesPerTrigger", "40")
+            .load(str(tmp_path / "log"))
+            .writeStream.format("delta-2pc")
+            .option("path", str(tmp_path / "table"))
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert control.await_termination(query, 120), "the query did not end within 120 s"
+        reported = {p.batchId: json.loads(p.json) for p in query.recentProgress}
+        assert len(reported) >= 3, f"too few batches to compare: {sorted(reported)}"
+        # The bus may still deliver the last events after the query ended.
+        wait_until(
+            lambda: len(recorder.progress) >= len(reported), 30, "the listener missed events"
+        )
+    finally:
+        spark.streams.removeListener(recorder)
+    assert {p["batchId"]: p for p in recorder.progress} == reported
+    assert all(p["durationMs"] and p["sources"] for p in recorder.progress), recorder.progress
