@@ -70,14 +70,20 @@ def restart_conf(spark: SparkSession) -> Iterator[Callable[..., None]]:
         spark.conf.unset(name)
 
 
+MAX_POLL_PAUSE_S = 1.0
+"""The longest pause between two polls of :func:`wait_until`."""
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:
     """Poll ``predicate`` until true; fail with ``message`` after ``timeout`` seconds.
 
-    Between two polls it sleeps 0.1 s, or twice as long as the predicate took when that is
-    longer. Many predicates read a table through Spark or delta-rs (a Spark job takes 0.3 to 1 s
-    on two busy cores): polled back to back, they kept a core busy for the whole wait, beside
-    the query they waited for; now they take at most a third of it. A cheap predicate is still
-    polled every 0.1 s.
+    Between two polls it sleeps 0.1 s, or as long as the predicate took when that is longer,
+    at most :data:`MAX_POLL_PAUSE_S`. Many predicates read a table through Spark or delta-rs (a
+    Spark job takes 0.3 to 1 s on two busy cores): polled back to back, they kept a core busy
+    for the whole wait, beside the query they waited for. The pause is bounded because a
+    predicate's time grows with the machine's load (a whole mirror compared through Spark took
+    30 to 90 s): a pause of twice that, unbounded, left minutes between a query catching up and
+    the poll that saw it. A cheap predicate is still polled every 0.1 s.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -87,7 +93,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> N
         now = time.monotonic()
         if now > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
-        time.sleep(min(max(0.1, 2 * (now - started)), max(0.0, deadline - now) + 0.01))
+        pause = min(max(0.1, now - started), MAX_POLL_PAUSE_S)
+        time.sleep(min(pause, max(0.0, deadline - now) + 0.01))
 
 
 def workers_stderr(request: pytest.FixtureRequest) -> str | None:
