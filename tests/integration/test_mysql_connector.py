@@ -296,16 +296,20 @@ def test_a_restart_after_its_binlog_was_purged_is_a_data_loss_error(
 
 
 def test_a_driver_killed_in_its_snapshot_and_mid_stream_loses_and_repeats_nothing(
-    mariadb_server: MariaDbServer, mariadb_database: str, tmp_path: Path
+    spark: SparkSession,
+    mariadb_server: MariaDbServer,
+    mariadb_database: str,
+    tmp_path: Path,
 ) -> None:
     """Real SIGKILLs of the driver (its JVM and Python workers) in the snapshot and mid-stream.
 
     While the snapshot reads the tables (the restart takes it again), once the snapshot's batch
     is pre-committed (the restart delivers the same spill), and after a stream batch's
     pre-commit (the restart reads it again from its logged binlog positions), while transactions
-    commit beside the drivers (``harness.faults.mysql``).
+    commit beside the drivers (``harness.faults.mysql``); the clean run to the end is in the
+    shared session.
     """
-    problems = run_scenario(mariadb_server, mariadb_database, tmp_path)
+    problems = run_scenario(spark, mariadb_server, mariadb_database, tmp_path)
     assert problems == [], problems
 
 
