@@ -165,6 +165,29 @@ def newest_of(root: Path, name: str = PRODUCTS) -> Table:
     return {f.name: f.dataType.simpleString() for f in schema.fields}, rows
 
 
+def checkpoint_of_newest(root: Path, name: str = PRODUCTS) -> int | None:
+    """The newest checkpoint whose index entry shows ``name``'s newest version (delta-rs).
+
+    None while the index lags the table (a batch committed to the mirror, not yet published)
+    or before the first publish. ``read_consistent(spark, root, checkpoint)`` then reads the
+    version that :func:`newest_of` read.
+    """
+    path, index = root / name, root / "_checkpoints"
+    if not (path / "_delta_log").is_dir() or not (index / "_delta_log").is_dir():
+        return None
+    newest = DeltaTable(str(path)).version()
+    read = (
+        QueryBuilder()
+        .register("i", DeltaTable(str(index)))
+        .execute(f"SELECT checkpoint_id, version FROM i WHERE \"table\" = '{name}'")
+    )
+    entries = pa.table(read.read_all()).to_pylist()
+    if not entries:
+        return None
+    last = max(entries, key=lambda entry: int(entry["checkpoint_id"]))
+    return int(last["checkpoint_id"]) if last["version"] == newest else None
+
+
 COMMIT = re.compile(r"\d{20}\.json")
 
 

@@ -22,7 +22,6 @@ Debian's, PyPI's and Maven Central's mirrors is on the network): MariaDB is the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ import spark_ckpt
 from harness.delta_reads import read_delta
 from harness.faults.debezium import delta_changes, delta_txn_ids
 from harness.faults.mysql import run_scenario
+from harness.faults.postgres_schema import mirror_table
 from harness.servers.mariadb import PASSWORD, MariaDbServer
 from harness.workloads import mysql as workload
 from harness.workloads import mysql_types as every_type
@@ -296,16 +296,20 @@ def test_a_restart_after_its_binlog_was_purged_is_a_data_loss_error(
 
 
 def test_a_driver_killed_in_its_snapshot_and_mid_stream_loses_and_repeats_nothing(
-    mariadb_server: MariaDbServer, mariadb_database: str, tmp_path: Path
+    spark: SparkSession,
+    mariadb_server: MariaDbServer,
+    mariadb_database: str,
+    tmp_path: Path,
 ) -> None:
     """Real SIGKILLs of the driver (its JVM and Python workers) in the snapshot and mid-stream.
 
     While the snapshot reads the tables (the restart takes it again), once the snapshot's batch
     is pre-committed (the restart delivers the same spill), and after a stream batch's
     pre-commit (the restart reads it again from its logged binlog positions), while transactions
-    commit beside the drivers (``harness.faults.mysql``).
+    commit beside the drivers (``harness.faults.mysql``); the clean run to the end is in the
+    shared session.
     """
-    problems = run_scenario(mariadb_server, mariadb_database, tmp_path)
+    problems = run_scenario(spark, mariadb_server, mariadb_database, tmp_path)
     assert problems == [], problems
 
 
@@ -463,7 +467,8 @@ def test_a_typed_mirror_follows_migrations_read_from_the_binlog(
 
     Renames come from the ALTER statements (``RENAME COLUMN`` and ``CHANGE``), so the mirror
     keeps the renamed columns' values; an added column's existing rows read its default, from
-    the server's catalog. The mirror equals the table after every step.
+    the server's catalog. The mirror equals the table after every step: delta-rs reads it while
+    the query streams, ``read_consistent`` (Spark) reads each step's checkpoint once it stopped.
     """
     server, database = mariadb_server, mariadb_database
     server.execute(
@@ -471,17 +476,33 @@ def test_a_typed_mirror_follows_migrations_read_from_the_binlog(
         "sku varchar(10), amount decimal(8,2))",
         database,
     )
-    root = tmp_path / "mirror"
+    root, name = tmp_path / "mirror", f"{database}.products"
     # The table is empty at the start: the snapshot gives no batch, the stream starts there.
     query = _typed_mirror(spark, server, database, ["products"], tmp_path, snapshot="initial")
+    # Per step: its checkpoint and the table's rows then. read_consistent beside the streaming
+    # query took 20-90 s a step on two loaded cores (the query's triggers took the cores), so it
+    # reads each step's checkpoint after the stop; delta-rs (milliseconds) reads while it runs.
+    steps: list[tuple[str, int, set[tuple[Any, ...]]]] = []
 
     def wait_equal(step: str) -> None:
-        def compare(read: Callable[[str], schema_migrations.Table]) -> tuple[bool, Any]:
-            source = schema_migrations.mariadb_table(server, database, "products")
-            _, mirror = read(f"{database}.products")
-            return source == mirror, sorted(source ^ mirror, key=repr)[:4]
+        differs: list[Any] = []
 
-        schema_migrations.wait_mirror(spark, query, root, step, compare)
+        def equal() -> bool:
+            if query.exception() is not None:
+                raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
+            source = schema_migrations.mariadb_table(server, database, "products")
+            _, mirror = schema_migrations.newest_of(root, name)
+            checkpoint = schema_migrations.checkpoint_of_newest(root, name)
+            differs[:] = sorted(source ^ mirror, key=repr)[:4]
+            if source != mirror or checkpoint is None:
+                return False
+            steps.append((step, checkpoint, source))
+            return True
+
+        try:
+            wait_until(equal, 120, f"after '{step}' the mirror did not equal the table")
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}; rows on one side only: {differs}") from None
 
     try:
         _started(query)
@@ -500,8 +521,13 @@ def test_a_typed_mirror_follows_migrations_read_from_the_binlog(
             wait_equal(step)
     finally:
         query.stop()
+    assert len(steps) == 7, steps  # the first rows and six migrations, each at a checkpoint
+    for step, checkpoint, source in steps:
+        read = spark_ckpt.read_consistent(spark, str(root), checkpoint)
+        _, mirror = mirror_table(read[name])
+        assert mirror == source, (step, sorted(source ^ mirror, key=repr)[:4])
     tables = spark_ckpt.read_consistent(spark, str(root))
-    types = {f.name: f.dataType.simpleString() for f in tables[f"{database}.products"].schema}
+    types = {f.name: f.dataType.simpleString() for f in tables[name].schema}
     assert (types["qty"], types["amount"], types["flag"], types["title"]) == (
         "bigint",
         "decimal(14,2)",

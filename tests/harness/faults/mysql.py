@@ -6,8 +6,8 @@ bounded query (``Trigger.availableNow``: to the binlog's end when it starts) wit
 while its snapshot reads the tables, one SIGKILLed once the snapshot's batch 0 is pre-committed,
 before Spark completes it, one that delivers the same spill again, goes on into the binlog and is
 SIGKILLed once its second stream batch is pre-committed while transactions are committed beside
-it, and a clean one to the end, which reads that batch again from its logged offsets
-(``replan``) and goes on. Then
+it, and a clean one to the end in the caller's session, which reads that batch again from its
+logged offsets (``replan``) and goes on. Then
 :func:`harness.workloads.mysql.verify` checks the change log. Run as a module
 (``python -m harness.faults.mysql drive HOST PORT USER DATABASE TABLE CHECKPOINT``, the password
 in ``SPARK_CKPT_TEST_MYSQL_PASSWORD``) it is the driver itself.
@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.faults import crash
 from harness.workloads import mysql as workload
@@ -35,19 +35,20 @@ PASSWORD_VARIABLE = "SPARK_CKPT_TEST_MYSQL_PASSWORD"
 """The password reaches the driver in its environment, not its command line (``ps`` shows that)."""
 
 
-def drive(host: str, port: str, user: str, database: str, table: str, checkpoint: str) -> None:
-    """The driver: an availableNow query to the binlog's end (a fault may kill it first)."""
+def stream_once(
+    spark: Any, server: dict[str, str], database: str, table: str, checkpoint: str
+) -> None:
+    """One availableNow query to the binlog's end, in ``spark`` (a fault may kill it first).
+
+    ``server``: the ``host``, ``port``, ``user`` and ``password`` options.
+    """
     import spark_ckpt
 
-    spark = spark_ckpt.local_session("mysql-crash-driver")
     control = spark_ckpt.install(spark)
     query = (
         spark.readStream.format("txn-cdc")
         .option("connector", "mysql")
-        .option("host", host)
-        .option("port", port)
-        .option("user", user)
-        .option("password", os.environ[PASSWORD_VARIABLE])
+        .options(**server)
         .option("serverId", "7201")
         .option("snapshot", "initial")
         .option("snapshotDir", f"{checkpoint}-snapshot")
@@ -61,12 +62,26 @@ def drive(host: str, port: str, user: str, database: str, table: str, checkpoint
         .start()
     )
     if not control.await_termination(query, 600):
-        raise SystemExit("the query did not finish within 10 minutes")
+        raise RuntimeError("the query did not finish within 10 minutes")
+
+
+def drive(host: str, port: str, user: str, database: str, table: str, checkpoint: str) -> None:
+    """The driver process: :func:`stream_once` in a session of its own (a fault may kill it)."""
+    import spark_ckpt
+
+    spark = spark_ckpt.local_session("mysql-crash-driver")
+    server = {"host": host, "port": port, "user": user, "password": os.environ[PASSWORD_VARIABLE]}
+    stream_once(spark, server, database, table, checkpoint)
     spark.stop()
 
 
-def run_scenario(server: MariaDbServer, database: str, workdir: Path) -> list[str]:
-    """Run the drivers and the workload; return what is wrong with the change log (empty: ok)."""
+def run_scenario(spark: Any, server: MariaDbServer, database: str, workdir: Path) -> list[str]:
+    """Run the drivers and the workload; return what is wrong with the change log (empty: ok).
+
+    The killed drivers are processes of their own; the clean run to the end is in ``spark``
+    (a session with the sources installed), as a restarted application's would be: recovery
+    reads only the checkpoint, which does not tell a new process from a new query.
+    """
     table, checkpoint = workdir / "table", workdir / "ckpt"
     workload.create_tables(server, database)
     args = ["-m", "harness.faults.mysql", "drive", server.host, str(server.port), server.user]
@@ -83,21 +98,25 @@ def run_scenario(server: MariaDbServer, database: str, workdir: Path) -> list[st
     driver("during_snapshot:0")  # killed once the first table is spilled
     driver("after_manifest:0")  # the snapshot's batch pre-committed, not completed
     committed = 1  # the snapshot: one unit
-    committed += workload.run_transactions(server, database, 80, seed=3)
-    # The next run completes the snapshot's batch 0 again, then the second batch it plans (of
-    # these 80) is killed once pre-committed.
+    # 20 transactions are about 80 changes (4 a transaction on average), 4 batches of CAP: the
+    # next run completes the snapshot's batch 0 again, plans batches 1 and 2 from them and is
+    # killed once batch 2 is pre-committed.
+    committed += workload.run_transactions(server, database, 20, seed=3)
     if SparkCheckpoint(str(checkpoint)).latest_committed() is not None:
         raise RuntimeError("the snapshot's batch completed although its run was killed")
     committed += _during(server, database, lambda: driver("after_manifest:2"), seed=2)
-    driver(None)  # after the workload: reads the killed batch again, then everything after it
+    # After the workload: reads the killed batch 2 again, then the rest of the 20 and the 10
+    # committed beside the killed driver, about 5 batches (checkpoints) in all.
+    reach = {"host": server.host, "port": str(server.port), "user": server.user}
+    stream_once(spark, reach | {"password": server.password}, database, str(table), str(checkpoint))
     return workload.verify(table, server, database, committed)
 
 
 def _during(server: MariaDbServer, database: str, run: Callable[[], None], seed: int) -> int:
-    """Commit 40 transactions while ``run()`` runs a driver; how many committed."""
+    """Commit 10 transactions while ``run()`` runs a driver; how many committed."""
     done: list[int] = []
     writer = threading.Thread(
-        target=lambda: done.append(workload.run_transactions(server, database, 40, seed))
+        target=lambda: done.append(workload.run_transactions(server, database, 10, seed))
     )
     writer.start()
     try:
