@@ -62,6 +62,24 @@ _POLL = 0.2  # seconds between checks of the running query; bounds stop and fail
 _HOOK_POLL = 0.01  # seconds between looks for hook trigger requests (a sink's commit waits)
 
 
+def last_batch_id(query: StreamingQuery) -> int | None:
+    """The id of the newest batch ``query`` completed, None before its first (driver).
+
+    Polled about once a second per supervised query. pyspark's ``lastProgress`` converts the
+    whole progress event field by field, each of its Java collections ending in a ``Py4JError``
+    pyspark converts through failing class lookups (see
+    :class:`spark_ckpt.spark.listener.JsonProgressBridge`): about as costly as the listener's
+    conversion was, on every poll. The JVM's progress object answers ``batchId()`` in one call.
+    A Spark Connect query has no JVM object here; its progress comes parsed from JSON already.
+    """
+    jquery = getattr(query, "_jsq", None)
+    if jquery is None:
+        progress = query.lastProgress
+        return None if progress is None else int(progress.batchId)
+    jprogress = jquery.lastProgress()
+    return None if jprogress is None else int(jprogress.batchId())
+
+
 class ControlPlane(Protocol):
     """What a supervised query uses of the control plane that started it.
 
@@ -304,8 +322,8 @@ class SupervisedQuery:
 
     def _check_expiry(self, query: StreamingQuery) -> None:
         """Tell the rules which batch is running, if any (polled about once a second)."""
-        last = query.lastProgress
-        batch_id = 0 if last is None else int(last.batchId) + 1
+        last = last_batch_id(query)
+        batch_id = 0 if last is None else last + 1
         self.rules.trigger_seen(bool(query.status.get("isTriggerActive")), batch_id)
 
     def _check_sources(self) -> None:
