@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import schema_migrations
 from conftest import wait_until
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -120,23 +121,30 @@ def test_mirror_tables_track_the_source_and_read_consistently(
     producer.start()
     wait_until(lambda: producer.files > 0, 30, "the producer wrote no file")
     query = _mirror_query(spark, log, root, ckpt)
-    consistent_checks, naive_checks, naive_failures, problems = 0, 0, 0, []
+    naive_checks, naive_failures, problems = 0, 0, []
+    checked: set[int] = set()  # the index versions read consistently, with both mirrors in them
     done = threading.Event()
 
     def read_consistently() -> None:
-        nonlocal consistent_checks
+        # One read per checkpoint published: a read through Spark (two time-travel snapshots and
+        # their jobs) takes seconds on two busy cores; back to back, re-reading the same
+        # checkpoint, it took the cores the query needed. A new index version is a new
+        # checkpoint to read; the file listing that tells costs nothing.
+        versions_read: set[int] = set()
         while not done.is_set():
+            version = schema_migrations.published_version(root)
+            if version < 0 or version in versions_read:
+                done.wait(0.2)
+                continue
+            versions_read.add(version)
             try:
                 tables = spark_ckpt.read_consistent(spark, str(root))
-            except spark_ckpt.UsageError:
-                time.sleep(0.2)  # nothing published yet
-                continue
             except Exception as e:  # reported by the test, not lost with the thread
                 problems.append(f"read_consistent raised {e!r}")
                 return
             if ORDERS in tables and ITEMS in tables:
                 problems.extend(invariant_violations(_rows(tables[ORDERS]), _rows(tables[ITEMS])))
-                consistent_checks += 1
+                checked.add(version)
 
     def read_naively() -> None:
         # Each table's latest version, one after the other (as two SQL queries would).
@@ -176,11 +184,12 @@ def test_mirror_tables_track_the_source_and_read_consistently(
             return len(set(changes.column("txn_id").to_pylist())) == final_txn
 
         wait_until(caught_up, 120, "the mirrors did not catch up with the log")
-        # Keep reading a moment after the last batch, then stop everything.
+        # The reader reads the last checkpoint too, whatever it read while the query streamed.
+        final = schema_migrations.published_version(root)
         wait_until(
-            lambda: consistent_checks >= 5 or bool(problems),
-            60,
-            "the reader never got a consistent read",
+            lambda: max(checked, default=-1) >= final or bool(problems),
+            120,
+            "the reader did not read the last checkpoint",
         )
     finally:
         done.set()
@@ -188,6 +197,10 @@ def test_mirror_tables_track_the_source_and_read_consistently(
             reader.join(timeout=60)
         query.stop()
     assert not problems, f"read_consistent broke the invariant: {problems[:5]}"
+    # 90 transactions at maxChangesPerTrigger=25 publish a dozen or more checkpoints while the
+    # reader reads; a read through a fresh JVM's Spark can take a minute on busy cores, so it
+    # may check only one of them besides the last.
+    assert len(checked) >= 2, f"the reader checked {sorted(checked)}: not while the query streamed"
     assert naive_failures >= 1, (
         f"the naive read never broke the invariant in {naive_checks} reads: the test did "
         f"not show why consistent reads exist"
