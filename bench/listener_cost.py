@@ -24,7 +24,6 @@ import json
 import random
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -126,6 +125,7 @@ def main() -> None:
     jvm_pid = int(jvm.ProcessHandle.current().pid())
     listener = _Listener(jvm, jvm_pid)
     spark.streams.addListener(listener)
+    events = 0  # the progress events the queries reported, all of which the listener must see
     with tempfile.TemporaryDirectory(prefix="listener-cost-") as scratch:
         log = Path(scratch, "log")
         records, _ = random_log(random.Random(7), args.transactions)
@@ -146,13 +146,13 @@ def main() -> None:
             if not control.await_termination(query, 600):
                 query.stop()
                 raise RuntimeError("the query did not finish within 600 s")
+            events += len(query.recentProgress)
     # The last events reach the listener after the query ended: wait for the bus to drain.
     deadline = time.monotonic() + 30
-    while threading.active_count() and time.monotonic() < deadline:
-        counts = {len(v) for v in listener.bridge.samples.values()}
-        if len(counts) == 1:
-            break
+    while len(listener.bridge.samples[CONVERSIONS[0]]) < events and time.monotonic() < deadline:
         time.sleep(0.1)
+    if len(listener.bridge.samples[CONVERSIONS[0]]) < events:
+        raise SystemExit(f"the listener had fewer than the queries' {events} events after 30 s")
     spark.stop()
     samples = listener.bridge.samples
     if listener.bridge.mismatches:
