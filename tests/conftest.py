@@ -14,7 +14,12 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from harness import ROOT
 from harness.servers.s3 import S3Server
+
+# Every Spark JVM started from here on (sessions, crash drivers, Connect servers) reads the tests'
+# spark-defaults.conf: interpreted expressions, measured cheaper for the tests' small batches.
+os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
 
 settings.register_profile(
     "ci",
