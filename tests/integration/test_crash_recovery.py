@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import spark_ckpt
-from harness.faults import crash
+from harness.faults import crash, jvm_archive
 from harness.faults.crash import CRASH_BATCH
 from spark_ckpt.model.events import StartEvent
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
@@ -68,6 +68,12 @@ def test_the_chains_kill_at_the_points_of_the_single_point_scenarios() -> None:
         "during_abort",
         "during_publish",
     }
+
+
+def test_the_crash_drivers_start_from_a_class_data_sharing_archive() -> None:
+    """The drivers' JVM archive dumps (a failed dump only slows every driver, silently)."""
+    archive = jvm_archive.ensure_archive()
+    assert archive is not None, "the drivers' JVM archive could not be dumped: stderr says why"
 
 
 COMMIT_POINT_SCENARIOS = [s for s in SINGLE_POINT_SCENARIOS if _covers(crash.SHORT_CHAINED, s)]

@@ -57,17 +57,26 @@ def ensure_archive() -> Path | None:
 
     Runs in a test process before its first crash driver; at most once per machine (others wait
     on the lock, bounded by the dump's timeout). A failed dump is reported on stderr and the
-    drivers run without an archive (slower, the same otherwise).
+    drivers run without an archive (slower, the same otherwise); this process does not try again.
     """
     path = archive_path()
     if path.exists():
         return path
+    if path in _FAILED:
+        return None
     CACHE.mkdir(parents=True, exist_ok=True)
     with (CACHE / "dump.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return path
-        return _dump(path)
+        dumped = _dump(path)
+    if dumped is None:
+        _FAILED.add(path)
+    return dumped
+
+
+_FAILED: set[Path] = set()
+"""Archives whose dump failed in this process: not tried again for every driver (35 s each)."""
 
 
 def _dump(path: Path) -> Path | None:
