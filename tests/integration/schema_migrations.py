@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,60 +202,83 @@ def published_version(root: Path) -> int:
     return max((int(p.name[:20]) for p in log.iterdir() if COMMIT.fullmatch(p.name)), default=-1)
 
 
-def wait_mirror(
-    spark: SparkSession,
-    query: StreamingQuery,
-    root: Path,
-    step: str,
-    compare: Callable[[Callable[[str], Table]], tuple[bool, Any]],
-    timeout: float = 120.0,
-) -> None:
-    """Wait (bounded) until the mirror equals its source, while ``query`` streams.
+@dataclass(frozen=True)
+class _Published:
+    step: str
+    name: str
+    checkpoint: int
+    source: Any
+    rows_only: bool
 
-    ``compare(read)`` reads the source and the mirror (``read(name)``) and returns whether they
-    are equal and what differs. It runs at once, then each time a checkpoint is published (and
-    every 10 s besides), with delta-rs's read of the newest versions (:func:`newest_of`,
-    milliseconds); once that equals the source, with ``read_consistent`` (:func:`mirror_of`),
-    which decides.
-    Comparing through Spark on every poll took the cores the stream needed: a
-    ``read_consistent`` is several Spark jobs, 1-6 s each time on two busy cores.
+
+class MirrorSteps:
+    """A mirror followed step by step: delta-rs while the query streams, Spark once it stopped.
+
+    After each step, :meth:`wait_equal` waits (bounded) until delta-rs reads the mirror table's
+    newest version equal to its source (:func:`newest_of`, milliseconds) and a published
+    checkpoint shows that version (:func:`checkpoint_of_newest`), and records the checkpoint
+    with the source as it was then. :meth:`check`, once the query stopped, reads each recorded
+    checkpoint with ``read_consistent`` (delta-spark) and compares it with its source again, so
+    every step is still checked by both readers. ``read_consistent`` beside the streaming query
+    took 20-90 s a step on two loaded cores (the query's triggers took the cores).
     """
-    deadline = time.monotonic() + timeout
-    # The first comparison runs at once: the step's checkpoint may be published already.
-    compared, compared_at, differs = -2, 0.0, None
-    while True:
-        if query.exception() is not None:
-            raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
-        version = published_version(root)
-        if version >= 0 and (version != compared or time.monotonic() - compared_at >= 10.0):
-            compared, compared_at = version, time.monotonic()
-            equal, differs = compare(lambda name: newest_of(root, name))
-            if equal:
-                equal, differs = compare(lambda name: mirror_of(spark, root, name))
-                if equal:
-                    return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"after '{step}' the mirror did not equal its source in {timeout:.0f} s: {differs}"
-            )
-        time.sleep(0.1)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.published: list[_Published] = []
+
+    def wait_equal(
+        self,
+        query: StreamingQuery,
+        step: str,
+        name: str,
+        source: Callable[[], Any],
+        *,
+        rows_only: bool = False,
+        timeout: float = 120.0,
+    ) -> None:
+        """Wait until mirror ``name`` equals ``source()`` at a published checkpoint; record it.
+
+        ``source()`` returns a :data:`Table`, or only its rows with ``rows_only``.
+        """
+        differs: list[Any] = []
+
+        def equal() -> bool:
+            if query.exception() is not None:
+                raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
+            expected, newest = source(), newest_of(self.root, name)
+            mirror = newest[1] if rows_only else newest
+            differs[:] = [expected, mirror] if expected != mirror else []
+            checkpoint = checkpoint_of_newest(self.root, name)
+            if differs or checkpoint is None:
+                return False
+            self.published.append(_Published(step, name, checkpoint, expected, rows_only))
+            return True
+
+        try:
+            wait_until(equal, timeout, f"after '{step}' the mirror of {name} did not equal it")
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}: {_difference(*differs)}") from None
+
+    def check(self, spark: SparkSession) -> None:
+        """Each recorded checkpoint read through ``read_consistent`` equals its source then.
+
+        Runs after the query stopped (a checkpoint's versions stay readable).
+        """
+        for seen in self.published:
+            tables = spark_ckpt.read_consistent(spark, str(self.root), seen.checkpoint)
+            mirror = mirror_table(tables[seen.name])
+            read = mirror[1] if seen.rows_only else mirror
+            assert read == seen.source, (seen.step, seen.name, _difference(seen.source, read))
 
 
-def wait_equal(
-    spark: SparkSession,
-    query: StreamingQuery,
-    dsn: str,
-    root: Path,
-    step: str,
-    name: str = PRODUCTS,
-) -> None:
-    """Wait (bounded) until the mirror of PostgreSQL table ``name`` equals it, while streaming."""
-
-    def compare(read: Callable[[str], Table]) -> tuple[bool, Any]:
-        source, mirror = source_table(dsn, name), read(name)
-        return source == mirror, [source[0], mirror[0], sorted(source[1] ^ mirror[1], key=repr)[:4]]
-
-    wait_mirror(spark, query, root, step, compare)
+def _difference(expected: Any = None, mirror: Any = None) -> Any:
+    """What differs between a source and its mirror: the columns, and a few rows on one side."""
+    if expected is None:
+        return "no published checkpoint showed the newest version yet"
+    if isinstance(expected, set):
+        return sorted(expected ^ mirror, key=repr)[:4]
+    return [expected[0], mirror[0], sorted(expected[1] ^ mirror[1], key=repr)[:4]]
 
 
 def follow_debezium_postgres(
@@ -263,14 +286,15 @@ def follow_debezium_postgres(
 ) -> None:
     """Run :data:`DEBEZIUM_POSTGRES_STEPS` and a rename on ``products`` while ``query`` mirrors.
 
-    After each step the mirror (``read_consistent``) equals the table, and delta-rs reads the
-    same; the change log holds the schema changes. The rename stops the query with
+    After each step the mirror equals the table, through delta-rs and ``read_consistent``
+    (:class:`MirrorSteps`); the change log holds the schema changes. The rename stops the query with
     ``MirrorSchemaError`` and publishes nothing of it.
     """
-    wait_equal(spark, query, dsn, root, "the snapshot")
+    steps = MirrorSteps(root)
+    steps.wait_equal(query, "the snapshot", PRODUCTS, lambda: source_table(dsn, PRODUCTS))
     for step, statements in DEBEZIUM_POSTGRES_STEPS:
         run_postgres(dsn, statements)
-        wait_equal(spark, query, dsn, root, step)
+        steps.wait_equal(query, step, PRODUCTS, lambda: source_table(dsn, PRODUCTS))
     assert newest_of(root) == source_table(dsn, PRODUCTS), "delta-rs differs"
     changes = spark.read.format("delta").load(str(root / "_changes")).where("op = 's'")
     kinds = [
@@ -297,6 +321,7 @@ def follow_debezium_postgres(
     assert "MirrorSchemaError" in message, message
     assert "rename from a drop and an add" in message, message
     assert mirror_of(spark, root) == published
+    steps.check(spark)  # the query stopped: each step's checkpoint through delta-spark
 
 
 MARIADB_STEPS: list[tuple[str, list[str]]] = [

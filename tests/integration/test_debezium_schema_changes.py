@@ -5,11 +5,11 @@ JSONL files with schemas (``schemas.enable=true``, source types propagated); one
 them (``debezium-json``, ``columnTypes=true``) into ``delta-2pc`` ``mode=mirror`` while the test
 migrates ``products``: add a nullable column, add one with a default existing rows read, drop,
 drop and add again under the same name with a write in between, widen ``integer`` to ``bigint``
-and ``numeric`` precision, lengthen a ``varchar``, DDL and DML in one transaction. After each
-step the mirror, read through ``read_consistent`` (delta-spark), equals the table, and delta-rs
-reads the same. Debezium's PostgreSQL records carry no column identity, so a rename is a column
-gone and another come: the query stops with ``MirrorSchemaError`` saying so and publishes
-nothing of it, instead of guessing.
+and ``numeric`` precision, lengthen a ``varchar``, DDL and DML in one transaction. After each step
+the mirror equals the table, read by delta-rs while the query streams and, at the same checkpoint,
+by ``read_consistent`` (delta-spark) once it stopped. Debezium's PostgreSQL records carry no column
+identity, so a rename is a column gone and another come: the query stops with ``MirrorSchemaError``
+saying so and publishes nothing of it, instead of guessing.
 
 MariaDB (Debezium 3.5.0's connector, binlog): the same sequence where MariaDB can run it (its DDL
 commits on its own, so there is no DDL + DML transaction), two renames (``RENAME COLUMN`` and
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,13 +144,11 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     root = tmp_path / "mirror"
     query = _start(spark, tmp_path, keys)
 
-    def wait_equal(step: str, name: str = "products") -> None:
-        def compare(read: Callable[[str], schema_migrations.Table]) -> tuple[bool, Any]:
-            source = schema_migrations.mariadb_table(server, database, name)
-            _, mirror = read(f"{database}.{name}")
-            return source == mirror, sorted(source ^ mirror, key=repr)[:4]
+    steps = schema_migrations.MirrorSteps(root)
 
-        schema_migrations.wait_mirror(spark, query, root, step, compare)
+    def wait_equal(step: str, name: str = "products") -> None:
+        table = partial(schema_migrations.mariadb_table, server, database, name)
+        steps.wait_equal(query, step, f"{database}.{name}", table, rows_only=True)
 
     try:
         wait_equal("the snapshot")
@@ -182,6 +180,7 @@ def test_mirror_follows_migrations_debezium_writes_from_mariadb(
     finally:
         query.stop()
         writer.close()
+    steps.check(spark)
 
 
 MARIADB_LOG = Path(__file__).resolve().parents[1] / "fixtures/debezium/schema-changes-mariadb-3.5.0"

@@ -22,6 +22,7 @@ Debian's, PyPI's and Maven Central's mirrors is on the network): MariaDB is the 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,6 @@ import spark_ckpt
 from harness.delta_reads import read_delta
 from harness.faults.debezium import delta_changes, delta_txn_ids
 from harness.faults.mysql import run_scenario
-from harness.faults.postgres_schema import mirror_table
 from harness.servers.mariadb import PASSWORD, MariaDbServer
 from harness.workloads import mysql as workload
 from harness.workloads import mysql_types as every_type
@@ -479,30 +479,13 @@ def test_a_typed_mirror_follows_migrations_read_from_the_binlog(
     root, name = tmp_path / "mirror", f"{database}.products"
     # The table is empty at the start: the snapshot gives no batch, the stream starts there.
     query = _typed_mirror(spark, server, database, ["products"], tmp_path, snapshot="initial")
-    # Per step: its checkpoint and the table's rows then. read_consistent beside the streaming
-    # query took 20-90 s a step on two loaded cores (the query's triggers took the cores), so it
-    # reads each step's checkpoint after the stop; delta-rs (milliseconds) reads while it runs.
-    steps: list[tuple[str, int, set[tuple[Any, ...]]]] = []
+    # delta-rs reads the mirror while the query streams, read_consistent each step's checkpoint
+    # once it stopped (MirrorSteps: beside the query it took 20-90 s a step on two loaded cores).
+    steps = schema_migrations.MirrorSteps(root)
+    products = partial(schema_migrations.mariadb_table, server, database, "products")
 
     def wait_equal(step: str) -> None:
-        differs: list[Any] = []
-
-        def equal() -> bool:
-            if query.exception() is not None:
-                raise AssertionError(f"after '{step}' the query failed: {query.exception()}")
-            source = schema_migrations.mariadb_table(server, database, "products")
-            _, mirror = schema_migrations.newest_of(root, name)
-            checkpoint = schema_migrations.checkpoint_of_newest(root, name)
-            differs[:] = sorted(source ^ mirror, key=repr)[:4]
-            if source != mirror or checkpoint is None:
-                return False
-            steps.append((step, checkpoint, source))
-            return True
-
-        try:
-            wait_until(equal, 120, f"after '{step}' the mirror did not equal the table")
-        except AssertionError as failed:
-            raise AssertionError(f"{failed}; rows on one side only: {differs}") from None
+        steps.wait_equal(query, step, name, products, rows_only=True)
 
     try:
         _started(query)
@@ -521,11 +504,8 @@ def test_a_typed_mirror_follows_migrations_read_from_the_binlog(
             wait_equal(step)
     finally:
         query.stop()
-    assert len(steps) == 7, steps  # the first rows and six migrations, each at a checkpoint
-    for step, checkpoint, source in steps:
-        read = spark_ckpt.read_consistent(spark, str(root), checkpoint)
-        _, mirror = mirror_table(read[name])
-        assert mirror == source, (step, sorted(source ^ mirror, key=repr)[:4])
+    assert len(steps.published) == 7, steps.published  # the first rows, six migrations
+    steps.check(spark)
     tables = spark_ckpt.read_consistent(spark, str(root))
     types = {f.name: f.dataType.simpleString() for f in tables[name].schema}
     assert (types["qty"], types["amount"], types["flag"], types["title"]) == (

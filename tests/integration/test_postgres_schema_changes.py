@@ -4,17 +4,18 @@ One query streams ``txn-cdc`` (``columnTypes=true``) into ``delta-2pc`` ``mode=m
 test runs a migration sequence on ``public.products``, each step followed by ordinary writes: add a
 nullable column, add one with a default (existing rows read it), rename, drop, drop and re-add under
 the same name with another type, widen ``integer`` to ``bigint`` and ``numeric`` precision, change a
-``varchar`` length, DDL and DML in one transaction. After each step, while the query streams, the
-mirror read through ``read_consistent`` (delta-spark) equals the table: column names, types and
-values, row for row; delta-rs (``deltalake``) reads the same. The change log holds each schema
-change as an ``op='s'`` row. Then ``public.tags``, mirrored under ``schemaChangeBehavior=fail``, is
-renamed in a transaction that also updates a product: the query stops with ``SchemaChangeError`` and
-publishes nothing of it; restarted with ``evolve`` it follows. Last, a type change no widening
-expresses (``text`` to ``integer``) is followed by reading the table again in chunks while the other
-table streams: the checkpoint index says the table is being rebuilt and shows it as before the
-change until the rebuilt table is published. Apart, real SIGKILLs of the driver after a schema
-change's batch is pre-committed and in its publish, then in a rebuild's first batch and in the
-publish that ends it (``harness.faults.postgres_schema``), lose and repeat nothing.
+``varchar`` length, DDL and DML in one transaction. After each step the mirror equals the table:
+column names, types and values, row for row, read by delta-rs (``deltalake``) while the query
+streams and, at the same checkpoint, by ``read_consistent`` (delta-spark) once it stopped
+(``schema_migrations.MirrorSteps``). The change log holds each schema change as an ``op='s'`` row.
+Then ``public.tags``, mirrored under ``schemaChangeBehavior=fail``, is renamed in a transaction that
+also updates a product: the query stops with ``SchemaChangeError`` and publishes nothing of it;
+restarted with ``evolve`` it follows. Last, a type change no widening expresses (``text`` to
+``integer``) is followed by reading the table again in chunks while the other table streams: the
+checkpoint index says the table is being rebuilt and shows it as before the change until the rebuilt
+table is published. Apart, real SIGKILLs of the driver after a schema change's batch is
+pre-committed and in its publish, then in a rebuild's first batch and in the publish that ends it
+(``harness.faults.postgres_schema``), lose and repeat nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _source(dsn: str, name: str = PRODUCTS) -> tuple[dict[str, str], set[tuple[A
     return source_table(dsn, name)
 
 
-_mirror, _wait_equal = schema_migrations.mirror_of, schema_migrations.wait_equal
+_mirror = schema_migrations.mirror_of
 
 
 def _start(
@@ -96,11 +97,16 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
     root = tmp_path / "mirror"
     fail_tags = {"schemaChangeBehavior.public.tags": "fail"}
     query = _start(spark, pg_dsn, pg_plugin, tmp_path, "schema_follow", **fail_tags)
+    steps = schema_migrations.MirrorSteps(root)
+
+    def wait_equal(step: str, name: str = PRODUCTS) -> None:
+        steps.wait_equal(query, step, name, lambda: _source(pg_dsn, name))
+
     try:
-        _wait_equal(spark, query, pg_dsn, root, "the snapshot")
+        wait_equal("the snapshot")
         for step, statements in _STEPS:
             _run(pg_dsn, statements)
-            _wait_equal(spark, query, pg_dsn, root, step)
+            wait_equal(step)
             if step == "rename a column":  # progress events say what the batch changed
                 wait_until(
                     lambda: (
@@ -144,8 +150,8 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
 
         # Restarted with evolve for tags, as the error says: the query follows the rename.
         query = _start(spark, pg_dsn, pg_plugin, tmp_path, "schema_follow")
-        _wait_equal(spark, query, pg_dsn, root, "the restart with evolve")
-        _wait_equal(spark, query, pg_dsn, root, "the restart with evolve", TAGS)
+        wait_equal("the restart with evolve")
+        wait_equal("the restart with evolve", TAGS)
 
         # A type change no widening expresses (the source converted every stored value, which
         # the stream does not carry): the table is read again in chunks of 3 rows while tags
@@ -160,8 +166,8 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
                 "UPDATE tags SET name = 'during the rebuild' WHERE id = 2",
             ],
         )
-        _wait_equal(spark, query, pg_dsn, root, "the rebuild after a type change")
-        _wait_equal(spark, query, pg_dsn, root, "the rebuild after a type change", TAGS)
+        wait_equal("the rebuild after a type change")
+        wait_equal("the rebuild after a type change", TAGS)
         assert schema_migrations.newest_of(root) == _source(pg_dsn), "delta-rs reads another"
         index = spark.read.format("delta").load(str(root / "_checkpoints"))
         during = index.where("rebuilding IS NOT NULL").orderBy("checkpoint_id").collect()
@@ -182,6 +188,7 @@ def test_mirror_follows_migrations_and_stops_on_what_it_cannot_follow(
         assert marks.count("end") == 1, marks
     finally:
         query.stop()
+    steps.check(spark)  # every step's checkpoint, read through delta-spark
 
 
 @pytest.mark.parametrize(
