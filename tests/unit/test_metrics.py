@@ -280,7 +280,10 @@ def test_exporter_continues_counters_from_the_history_and_serves_the_text_format
         commit = int(T0 * 1000)
         log.append(StartEvent(1, 0))
         log.append(completed(1, at=T0 + 5, rows=4, commit_ms=commit))
-        log.append(PublishedEvent(1, 2, TABLE))
+        # At a time after the batch's: the history reads back in time order, and an event at
+        # the real clock's now would sort before these (T0 is in 2027) whenever the exporter
+        # first reads the log after all three appends.
+        log.append(PublishedEvent(1, 2, TABLE, at=T0 + 6))
         other = HistoryLog(SparkCheckpoint(str(tmp_path / "other")))
         exporter.started("id-1", "orders")
         exporter.bind("id-1", "orders", log)
