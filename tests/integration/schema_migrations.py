@@ -258,6 +258,8 @@ class MirrorSteps:
         try:
             wait_until(equal, timeout, f"after '{step}' the mirror of {name} did not equal it")
         except AssertionError as failed:
+            if query.exception() is not None:
+                raise  # the query's failure says it all; what differed before it is stale
             raise AssertionError(f"{failed}: {_difference(*differs)}") from None
 
     def check(self, spark: SparkSession) -> None:
