@@ -1,8 +1,11 @@
 """A cluster driver that asks its executors where their Python and native modules come from.
 
-Run as ``python cluster_probe.py CONF_JSON`` (a client-mode driver of the test cluster); prints
-one JSON list, one entry per task: the executor's interpreter, both native modules' files and
-the task's working directory.
+Run as ``python cluster_probe.py OUT LOG TABLE CHECKPOINT SETTINGS`` (a client-mode driver of
+the test cluster, ``SETTINGS`` as :class:`harness.faults.crash.Settings` writes them): writes one
+JSON list to ``OUT``, one entry per task (the executor's interpreter, both native modules' files
+and the task's working directory), then streams as :func:`harness.faults.crash.drive` does, in
+the same session: the executors that answered run the stream's tasks. One driver for both saves
+the test command a second driver and a second pair of executors unpacking the environment.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from harness.faults import crash
 
 
 def _where(_: Iterator[Any]) -> Iterator[tuple[str, str, str, str]]:
@@ -24,15 +30,15 @@ def _where(_: Iterator[Any]) -> Iterator[tuple[str, str, str, str]]:
 
 
 def main() -> None:
-    import spark_ckpt
+    out, log, table, checkpoint, settings_json = sys.argv[1:]
+    settings = crash.Settings.from_json(settings_json)
+    tasks = int(settings.conf.get("spark.cores.max", "2"))
 
-    conf = json.loads(sys.argv[1])
-    master = conf.pop("spark.master")
-    spark = spark_ckpt.local_session("cluster-probe", master=master, conf=conf)
-    tasks = int(conf.get("spark.cores.max", "2"))
-    found = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(_where).collect()
-    print(json.dumps(found), flush=True)
-    spark.stop()
+    def probe(spark: Any) -> None:
+        found = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(_where).collect()
+        Path(out).write_text(json.dumps(found), encoding="utf-8")
+
+    crash.drive(log, table, checkpoint, settings=settings, before=probe)
 
 
 if __name__ == "__main__":

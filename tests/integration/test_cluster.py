@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -108,14 +107,23 @@ def test_executor_and_driver_kills_on_a_growing_log_on_s3(
     assert versions > KILLED_BATCH + 2, "the resumed run did not read the log that grew"
 
 
-def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
+def test_executors_of_the_packed_wheel_read_a_postgres_snapshot_spilled_to_s3(
     spark: SparkSession,
     cluster: SparkCluster,
     s3_server: S3Server,
     s3_bucket: str,
     pg_dsn: str,
+    tmp_path: Path,
 ) -> None:
-    """The snapshot spill lives on S3, where executors on other JVMs read it."""
+    """The executors run the packed wheel, and read the snapshot spill on S3 from other JVMs.
+
+    One driver (``cluster_probe.py``) first asks each executor where its Python and both native
+    modules come from: the packed environment, which holds the manylinux wheel installed with
+    cargo and rustc shadowed by commands that fail (harness.servers.cluster_env), so nothing on
+    the executors comes from this machine's venv or sources. It then streams the table's
+    snapshot, spilled to S3, into Delta on S3.
+    """
+    assert cluster.environment is not None, "the test cluster runs without a packed environment"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE spilled (id int PRIMARY KEY, note text)")
         conn.execute("INSERT INTO spilled SELECT g, 'row ' || g FROM generate_series(1, 500) AS g")
@@ -128,41 +136,15 @@ def test_postgres_snapshot_spilled_to_s3_is_read_by_the_executors(
         "tables": "public.spilled",
         "snapshotDir": store.uri("spill"),
     }
-    args = [
-        "-m",
-        "harness.faults.crash",
-        "drive",
-        "-",
-        store.uri("table"),
-        store.uri("ckpt"),
-        store.settings.to_json(),
-    ]
-    assert crash.run_killable(args, None, cluster.driver_directory()) == 0
-    rows = spark.read.format("delta").load(store.uri("table")).collect()
-    assert sorted(json.loads(r.key)["id"] for r in rows) == list(range(1, 501))
-    assert {r.op for r in rows} == {"r"}
-
-
-def test_executors_import_both_native_modules_from_the_packed_wheel(cluster: SparkCluster) -> None:
-    """The executors' Python is the packed environment's, and so are both native modules.
-
-    The environment holds the manylinux wheel, installed with cargo and rustc shadowed by
-    commands that fail (harness.servers.cluster_env); nothing on the executors comes from this
-    machine's venv or sources.
-    """
-    assert cluster.environment is not None, "the test cluster runs without a packed environment"
-    conf = {"spark.master": cluster.url, **cluster.driver_conf()}
-    result = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("cluster_probe.py")), json.dumps(conf)],
-        cwd=cluster.driver_directory(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    probed = tmp_path / "probe.json"
+    probe = str(Path(__file__).with_name("cluster_probe.py"))
+    args = [probe, str(probed), "-", store.uri("table"), store.uri("ckpt")]
+    assert (
+        crash.run_killable([*args, store.settings.to_json()], None, cluster.driver_directory()) == 0
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(found) == int(conf["spark.cores.max"])
+
+    found = json.loads(probed.read_text(encoding="utf-8"))
+    assert len(found) == int(cluster.driver_conf()["spark.cores.max"])
     for python, debezium, postgres, cwd in found:
         environment = Path(cwd) / "environment"
         assert Path(cwd).is_relative_to(cluster.workdir), f"{cwd}: not an executor's directory"
@@ -170,3 +152,6 @@ def test_executors_import_both_native_modules_from_the_packed_wheel(cluster: Spa
         for module in (debezium, postgres):
             assert Path(module).is_relative_to(environment / "lib"), module
             assert module.endswith(".abi3.so"), f"{module}: not the abi3 wheel's module"
+    rows = spark.read.format("delta").load(store.uri("table")).collect()
+    assert sorted(json.loads(r.key)["id"] for r in rows) == list(range(1, 501))
+    assert {r.op for r in rows} == {"r"}

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,8 +232,12 @@ def drive(
     checkpoint: str,
     supervised: bool = False,
     settings: Settings | None = None,
+    before: Callable[[Any], None] | None = None,
 ) -> None:
-    """The driver: stream the log into the table to the end (a fault may kill it first)."""
+    """The driver: stream the log into the table to the end (a fault may kill it first).
+
+    ``before(spark)`` runs in the driver's session before the query starts (a cluster probe).
+    """
     import spark_ckpt
 
     settings = settings or Settings()
@@ -243,6 +247,8 @@ def drive(
         "crash-driver", master=master, conf=conf, packages=settings.packages, s3a=settings.s3a
     )
     control = spark_ckpt.install(spark)
+    if before is not None:
+        before(spark)
 
     def build() -> Any:
         return bounded_query(spark, log, table, settings)
