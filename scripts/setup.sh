@@ -132,10 +132,7 @@ while wanted:
             requirements.append(requirement)
 print("\n".join(requirements))
 PY
-  # --no-compile: pip byte-compiles every module it installs (PySpark's, pandas' and matplotlib's
-  # thousands, their tests included); Python compiles the ones a process imports, once, and
-  # caches them beside their sources.
-  "${PIP[@]}" install --quiet --no-compile -r "$REQUIREMENTS"
+  "${PIP[@]}" install --quiet -r "$REQUIREMENTS"
 else
   say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
   # A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
