@@ -108,6 +108,11 @@ say "the documentation site, built strictly (mkdocs build --strict)"
 NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/build/site"
 
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
+# The tests' own modules byte-compiled once, as pip compiles what it installs: where
+# PYTHONDONTWRITEBYTECODE is set (as on these machines), Python never caches what it
+# compiles, and every driver, planner and worker process the tests start would compile the
+# harness from source again.
+"$VENV/bin/python" -m compileall -q "$ROOT/tests" >/dev/null
 # Every JVM the tests start (Spark drivers, executors and cluster daemons, Kafka, Kafka Connect,
 # Maven) compiles with C1 only and collects garbage serially: test JVMs live seconds to minutes on
 # two cores, where C2's compiler threads and the parallel collector's threads cost more CPU than
