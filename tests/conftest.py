@@ -24,8 +24,7 @@ from harness.servers.s3 import S3Server
 # four integration modules (test_delta_2pc, test_txn_cdc_streaming, test_mirror,
 # test_supervisor; 36 tests, -n 2, alternating): driver JVM CPU 256-275 s -> 217-219 s, wall
 # 246-263 s -> 227-232 s. What Spark computes is the same either way (Spark's own suites run
-# both); the demo's run through Connect (tests/connect/test_demo_connect.py), bench/ and the
-# demo command compile as Spark does by default. (Not SPARK_CONF_DIR: it puts a directory on
+# both); bench/ and the demo keep Spark's defaults. (Not SPARK_CONF_DIR: it puts a directory on
 # the driver's class path, where the crash drivers' class-data-sharing archive refuses one.)
 INTERPRETED = ("spark.sql.codegen.wholeStage=false", "spark.sql.codegen.factoryMode=NO_CODEGEN")
 _submit_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")

@@ -30,12 +30,7 @@ def test_the_demo_runs_through_connect(tmp_path: Path) -> None:
         timeout=900,
         check=False,
         # A cache of its own: the packages' jars are resolved as on a first run (quietly).
-        env={
-            **os.environ,
-            "PYTHONSAFEPATH": "1",
-            "XDG_CACHE_HOME": str(tmp_path / "cache"),
-            "SPARK_SUBMIT_OPTS": _compiled(os.environ.get("SPARK_SUBMIT_OPTS", "")),
-        },
+        env={**os.environ, "PYTHONSAFEPATH": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "0 transactions visible in part in any version" in done.stdout
@@ -47,12 +42,3 @@ def test_the_demo_runs_through_connect(tmp_path: Path) -> None:
     output = done.stdout + done.stderr
     for noise in ("Traceback", ":: resolving dependencies ::"):
         assert noise not in output, f"the demo printed {noise!r}:\n{output[-3000:]}"
-
-
-def _compiled(submit_opts: str) -> str:
-    """``submit_opts`` without the tests' interpreted-expression settings (tests/conftest.py).
-
-    The demo runs as users run it, with Spark's code generation: the one run of the whole
-    pipeline (gated and ungated streams, mirrors) in the test command that compiles its plans.
-    """
-    return " ".join(o for o in submit_opts.split() if not o.startswith("-Dspark.sql.codegen."))
