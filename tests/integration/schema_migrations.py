@@ -20,6 +20,7 @@ import psycopg
 import pyarrow as pa
 from conftest import wait_until
 from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.types import StructType
 
 import spark_ckpt
@@ -158,7 +159,10 @@ def newest_of(root: Path, name: str = PRODUCTS) -> Table:
     path = root / name
     if not (path / "_delta_log").is_dir():
         return {}, set()
-    table = DeltaTable(str(path))
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:  # the log directory exists, its first commit not yet
+        return {}, set()
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     read = QueryBuilder().register("t", table).execute("SELECT * FROM t")
     rows = {tuple(sorted(row.items())) for row in pa.table(read.read_all()).to_pylist()}
@@ -175,10 +179,13 @@ def checkpoint_of_newest(root: Path, name: str = PRODUCTS) -> int | None:
     path, index = root / name, root / "_checkpoints"
     if not (path / "_delta_log").is_dir() or not (index / "_delta_log").is_dir():
         return None
-    newest = DeltaTable(str(path)).version()
+    try:
+        newest, indexed = DeltaTable(str(path)).version(), DeltaTable(str(index))
+    except TableNotFoundError:  # a log directory exists, its first commit not yet
+        return None
     read = (
         QueryBuilder()
-        .register("i", DeltaTable(str(index)))
+        .register("i", indexed)
         .execute(f"SELECT checkpoint_id, version FROM i WHERE \"table\" = '{name}'")
     )
     entries = pa.table(read.read_all()).to_pylist()
