@@ -127,16 +127,13 @@ export JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSer
 # unit of distribution (--dist loadfile): a module's expensive fixtures (the cluster, the crash
 # chain, a second S3 server) start once, in one process. (--dist loadgroup would allow finer
 # groups, but xdist 3.8 cannot tag pytest 9.2's node ids, so its groups are silently ignored.)
-# Modules go out in the order tests/conftest.py gives them (--no-loadscope-reorder): the
-# Connect module first (FIRST_MODULES), then the modules with the most tests first, as xdist's
-# own reordering does, so the one-test kill modules come last. xdist's order handed the Connect
-# module (one test, about 240 s) out last, where it ran alone at the end of every run. Collection
-# order instead (kill tests first and unit modules filling the tail) looked 50 s better on paper
-# but measured 82 s worse on a fresh clone (2,375 s -> 2,457 s, one run each): kill tests side by
-# side slowed each other (an incremental-snapshot kill test 140 s -> 267 s).
+# xdist sends the modules with the most tests first, so the one-test kill modules come last.
+# Collection order instead (--no-loadscope-reorder, kill tests first and unit modules filling the
+# tail) looked 50 s better on paper but measured 82 s worse on a fresh clone (2,375 s -> 2,457 s,
+# one run each): kill tests side by side slowed each other (an incremental-snapshot kill test
+# 140 s -> 267 s). Kept as xdist has it.
 # -n 0 in ARGS runs everything in one process; SPARK_CKPT_TEST_WORKERS sets the count.
-PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}" --dist loadfile
-    --no-loadscope-reorder)
+PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}" --dist loadfile)
 # The slowest tests are printed at the end of every run, so growth is seen when it happens.
 DURATIONS=(--durations=10 --durations-min=1.0)
 

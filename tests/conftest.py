@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -46,32 +45,11 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-FIRST_MODULES = ("tests/integration/test_connect_process.py",)
-"""Modules run before all others: the longest single tests of the run.
-
-pytest-xdist hands out modules (``--dist loadfile``) with the most tests first, so a module of
-one long test came last and ran alone: the Connect run (about 240 s) kept one core busy at the
-end of the whole run while the other process had nothing left. Started first, it runs beside the
-many short modules instead. The test command turns xdist's own reordering off
-(``--no-loadscope-reorder``) and this hook orders the rest as xdist did.
-"""
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark everything under tests/integration as ``integration``; order the modules.
-
-    :data:`FIRST_MODULES` first, then the modules with the most tests first; a module's tests
-    keep their order, and so do modules of as many tests (a stable sort, as xdist's).
-    """
+    """Mark everything under tests/integration as ``integration``."""
     for item in items:
         if f"{os.sep}integration{os.sep}" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    counts = Counter(_module(item) for item in items)
-    items.sort(key=lambda item: (_module(item) not in FIRST_MODULES, -counts[_module(item)]))
-
-
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.partition("::")[0]
 
 
 @pytest.fixture(scope="session")
