@@ -156,12 +156,9 @@ def newest_of(root: Path, name: str = PRODUCTS) -> Table:
     The columns' Spark types come from the table's own schema (Delta keeps Spark's JSON form of
     it), so they compare with :func:`mirror_of`'s.
     """
-    path = root / name
-    if not (path / "_delta_log").is_dir():
-        return {}, set()
     try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:  # the log directory exists, its first commit not yet
+        table = DeltaTable(str(root / name))
+    except TableNotFoundError:  # no log yet, or a log directory before its first commit
         return {}, set()
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     read = QueryBuilder().register("t", table).execute("SELECT * FROM t")
@@ -176,12 +173,10 @@ def checkpoint_of_newest(root: Path, name: str = PRODUCTS) -> int | None:
     or before the first publish. ``read_consistent(spark, root, checkpoint)`` then reads the
     version that :func:`newest_of` read.
     """
-    path, index = root / name, root / "_checkpoints"
-    if not (path / "_delta_log").is_dir() or not (index / "_delta_log").is_dir():
-        return None
     try:
-        newest, indexed = DeltaTable(str(path)).version(), DeltaTable(str(index))
-    except TableNotFoundError:  # a log directory exists, its first commit not yet
+        newest = DeltaTable(str(root / name)).version()
+        indexed = DeltaTable(str(root / "_checkpoints"))
+    except TableNotFoundError:  # no log yet, or a log directory before its first commit
         return None
     read = (
         QueryBuilder()
