@@ -11,9 +11,11 @@ The publishers are the sink's own :func:`publish_completed`, as a writer's recov
 control plane's listener run it, in processes of their own, without Spark. Each reaches the
 server through a link of its own (a TCP relay on loopback) that holds back its GETs of staged
 objects for a random moment, as a loaded machine stalls a reader between the open and the read.
-So in many rounds one publisher opens the folded file, the other finishes the batch and deletes
-it, and only then does the first one read. The links count those stale reads: the test races on
-until it has seen a few, or it would prove nothing.
+In each round one publisher, chosen at random, is the late reader: its link holds its GETs of
+staged objects until the other's link has passed the deletion of the batch's staging (bounded
+by :data:`LATE_READ_BOUND`). So the late reader opens the folded file, the other finishes the
+batch and deletes it, and only then does the late reader read. The links count those stale
+reads: the test races on until it has seen one, or it would prove nothing.
 """
 
 from __future__ import annotations
@@ -53,17 +55,33 @@ QUERY = "6a1f8f9e-0000-4000-8000-00000000a030"
 RUN = "11111111-0000-4000-8000-00000000a030"
 MIN_ROUNDS = 6
 """Batches raced at least (about 2 s each against moto, twice that on a loaded machine)."""
-MAX_ROUNDS = 40
+MAX_ROUNDS = 20
 """Batches raced at most, while fewer than :data:`STALE_READS` have been seen."""
 STALE_READS = 1
 """Reads of a folded file after the other publisher deleted it that make the race proven: one
 is the case the test exists for (a publisher that opened the file and found it gone at the
-read); racing on for more repeated it at 2 to 6 s a round (up to 245 s in one suite run)."""
+read). Left to random holds alone, it took up to 40 rounds of 2 to 6 s to come."""
 HOLD_BACK = 0.5
-"""At most this long (seconds) a link holds back a GET of a staged object: longer than a
-publisher takes from its read of the folded changes to deleting them."""
+"""At most this long (seconds) the link of the round's other publisher holds back a GET of a
+staged object, so that the two publishers' steps interleave differently from round to round."""
+LATE_READ_BOUND = 10.0
+"""At most this long (seconds) the late reader's link waits for the other's staging deletion:
+a round whose deletion never passes (or passed before the read) goes on without it."""
 TABLES = ("s.a", "s.b")
 KEYS = 4
+
+
+class Round:
+    """Which publisher reads late in the current round, and whether the other deleted yet."""
+
+    def __init__(self) -> None:
+        self.late_reader: int | None = None
+        self.staging_deleted = threading.Event()
+
+    def begin(self, late_reader: int) -> None:
+        """Start a round whose late reader is publisher ``late_reader`` (test's thread)."""
+        self.staging_deleted.clear()
+        self.late_reader = late_reader
 
 
 class SlowLink:
@@ -74,12 +92,19 @@ class SlowLink:
     ``stale_reads`` counts held-back GETs the server answered 404: the object was there at the
     open (the HEAD passed) and gone at the read.
 
+    The round's late reader's link holds each such GET until another link has passed a
+    successful ``DeleteObjects`` (pyarrow's ``delete_dir``, which a publisher runs on the
+    batch's staging last); the other links hold theirs for a random moment up to
+    :data:`HOLD_BACK`.
+
     Its threads run in the test's process, which only waits while the publishers (processes of
     their own) work.
     """
 
-    def __init__(self, upstream: int, seed: int) -> None:
+    def __init__(self, upstream: int, index: int, round_: Round, seed: int) -> None:
         self._upstream = upstream
+        self._index = index
+        self._round = round_
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self.stale_reads = 0
@@ -93,34 +118,57 @@ class SlowLink:
                 client, _ = self._listener.accept()
                 server = socket.create_connection(("127.0.0.1", self._upstream))
                 held = threading.Event()  # the request in flight here was held back
+                deleting = threading.Event()  # the request in flight here deletes objects
                 for pump in (self._requests, self._answers):
-                    threading.Thread(target=pump, args=(client, server, held), daemon=True).start()
+                    threading.Thread(
+                        target=pump, args=(client, server, held, deleting), daemon=True
+                    ).start()
 
-    def _hold_back(self) -> float:
+    def _hold_back(self) -> None:
+        if self._round.late_reader == self._index:
+            self._round.staging_deleted.wait(LATE_READ_BOUND)
+            return
         with self._lock:
-            return self._random.uniform(0.0, HOLD_BACK)
+            pause = self._random.uniform(0.0, HOLD_BACK)
+        time.sleep(pause)
 
     def _requests(
-        self, client: socket.socket, server: socket.socket, held: threading.Event
+        self,
+        client: socket.socket,
+        server: socket.socket,
+        held: threading.Event,
+        deleting: threading.Event,
     ) -> None:
         with contextlib.suppress(OSError):
             while data := client.recv(1 << 16):
                 line = data.split(b"\r\n", 1)[0]
                 if line.startswith(b"GET ") and f"/{STAGING_DIR}/staging/".encode() in line:
-                    time.sleep(self._hold_back())
+                    self._hold_back()
                     held.set()
                 elif line[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST", b"DELE"):
                     held.clear()
+                    if line.startswith(b"POST ") and b"?delete" in line.split(b" ")[1]:
+                        deleting.set()
+                    else:
+                        deleting.clear()
                 server.sendall(data)
         with contextlib.suppress(OSError):
             server.shutdown(socket.SHUT_WR)
 
-    def _answers(self, client: socket.socket, server: socket.socket, held: threading.Event) -> None:
+    def _answers(
+        self,
+        client: socket.socket,
+        server: socket.socket,
+        held: threading.Event,
+        deleting: threading.Event,
+    ) -> None:
         with contextlib.suppress(OSError):
             while data := server.recv(1 << 16):
                 if data.startswith(b"HTTP/1.1 404") and held.is_set():
                     with self._lock:
                         self.stale_reads += 1
+                if data.startswith(b"HTTP/1.1 200") and deleting.is_set():
+                    self._round.staging_deleted.set()
                 client.sendall(data)
         with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_WR)
@@ -155,8 +203,11 @@ class Publishers:
     def __init__(self, base: str, server: S3Server | None, count: int, seed: int) -> None:
         context = multiprocessing.get_context("spawn")
         # No server: the publishers race on a local disk, without links.
+        self.round = Round()
         self.links = (
-            [] if server is None else [SlowLink(server.port, seed * 31 + i) for i in range(count)]
+            []
+            if server is None
+            else [SlowLink(server.port, i, self.round, seed * 31 + i) for i in range(count)]
         )
         self._jobs: list[Queue[int | None]] = [context.Queue() for _ in range(count)]
         self._done: Queue[str] = context.Queue()
@@ -283,10 +334,12 @@ def test_two_publishers_of_one_mirror_batch_on_s3_both_succeed_and_publish_it_on
     expected: dict[int, int] = {}
     publishers = Publishers(query.base, s3_server, 2, seed)
     rounds = 0
+    late_readers = random.Random(seed)
     try:
         while rounds < MIN_ROUNDS or (publishers.stale_reads < STALE_READS and rounds < MAX_ROUNDS):
             batch_id = rounds
             query.stage(batch_id)
+            publishers.round.begin(late_readers.randrange(len(publishers.links)))
             failures = publishers.race(batch_id, timeout=60)
             if failures:
                 pytest.fail(
@@ -301,7 +354,8 @@ def test_two_publishers_of_one_mirror_batch_on_s3_both_succeed_and_publish_it_on
 
     assert stale_reads >= 1, (
         f"in {rounds} rounds (seed {seed}) no publisher read a folded file after the other had "
-        f"deleted it: the race was never run; raise HOLD_BACK"
+        f"deleted it: the race was never run (does the staging's deletion still pass as a "
+        f"DeleteObjects?)"
     )
     changes = query.delta(query.table)
     batches = [h.get("spark-ckpt.batchId") for h in reversed(changes.history())]
