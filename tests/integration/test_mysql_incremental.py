@@ -12,7 +12,6 @@ killed batch is run again as logged), and the result is the same.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -131,15 +130,17 @@ def test_a_chunked_snapshot_under_a_live_workload_equals_the_tables(
 def test_a_driver_killed_reading_a_chunk_resumes_at_the_last_chunk_emitted(
     mariadb_server: MariaDbServer, mariadb_database: str, tmp_path: Path
 ) -> None:
-    """Killed while reading chunk 5 of ``accounts``: the restart plans no chunk again."""
-    started = time.monotonic()
-    result = scenario.run_scenario(mariadb_server, mariadb_database, tmp_path, chunk_rows=30)
+    """Killed while reading chunk 4 of ``accounts``: the restart plans no chunk again.
+
+    Chunks 0 and 1 (read by batch 0) were emitted by batch 1; batch 2, reading chunks 4 and 5
+    (and emitting 2 and 3), is killed, and run again as logged by the restart.
+    """
+    result = scenario.run_scenario(mariadb_server, mariadb_database, tmp_path)
     assert result["problems"] == [], result
     assert result["chunks_done_at_kill"] >= 2, result  # emitted before the kill, kept after it
     assert result["chunks_read_twice"] == [], result
-    for name, least in (("accounts", 10), ("order_lines", 7)):  # 300 and 200 rows, 30 a chunk
+    for name, least in (("accounts", 6), ("order_lines", 4)):  # 300 and 200 rows, 50 a chunk
         found = result["chunks"][name]
         assert found == list(range(len(found))), result
         assert len(found) >= least, result
     assert result["workload_transactions"] > 0, result
-    assert time.monotonic() - started < 120, result

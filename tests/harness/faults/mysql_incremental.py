@@ -8,7 +8,9 @@ ranges, so inside and outside the chunks being read. :func:`run_scenario` runs a
 of ``accounts`` (the fault point ``during_chunk_read``), then a clean driver to the end, and
 returns what it found: the chunks emitted before the kill, each chunk's planned reads (a
 restart that resumed at the last completed chunk plans every chunk once: the killed batch is
-run again as logged), and what is wrong with the change log (:func:`problems`). Run as a
+run again as logged), and what is wrong with the change log (:func:`problems`). The workload
+starts once the first driver planned its first batch and ends before the clean driver starts
+(a bounded run stops at the binlog's end as it finds it). Run as a
 module (``python -m harness.faults.mysql_incremental drive HOST PORT USER DATABASE TABLE
 CHECKPOINT CHUNK_ROWS``, the password in ``SPARK_CKPT_TEST_MYSQL_PASSWORD``) it is the driver.
 """
@@ -242,19 +244,27 @@ def logged_offsets(checkpoint: Path) -> list[dict[str, Any]]:
 
 
 def run_scenario(
-    server: MariaDbServer, database: str, workdir: Path, chunk_rows: int = 30, kill_at: int = 5
+    server: MariaDbServer, database: str, workdir: Path, chunk_rows: int = 50, kill_at: int = 4
 ) -> dict[str, Any]:
     """Kill a driver at chunk ``kill_at`` of ``accounts``, finish with another; the numbers."""
     table, checkpoint = workdir / "table", workdir / "ckpt"
     create_tables(server, database)
     args = ["-m", "harness.faults.mysql_incremental", "drive", server.host, str(server.port)]
     args += [server.user, database, str(table), str(checkpoint), str(chunk_rows)]
+    env = {PASSWORD_VARIABLE: server.password}
+    fault = f"during_chunk_read:{kill_at}"
+    # The workload starts once the killed driver planned its first batch (so after the query's
+    # initial offset: every transaction is in the stream) and writes beside its chunk reads.
     workload = Workload(server, database, seed=5, limit=150, pause=0.05)
-    workload.start()
+    process = crash.start_driver(args, fault, **env)
     try:
-        status = crash.run_killable(
-            args, f"during_chunk_read:{kill_at}", **{PASSWORD_VARIABLE: server.password}
-        )
+        deadline = time.monotonic() + 300
+        while not (checkpoint / "offsets" / "0").exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the first driver planned no batch within 5 minutes")
+            time.sleep(0.1)
+        workload.start()
+        status = crash.finish_driver(process, fault)
         if status != -signal.SIGKILL:
             raise RuntimeError(f"the driver was not killed at chunk {kill_at} (status {status})")
         logged = logged_offsets(checkpoint)
@@ -262,11 +272,13 @@ def run_scenario(
         last = next(o for o in logged if o["batch"] == max(committed))
         done_at_kill = last["snapshot"]["chunksDone"]
     finally:
-        workload.stop_event.set()
-        workload.join(60)
-    if workload.error is not None:
-        raise workload.error
-    if crash.run_killable(args, None, **{PASSWORD_VARIABLE: server.password}) != 0:
+        if process.poll() is None:
+            process.kill()
+        # The clean run below goes to the binlog's end as it finds it: the workload ends first.
+        workload.join(300)
+    if workload.is_alive() or workload.error is not None:
+        raise RuntimeError(f"the workload failed or did not finish: {workload.error}")
+    if crash.run_killable(args, None, **env) != 0:
         raise RuntimeError("the clean run failed")
     reads: dict[tuple[str, int], set[int]] = {}
     for offset in logged_offsets(checkpoint):
