@@ -34,7 +34,9 @@ __all__ = [
     "COMMON_OPTIONS",
     "COMMON_OPTION_SPECS",
     "IDENTITY_OPTION",
+    "SNAPSHOT_CHUNK_ROWS",
     "SNAPSHOT_DIR",
+    "SNAPSHOT_PARALLELISM",
     "SOFT_DECLINE_TIMEOUT",
     "STORAGE_PREFIX",
     "ConnectorOptions",
@@ -113,6 +115,18 @@ SNAPSHOT_DIR: OptionSpec[str] = OptionSpec(
     default_note="the driver's temp directory",
 )
 """A connector with a one-unit snapshot (postgres, mysql) lists it among its own options."""
+
+SNAPSHOT_CHUNK_ROWS: OptionSpec[int] = OptionSpec(
+    "snapshotChunkRows", "`snapshot=incremental`: rows per chunk", PositiveInt(), default=50_000
+)
+SNAPSHOT_PARALLELISM: OptionSpec[int] = OptionSpec(
+    "snapshotParallelism",
+    "`snapshot=incremental`: chunks read at once, each by an executor task (set it to the "
+    "executors' cores)",
+    PositiveInt(),
+    default=2,
+)
+"""A connector with an incremental snapshot (postgres, mysql) lists these two among its own."""
 
 COMMON_OPTION_SPECS: tuple[OptionSpec[Any], ...] = (
     CONNECTOR,

@@ -20,7 +20,10 @@ another server (a replica after a failover) or after the file left the binlog in
 A query with ``snapshot=initial`` starts at ``{"v": 1, "checkpoint": -1, "emitted": 0,
 "phase": "snapshot"}``: no position yet, the snapshot (:mod:`.snapshot`) finds it. The snapshot's
 batch ends at the binlog position the snapshot is consistent with, with the tables' schemas as
-the snapshot read them. Pure; runs on the driver.
+the snapshot read them. With ``snapshot=incremental`` the stream starts at the binlog's end at
+the query's first start, and ``"snapshot": {...}`` holds the chunked snapshot's state
+(:class:`~spark_ckpt.sources.chunks.IncrementalState`; its positions are
+:attr:`BinlogPosition.ordinal` values) until every chunk is emitted. Pure; runs on the driver.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..chunks import IncrementalState
 from ..offsets import OffsetHeader, offset_json, read_offset
 from .schemas import SchemaState
 
@@ -47,6 +51,21 @@ class BinlogPosition:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}"
+
+    @property
+    def ordinal(self) -> int:
+        """The position as one ordered integer: the file's number, then the byte offset.
+
+        A binlog file is at most 1 GiB (``max_binlog_size``), so the offset fits in 32 bits.
+        """
+        return (int(self.file.rsplit(".", 1)[1]) << 32) | self.pos
+
+    @classmethod
+    def from_ordinal(cls, ordinal: int, like: BinlogPosition) -> BinlogPosition:
+        """The position of :attr:`ordinal`, in the binlog of ``like`` (its file name's base)."""
+        base, digits = like.file.rsplit(".", 1)
+        number = ordinal >> 32
+        return cls(f"{base}.{number:0{len(digits)}d}", ordinal & 0xFFFFFFFF)
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,8 @@ class BinlogOffset:
     server: str | None = None
     """The identity of the server whose binlog ``position`` is in (:func:`.server.identity`);
     None in offsets written before it was recorded."""
+    incremental: IncrementalState | None = None
+    """The chunked snapshot's state while it runs (``snapshot=incremental``)."""
 
     @property
     def at(self) -> BinlogPosition:
@@ -97,6 +118,8 @@ class BinlogOffset:
             body["server"] = self.server
         if self.schemas is not None and (self.schemas.tables or self.schemas.renames):
             body["schemas"] = self.schemas.to_json()
+        if self.incremental is not None:
+            body["snapshot"] = self.incremental.to_json()
         return offset_json(header, body)
 
     @classmethod
@@ -114,6 +137,7 @@ class BinlogOffset:
                 return cls(header.checkpoint, header.emitted, None)
             position = BinlogPosition(str(keys["file"]), int(keys["pos"]))
             gtid, schemas, server = keys.get("gtid"), keys.get("schemas"), keys.get("server")
+            incremental = keys.get("snapshot")
             return cls(
                 header.checkpoint,
                 header.emitted,
@@ -121,6 +145,7 @@ class BinlogOffset:
                 None if gtid is None else str(gtid),
                 None if schemas is None else SchemaState.from_json(schemas),
                 None if server is None else str(server),
+                None if incremental is None else IncrementalState.from_json(incremental),
             )
 
         return read_offset(value, "mysql", body)

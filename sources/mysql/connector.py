@@ -8,7 +8,9 @@ read again from its start position to its end, which must give the same transact
 changes of captured tables are followed from the table maps and ``ALTER TABLE`` statements
 (:mod:`.schemas`); a table dropped, truncated or renamed stops the query. With
 ``snapshot=initial`` the tables' rows come first, as one unit consistent with the binlog position
-the stream then starts at (:mod:`.initial_snapshot`).
+the stream then starts at (:mod:`.initial_snapshot`). With ``snapshot=incremental`` the stream
+starts at the binlog's end and the rows come in primary-key chunks beside it, read on executors
+without a lock (:mod:`.incremental`, :mod:`.incremental_plan`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from spark_ckpt.errors import DataLossError, LogRewrittenError, UnsupportedChangeError
+from spark_ckpt.errors import (
+    DataLossError,
+    LogRewrittenError,
+    RestoreError,
+    UnsupportedChangeError,
+)
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.state.storage import Location
 
+from ..chunk_spill import ChunkEmitPartition, emit_rows
+from ..chunks import IncrementalState
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..debezium_format.mysql_ddl import altered_table
 from ..gate import Cut
@@ -35,7 +44,9 @@ from ..partitions import split_after
 from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition, GtidStart
+from .chunks import ChunkReadPartition, run_chunk_read
 from .gtid import reached
+from .incremental import IncrementalSnapshot
 from .initial_snapshot import InitialSnapshot
 from .rows import MySqlPartition, pack, unpack
 from .schemas import SchemaState, SchemaTracker
@@ -122,6 +133,19 @@ class MySqlConnector(ChangeConnector):
             changes_per_partition,
             column_types,
         )
+        self._incremental: IncrementalSnapshot | None = None
+        if options.snapshot == "incremental":
+            self._incremental = IncrementalSnapshot(
+                options,
+                keys,
+                self.source,
+                (spill or Location(default)).child("chunks"),
+                column_types,
+                lambda: self._new_tracker(self._base or BinlogOffset(-1, 0, None)),
+                info.identity or None,
+            )
+        self._reach: BinlogPosition | None = None  # read to here, nothing open (incremental)
+        self._initial: BinlogOffset | None = None
         self._snapshot_unit = False  # the last plan() offered the snapshot as its one unit
 
     def __getstate__(self) -> dict[str, Any]:
@@ -134,11 +158,18 @@ class MySqlConnector(ChangeConnector):
     # -- driver: planning ----------------------------------------------------------------------
 
     def initial_offset(self) -> dict[str, Any]:
-        """The snapshot to come, or the binlog's end now (``snapshot=never``)."""
+        """The snapshot to come, or the binlog's end at this run's first call (driver)."""
         if self.options.snapshot == "initial":
             return BinlogOffset(-1, 0, None).to_json()
-        position, gtid = current_position(self.options, self.info)
-        return BinlogOffset(-1, 0, position, gtid, server=self._identity).to_json()
+        if self._initial is None:
+            # Once per run: Spark asks again for the first batch's partitions, and that start
+            # must be the one the batch was planned from, not the binlog's end by then.
+            position, gtid = current_position(self.options, self.info)
+            state = IncrementalState() if self.options.snapshot == "incremental" else None
+            self._initial = BinlogOffset(
+                -1, 0, position, gtid, server=self._identity, incremental=state
+            )
+        return self._initial.to_json()
 
     @property
     def _identity(self) -> str | None:
@@ -156,11 +187,27 @@ class MySqlConnector(ChangeConnector):
         DataLossError
             When the offset's file was purged and the offset has no GTID state to resume from,
             or another server wrote it without one.
+        RestoreError
+            When the offset is in the middle of a chunked snapshot and its binlog position is
+            another server's, or a purged file's.
         """
         restored = BinlogOffset.from_json(offset)
         if restored.position is None:
             return  # the snapshot is (re)taken: nothing was read yet
         other = restored.server is not None and restored.server != self._identity
+        files = binlog_files(self.options)
+        if restored.position.file in files and not other:
+            return
+        if restored.incremental is not None:
+            # The chunks' windows are binlog positions of the server that read them.
+            raise RestoreError(
+                f"the checkpoint is in the middle of a chunked snapshot (snapshot=incremental, "
+                f"{restored.incremental.chunks_done} chunks emitted) read at "
+                f"{restored.position} of server {restored.server or 'unknown'}, and this "
+                f"server is {self._identity} or no longer has {restored.position.file}: the "
+                f"chunks' windows are positions in that server's binlog. Resume on that "
+                f"server, or start over with a new checkpointLocation"
+            )
         if other and restored.gtid is None:
             raise DataLossError(
                 f"the checkpoint was written reading server {restored.server} at "
@@ -169,9 +216,6 @@ class MySqlConnector(ChangeConnector):
                 f"Resume on the server the checkpoint was written on, or turn GTIDs on (MySQL: "
                 f"gtid_mode=ON) and start over with a new checkpointLocation"
             )
-        files = binlog_files(self.options)
-        if restored.position.file in files and not other:
-            return
         if restored.gtid is not None:
             _log.info(
                 "the checkpoint's binlog position %s is not this server's (%s): resuming after "
@@ -234,6 +278,13 @@ class MySqlConnector(ChangeConnector):
             offset = replace(offset, server=self._identity)
         self._start_at(offset)
         assert self._read_to is not None
+        binlog_end = None
+        if offset.incremental is not None:
+            # Chunks wait for the stream to pass their high watermarks: the binlog's end now is
+            # read to (a bounded run's target follows it until the snapshot is done).
+            binlog_end, _ = current_position(self.options, self.info)
+            if self._target is not None:
+                self._target = max(self._target, binlog_end)
         target = self._target
         if target is None or not _at_or_past(self._read_to, target):
             # Each read starts after the last commit read: a transaction still open at the end
@@ -254,19 +305,44 @@ class MySqlConnector(ChangeConnector):
                     self._units.append(found)
             self._read_to = self._assembler.passed or self._read_to
         self._lag_seconds = lag_seconds(self._units, time.time())
+        # Everything up to the binlog's end as it was before this read has been read: whole
+        # transactions only (a transaction's events are written together), so it is a place
+        # between transactions.
+        self._reach = (
+            max(self._read_to, binlog_end)
+            if binlog_end is not None and isinstance(self._read_to, BinlogPosition)
+            else None
+        )
         held = self._assembler.held_changes
         reason = None
         if held:
             reason = SnapshotAvailability.soft_failure(
                 f"a transaction's commit is not in the binlog yet ({held} changes read)"
             )
+        idle = self._idle_batch()
+        if offset.incremental is not None and not self._units:
+            idle = self._snapshot_batch(offset, [], offset.checkpoint + 1) or idle
         return Plan(
             [len(t.changes) for t in self._units],
             reason,
             held,
-            idle=self._idle_batch(),
+            idle=idle,
             held_units=1 if held else 0,
         )
+
+    def _snapshot_batch(
+        self, base: BinlogOffset, txns: list[BinlogTransaction], checkpoint_id: int
+    ) -> PlannedBatch | None:
+        """``txns`` with the incremental snapshot's chunk work (None: no work, no txns)."""
+        assert self._incremental is not None
+        # Taking every transaction read, chunks may go up to where the read found no more: any
+        # transaction after the last taken one is uncaptured, and the reader's GTID state
+        # covers them all.
+        if len(txns) == len(self._units) and self._reach is not None:
+            reach = (self._reach, self._assembler.gtid_state)
+        else:
+            reach = None
+        return self._incremental.batch(base, txns, reach, checkpoint_id, self._stream_partitions)
 
     def _idle_batch(self) -> PlannedBatch | None:
         """An empty batch past uncaptured transactions, once they are old enough (see above)."""
@@ -285,6 +361,7 @@ class MySqlConnector(ChangeConnector):
             self._assembler.gtid_state,
             self._tracker.committed,
             self._identity,
+            base.incremental,
         )
         return PlannedBatch(end.to_json(), [])
 
@@ -335,24 +412,36 @@ class MySqlConnector(ChangeConnector):
         assert base is not None
         assert cut.at_boundary
         txns = self._units[: cut.unit + 1]
-        end, partitions = self._planned(base, txns, checkpoint_id)
+        if base.incremental is not None:
+            planned = self._snapshot_batch(base, txns, checkpoint_id)
+            assert planned is not None  # it has transactions
+        else:
+            end, partitions = self._planned(base, txns, checkpoint_id)
+            commit = txns[-1].commit_ts_us // 1000 if txns else None
+            planned = PlannedBatch(end, partitions, commit)
         self._units = self._units[cut.unit + 1 :]
-        self._base = BinlogOffset.from_json(end)
+        self._base = BinlogOffset.from_json(planned.end)
         self._last_batch = time.monotonic()
-        commit = txns[-1].commit_ts_us if txns else None
-        return PlannedBatch(end, partitions, None if commit is None else commit // 1000)
+        return planned
+
+    def _stream_partitions(self, txns: list[BinlogTransaction], first_order: int) -> list[object]:
+        """Transactions numbered from ``first_order``, in partitions (driver, per batch).
+
+        A partition holds about ``changes_per_partition`` changes, in whole transactions.
+        """
+        sizes = [len(t.changes) for t in txns]
+        starts = [0, *(i + 1 for i in split_after(sizes, self.changes_per_partition))]
+        bounds = [*starts, len(txns)]
+        return [
+            pack(self.source, txns[lo:hi], first_order + lo, self.keys)
+            for lo, hi in itertools.pairwise(bounds)
+            if hi > lo
+        ]
 
     def _planned(
         self, base: BinlogOffset, txns: list[BinlogTransaction], checkpoint_id: int
     ) -> tuple[dict[str, Any], list[object]]:
-        sizes = [len(t.changes) for t in txns]
-        starts = [0, *(i + 1 for i in split_after(sizes, self.changes_per_partition))]
-        bounds = [*starts, len(txns)]
-        partitions: list[object] = [
-            pack(self.source, txns[lo:hi], base.emitted + lo, self.keys)
-            for lo, hi in itertools.pairwise(bounds)
-            if hi > lo
-        ]
+        partitions = self._stream_partitions(txns, base.emitted)
         last = txns[-1]
         end = BinlogOffset(
             checkpoint_id,
@@ -380,9 +469,28 @@ class MySqlConnector(ChangeConnector):
                 return self._snapshot.partitions(self._snapshot.spilled(last, manifest))
             # After an empty snapshot the batch is the stream's from the snapshot's position.
             first = self._snapshot.end(first, first.checkpoint, manifest)
+        if first.incremental is not None:
+            assert self._incremental is not None, "the offset has snapshot chunks"
+            self._base = None
+            return self._incremental.replan(
+                first, last, lambda n: self._replay(first, last, n, False), self._stream_partitions
+            )
         count = last.emitted - first.emitted
         if count == 0:
             return []
+        txns = self._replay(first, last, count, True)
+        _, partitions = self._planned(first, txns, last.checkpoint)
+        self._base = None
+        return partitions
+
+    def _replay(
+        self, first: BinlogOffset, last: BinlogOffset, count: int, ends_batch: bool
+    ) -> list[BinlogTransaction]:
+        """The ``count`` transactions of a logged batch, read again (driver, after a restart).
+
+        ``ends_batch``: the last of them ends where the batch does (not so when snapshot
+        chunks placed the batch's end further).
+        """
         tracker = self._new_tracker(first)
         txns: list[BinlogTransaction] = []
         # On another server the batch is read from its start's GTID state to its end's.
@@ -398,17 +506,18 @@ class MySqlConnector(ChangeConnector):
         ):
             if isinstance(found, Statement):
                 self._follow_statement(found, tracker)
-            else:
+            elif not isinstance(read_from, BinlogPosition) or found.end <= last.at:
+                # Read by position, the read may pass the end of a batch that snapshot chunks
+                # ended between transactions; read by GTID, positions are this server's and
+                # the logged end is another's (the read stops at its GTID state instead).
                 txns.append(found)
-        if len(txns) != count or not _ends_at(txns[-1], read_from, last):
+        if len(txns) != count or (ends_batch and not _ends_at(txns[-1], read_from, last)):
             raise LogRewrittenError(
                 f"reading the logged batch {last.checkpoint} again from {first.position} to "
                 f"{last.position} found {len(txns)} transactions, not {count}: the binlog "
                 f"changed behind the query"
             )
-        _, partitions = self._planned(first, txns, last.checkpoint)
-        self._base = None
-        return partitions
+        return txns
 
     def prepare_available_now(self) -> None:
         """Fix the binlog's current end as the target of ``Trigger.availableNow``."""
@@ -416,12 +525,18 @@ class MySqlConnector(ChangeConnector):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed ``end``: the snapshot's spill is no longer needed (driver, per batch)."""
-        if BinlogOffset.from_json(end).position is not None:
+        offset = BinlogOffset.from_json(end)
+        if offset.position is not None:
             self._snapshot.done()
+            if self._incremental is not None:
+                self._incremental.committed(offset)
 
     def status(self) -> dict[str, Any] | None:
         """Where the binlog is read, for progress events (driver, per trigger)."""
         progress = self._snapshot.progress()
+        if self._incremental is not None and self._base is not None:
+            state = self._base.incremental
+            progress = None if state is None else self._incremental.progress(state)
         if self._read_to is None and progress is None:
             return None
         return {
@@ -440,6 +555,11 @@ class MySqlConnector(ChangeConnector):
         """Yield one partition's rows (executor, once per task)."""
         if isinstance(partition, SnapshotPartition):
             return snapshot_rows(partition, self.column_types)
+        if isinstance(partition, ChunkReadPartition):
+            run_chunk_read(partition)  # its rows come in a later batch
+            return iter(())
+        if isinstance(partition, ChunkEmitPartition):
+            return emit_rows(partition)
         assert isinstance(partition, MySqlPartition)
         return unpack(partition, self.column_types)
 

@@ -9,12 +9,17 @@ from spark_ckpt.errors import InvalidOptionError
 from spark_ckpt.model.option_types import Choice, Names, PositiveInt, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
 
-from ..options import SNAPSHOT_DIR, ConnectorOptions
+from ..options import (
+    SNAPSHOT_CHUNK_ROWS,
+    SNAPSHOT_DIR,
+    SNAPSHOT_PARALLELISM,
+    ConnectorOptions,
+)
 
 __all__ = ["MySqlOptions"]
 
-SnapshotMode = Literal["initial", "never"]
-SNAPSHOT_MODES: tuple[SnapshotMode, ...] = ("initial", "never")
+SnapshotMode = Literal["initial", "incremental", "never"]
+SNAPSHOT_MODES: tuple[SnapshotMode, ...] = ("initial", "incremental", "never")
 
 HOST: OptionSpec[str] = OptionSpec(
     "host", "the server's host name or address", Text(), default="localhost"
@@ -50,7 +55,10 @@ SNAPSHOT: OptionSpec[SnapshotMode] = OptionSpec(
     "snapshot",
     "`initial`: the tables' existing rows first (`op='r'`) as one consistent unit, then the "
     "changes from the binlog position the snapshot is consistent with (MariaDB: no lock; "
-    "MySQL: the global read lock while the snapshot starts, which needs `RELOAD`); `never`: "
+    "MySQL: the global read lock while the snapshot starts, which needs `RELOAD`); "
+    "`incremental`: the same rows in primary-key chunks beside the stream, each read on its "
+    "own without any lock and reconciled with the binlog's changes of its window, resumable "
+    "at the last chunk emitted (each table needs a primary key); `never`: "
     "the changes committed after the query's first start, from the binlog's end then",
     Choice(SNAPSHOT_MODES),
     default="initial",
@@ -72,10 +80,13 @@ class MySqlOptions(ConnectorOptions):
     tables
         The captured tables, ``database.table``.
     snapshot
-        ``initial``: the tables' rows first, as one unit; ``never``: changes only, from the
-        binlog's end at the query's first start.
+        ``initial``: the tables' rows first, as one unit; ``incremental``: in key-range
+        chunks beside the stream; ``never``: changes only, from the binlog's end at the
+        query's first start.
     snapshot_dir
         Where the snapshot spills its rows (None: the driver's temp directory).
+    snapshot_chunk_rows, snapshot_parallelism
+        ``snapshot=incremental``: rows per chunk, chunks read at once.
     """
 
     OPTIONS: ClassVar[tuple[OptionSpec[Any], ...]] = (
@@ -87,6 +98,8 @@ class MySqlOptions(ConnectorOptions):
         TABLES,
         SNAPSHOT,
         SNAPSHOT_DIR,
+        SNAPSHOT_CHUNK_ROWS,
+        SNAPSHOT_PARALLELISM,
     )
     CHANGES_PER_PARTITION: ClassVar[int] = 20_000
 
@@ -98,6 +111,8 @@ class MySqlOptions(ConnectorOptions):
     server_id: int = declared(SERVER_ID)
     snapshot: SnapshotMode = declared(SNAPSHOT)
     snapshot_dir: str | None = declared(SNAPSHOT_DIR)
+    snapshot_chunk_rows: int = declared(SNAPSHOT_CHUNK_ROWS)
+    snapshot_parallelism: int = declared(SNAPSHOT_PARALLELISM)
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the password.
@@ -105,7 +120,9 @@ class MySqlOptions(ConnectorOptions):
             f"MySqlOptions(host={self.host!r}, port={self.port!r}, user={self.user!r}, "
             f"password={'<set>' if self.password else None}, server_id={self.server_id!r}, "
             f"tables={self.tables!r}, snapshot={self.snapshot!r}, "
-            f"snapshot_dir={self.snapshot_dir!r})"
+            f"snapshot_dir={self.snapshot_dir!r}, "
+            f"snapshot_chunk_rows={self.snapshot_chunk_rows!r}, "
+            f"snapshot_parallelism={self.snapshot_parallelism!r})"
         )
 
     @classmethod

@@ -16,7 +16,7 @@ import pyarrow.ipc
 from ..schema import ARROW_SCHEMA, TYPES_COLUMN, json_text
 from .transactions import BinlogTransaction, RowChange
 
-__all__ = ["MySqlPartition", "pack", "unpack"]
+__all__ = ["MySqlPartition", "change_keys", "pack", "unpack"]
 
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 _PACKED_SCHEMA = ARROW_SCHEMA.append(pa.field(TYPES_COLUMN, pa.string()))
@@ -78,6 +78,20 @@ def _key(change: RowChange, columns: tuple[str, ...]) -> dict[str, object]:
     image = change.after if change.after is not None else change.before
     assert image is not None
     return {column: image.get(column) for column in columns}
+
+
+def change_keys(change: RowChange, columns: tuple[str, ...]) -> tuple[str, str | None]:
+    """A row change's key text, and its old key's when the change moved the row (driver).
+
+    Spelled as the output's ``key`` column spells them (the incremental snapshot's window
+    compares them with its chunks' keys).
+    """
+    key = json_text(_key(change, columns))
+    assert key is not None  # a dict renders as text
+    if change.before is None or change.after is None:
+        return key, None
+    old = json_text({column: change.before.get(column) for column in columns})
+    return key, None if old == key else old
 
 
 def unpack(partition: MySqlPartition, column_types: bool) -> Iterator[pa.RecordBatch]:

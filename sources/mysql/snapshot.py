@@ -51,7 +51,13 @@ if TYPE_CHECKING:
 
     from .options import MySqlOptions
 
-__all__ = ["SnapshotManifest", "SnapshotSpill", "SnapshotTask", "consistent_snapshot"]
+__all__ = [
+    "SnapshotManifest",
+    "SnapshotSpill",
+    "SnapshotTask",
+    "binlog_end",
+    "consistent_snapshot",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -157,13 +163,14 @@ def consistent_snapshot(
             cursor.execute("FLUSH TABLES WITH READ LOCK")
             try:
                 cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                position = _binlog_end(cursor)
+                position = binlog_end(cursor)
             finally:
                 cursor.execute("UNLOCK TABLES")
         return position, _gtid_at(cursor, position)
 
 
-def _binlog_end(cursor: Any) -> BinlogPosition:
+def binlog_end(cursor: Any) -> BinlogPosition:
+    """The binlog's end now (``SHOW BINARY LOG STATUS``; driver or executor)."""
     import pymysql
 
     # MySQL 8.4 renamed SHOW MASTER STATUS; MariaDB and MySQL 8.0 know the old name.

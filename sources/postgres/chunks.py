@@ -21,6 +21,7 @@ from psycopg import sql
 
 from spark_ckpt.errors import TableCaptureError
 
+from ..chunks import ChunkBounds, Key
 from .connect import connect
 from .lsn import parse_lsn
 from .row_text import copy_rows
@@ -30,52 +31,6 @@ from .visibility import ChunkSnapshot
 __all__ = ["ChunkBounds", "ChunkRows", "next_chunk", "read_chunk", "require_key"]
 
 _NO_ROWS = (pa.array([], pa.string()), pa.array([], pa.string()))
-
-Key = tuple[str, ...]
-"""A primary key as the text forms of its columns, in key order."""
-
-
-@dataclass(frozen=True)
-class ChunkBounds:
-    """One chunk: the keys in ``(after, upto]`` of a table.
-
-    Attributes
-    ----------
-    table
-        ``schema.table``.
-    index
-        The chunk's number within its table, from 0.
-    after
-        The exclusive lower bound (None: from the table's first key).
-    upto
-        The inclusive upper bound (None: to the table's last key, including keys inserted
-        after the bound was found).
-    """
-
-    table: str
-    index: int
-    after: Key | None
-    upto: Key | None
-
-    def to_json(self) -> dict[str, Any]:
-        """For offsets (stable keys)."""
-        return {
-            "table": self.table,
-            "index": self.index,
-            "after": None if self.after is None else list(self.after),
-            "upto": None if self.upto is None else list(self.upto),
-        }
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> ChunkBounds:
-        """Parse :meth:`to_json`."""
-        after, upto = value["after"], value["upto"]
-        return cls(
-            str(value["table"]),
-            int(value["index"]),
-            None if after is None else tuple(str(v) for v in after),
-            None if upto is None else tuple(str(v) for v in upto),
-        )
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from spark_ckpt.errors import InvalidOptionError
-from spark_ckpt.model.option_types import Choice, Duration, Names, PositiveInt, Size, Text
+from spark_ckpt.model.option_types import Choice, Duration, Names, Size, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
 from spark_ckpt.model.uris import check_uri
 
-from ..options import SNAPSHOT_DIR, ConnectorOptions
+from ..options import (
+    SNAPSHOT_CHUNK_ROWS,
+    SNAPSHOT_DIR,
+    SNAPSHOT_PARALLELISM,
+    ConnectorOptions,
+)
 from .plugins import PLUGIN, PLUGINS
 
 __all__ = ["PostgresOptions"]
@@ -62,16 +67,6 @@ SNAPSHOT: OptionSpec[SnapshotMode] = OptionSpec(
     "`never`: changes from the slot's position",
     Choice(SNAPSHOT_MODES),
     default="initial",
-)
-SNAPSHOT_CHUNK_ROWS: OptionSpec[int] = OptionSpec(
-    "snapshotChunkRows", "`snapshot=incremental`: rows per chunk", PositiveInt(), default=50_000
-)
-SNAPSHOT_PARALLELISM: OptionSpec[int] = OptionSpec(
-    "snapshotParallelism",
-    "`snapshot=incremental`: chunks read at once, each by an executor task (set it to the "
-    "executors' cores)",
-    PositiveInt(),
-    default=2,
 )
 STREAM_BUFFER_SIZE: OptionSpec[int] = OptionSpec(
     "streamBufferSize",

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from spark_ckpt.errors import StateFormatError
 
+from ..chunks import window_dropped
+
 __all__ = ["ChunkSnapshot", "dropped_keys"]
 
 _XID_SPACE = 1 << 32
@@ -118,11 +120,4 @@ def dropped_keys(
         Key texts (as the output's ``key`` column spells them) changed by a transaction the
         snapshot did not see.
     """
-    dropped: set[str] = set()
-    for xid, key, old_key in changes:
-        if snapshot.saw(xid):
-            continue
-        dropped.add(key)
-        if old_key is not None:
-            dropped.add(old_key)
-    return frozenset(dropped)
+    return window_dropped((key, old) for xid, key, old in changes if not snapshot.saw(xid))

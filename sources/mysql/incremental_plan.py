@@ -1,0 +1,237 @@
+"""Which chunks a batch of ``snapshot=incremental`` reads and emits (driver, per batch).
+
+The mysql connector streams the binlog from the query's first start; the tables' existing rows
+come in primary-key chunks beside it (Netflix's DBLog; Flink CDC's and Debezium's incremental
+snapshots), in the postgres connector's shape:
+
+1. In batch M the driver plans up to ``snapshotParallelism`` chunks (:func:`.chunks.next_chunk`)
+   and adds one *read* partition per chunk: an executor reads it without a lock and spills its
+   rows with its binlog watermarks (:class:`~.chunks.ChunkRead`). Such a partition yields no rows.
+2. In a later batch N, once the binlog has been read past a chunk's high watermark, the chunk is
+   *emitted*: its rows become one unit (``op='r'``) placed after the batch's transactions, at a
+   binlog position P at or past the high watermark, without the keys that a transaction of its
+   window (from its low watermark, or its batch's start if earlier, to P) changed
+   (:func:`~spark_ckpt.sources.chunks.window_dropped`): the stream carries those keys' states.
+   The rows left equal the table at P.
+
+Every step is in the offsets (:class:`~spark_ckpt.sources.chunks.IncrementalState`, positions as
+:attr:`~.binlog_offset.BinlogPosition.ordinal`), so a restart re-reads no emitted chunk: only the
+chunks of the batch that was running. The windows are read again from the binlog, so a batch run
+again after a restart emits the same rows. Pure planning: the database is behind callbacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from spark_ckpt.errors import RestoreError
+from spark_ckpt.state.storage import Location
+
+from ..chunk_spill import ChunkEmitPartition, chunk_files, kept, spilled_keys
+from ..chunks import ChunkBounds, IncrementalState, Key, PendingChunk, window_dropped
+from .chunks import ChunkRead, load_read
+
+__all__ = ["ChunkPlanner", "ChunkWork", "WindowChange"]
+
+WindowChange = tuple[int, str, str, str | None]
+"""``(commit end ordinal, table, key text, old key text)`` of one change in the stream."""
+
+
+@dataclass(frozen=True)
+class ChunkWork:
+    """What a batch does for the snapshot.
+
+    Attributes
+    ----------
+    state
+        The snapshot state at the batch's end.
+    emits
+        Partitions emitting chunks, in unit order (each one unit; empty chunks left out).
+    reads
+        Partitions reading chunks.
+    emitted
+        The chunks emitted (their files go once the batch commits).
+    position
+        Where the emitted chunks are placed, the batch's end when it emits any (an ordinal).
+    """
+
+    state: IncrementalState
+    emits: list[ChunkEmitPartition]
+    reads: list[object]
+    emitted: list[PendingChunk]
+    position: int
+
+    @property
+    def partitions(self) -> list[object]:
+        """Emits first, then reads."""
+        return [*self.emits, *self.reads]
+
+
+class ChunkPlanner:
+    """Plans chunk reads and emissions (driver).
+
+    Parameters
+    ----------
+    source
+        The output's ``source`` value.
+    tables
+        The captured tables, in the order they are read.
+    directory
+        Where chunks are spilled.
+    chunk_rows, parallelism
+        Rows per chunk; chunks pending at once.
+    bounds
+        ``(table, index, after, rows) -> bounds``: the next chunk (:func:`.chunks.next_chunk`).
+    window
+        ``(since, upto) -> changes``: the stream's changes of transactions ending in
+        ``(since, upto]``, read again from the binlog.
+    read_partition
+        A chunk's read partition.
+    column_types
+        A table's ``column_types`` text for its emitted rows (None: no such column).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        tables: Sequence[str],
+        directory: Location,
+        chunk_rows: int,
+        parallelism: int,
+        bounds: Callable[[str, int, Key | None, int], ChunkBounds],
+        window: Callable[[int, int], list[WindowChange]],
+        read_partition: Callable[[PendingChunk], object],
+        column_types: Callable[[str], str] | None = None,
+    ) -> None:
+        self.source = source
+        self.tables = list(tables)
+        self.directory = directory
+        self.chunk_rows = chunk_rows
+        self.parallelism = parallelism
+        self._bounds = bounds
+        self._window = window
+        self._read_partition = read_partition
+        self._column_types = column_types
+
+    def plan(
+        self,
+        state: IncrementalState,
+        since: int,
+        stream_end: int,
+        reach: int,
+        checkpoint: int,
+        first_order: int,
+    ) -> ChunkWork:
+        """A new batch's snapshot work (driver, per batch).
+
+        Parameters
+        ----------
+        since
+            The batch's start position.
+        stream_end
+            The end of the batch's last transaction (its start when it has none).
+        reach
+            How far the binlog is known to hold nothing more for the batch (``>=
+            stream_end``): where the last read ended, when the batch takes every transaction.
+        checkpoint, first_order
+            The batch's checkpoint; the ``txn_order`` of its first emitted chunk.
+        """
+        reads = {c: load_read(self.directory, c) for c in state.pending}
+        ready = [(c, r) for c, r in reads.items() if r is not None and r.high <= reach]
+        position = max([stream_end, *(read.high for _, read in ready)])
+        emits, emitted, rows = self._emits(ready, position, first_order)
+        # A chunk whose read left nothing (its spill was lost) is read again.
+        rereads = [c for c, read in reads.items() if read is None]
+        remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
+        restarted = tuple(replace(c, since=since, read_in=checkpoint) for c in rereads)
+        state = replace(
+            state,
+            pending=remaining + restarted,
+            chunks_done=state.chunks_done + len(emitted),
+            rows_done=state.rows_done + rows,
+        )
+        state = self._plan_reads(state, since, checkpoint)
+        to_read = [self._read_partition(c) for c in state.pending if c.read_in == checkpoint]
+        return ChunkWork(state, emits, to_read, emitted, position)
+
+    def replan(
+        self,
+        start: IncrementalState,
+        end: IncrementalState,
+        position: int,
+        checkpoint: int,
+        first_order: int,
+    ) -> ChunkWork:
+        """The partitions of a logged batch again, from its start and end states (driver)."""
+        names = {c.name for c in end.pending}
+        ready = []
+        for chunk in (c for c in start.pending if c.name not in names):
+            read = load_read(self.directory, chunk)
+            if read is None:
+                raise RestoreError(
+                    f"the logged batch {checkpoint} emits snapshot chunk {chunk.name}, but its "
+                    f"spilled rows are gone from {self.directory.url}: the batch cannot be run "
+                    f"again as logged. Keep option snapshotDir on storage that outlives the "
+                    f"driver, or start over with a new checkpointLocation"
+                )
+            ready.append((chunk, read))
+        emits, emitted, _ = self._emits(ready, position, first_order)
+        reads = [self._read_partition(c) for c in end.pending if c.read_in == checkpoint]
+        return ChunkWork(end, emits, reads, emitted, position)
+
+    def _emits(
+        self, ready: list[tuple[PendingChunk, ChunkRead]], position: int, first_order: int
+    ) -> tuple[list[ChunkEmitPartition], list[PendingChunk], int]:
+        """The partitions emitting ``ready`` chunks placed at ``position``, in unit order."""
+        if not ready:
+            return [], [], 0
+        starts = {chunk: min(chunk.since, read.low) for chunk, read in ready}
+        changes = self._window(min(starts.values()), position)
+        emits: list[ChunkEmitPartition] = []
+        rows = 0
+        for chunk, read in ready:
+            # Each chunk's own window, from its own start: a batch run again after a restart
+            # must leave out the same keys whatever else it emits.
+            table = chunk.bounds.table
+            dropped = window_dropped(
+                (key, old) for at, name, key, old in changes if name == table and at > starts[chunk]
+            )
+            rows_file = chunk_files(self.directory, chunk)[0]
+            size = int(kept(spilled_keys(rows_file), dropped).true_count)
+            rows += size
+            if size == 0:
+                continue
+            emits.append(
+                ChunkEmitPartition(
+                    self.source,
+                    rows_file,
+                    dropped,
+                    size,
+                    f"snapshot:{chunk.name}",
+                    first_order + len(emits),
+                    read.read_at_us,
+                    table,
+                    None if self._column_types is None else self._column_types(table),
+                )
+            )
+        return emits, [chunk for chunk, _ in ready], rows
+
+    def _plan_reads(self, state: IncrementalState, since: int, checkpoint: int) -> IncrementalState:
+        """Plan new chunks until ``parallelism`` are pending or every table is planned."""
+        pending = list(state.pending)
+        while len(pending) < self.parallelism and not state.planning_done(len(self.tables)):
+            table = self.tables[state.table]
+            bounds = self._bounds(table, state.index, state.after, self.chunk_rows)
+            pending.append(PendingChunk(bounds, since, checkpoint))
+            if bounds.upto is None:  # the table's last chunk
+                state = replace(state, table=state.table + 1, after=None, index=0)
+            else:
+                state = replace(state, after=bounds.upto, index=state.index + 1)
+        return replace(state, pending=tuple(pending))
+
+    def discard(self, chunks: Sequence[PendingChunk]) -> None:
+        """Delete emitted chunks' files (driver, once their batch committed)."""
+        for chunk in chunks:
+            for location in chunk_files(self.directory, chunk):
+                location.delete()
