@@ -127,13 +127,12 @@ export JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSer
 # unit of distribution (--dist loadfile): a module's expensive fixtures (the cluster, the crash
 # chain, a second S3 server) start once, in one process. (--dist loadgroup would allow finer
 # groups, but xdist 3.8 cannot tag pytest 9.2's node ids, so its groups are silently ignored.)
-# xdist sends the modules with the most tests first, so the one-test kill modules come last.
-# Collection order instead (--no-loadscope-reorder, kill tests first and unit modules filling the
-# tail) looked 50 s better on paper but measured 82 s worse on a fresh clone (2,375 s -> 2,457 s,
-# one run each): kill tests side by side slowed each other (an incremental-snapshot kill test
-# 140 s -> 267 s). Kept as xdist has it.
+# The modules go out longest first (tests/harness/schedule.py, from tests/module_seconds.json),
+# in the collection's order (--no-loadscope-reorder): xdist's own order (most tests first) left
+# the one-test modules, minutes long some of them, for the end, where one process often ran
+# alone (190 s of one run's 1,648 s).
 # -n 0 in ARGS runs everything in one process; SPARK_CKPT_TEST_WORKERS sets the count.
-PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}" --dist loadfile)
+PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 # The slowest tests are printed at the end of every run, so growth is seen when it happens.
 DURATIONS=(--durations=10 --durations-min=1.0)
 
