@@ -172,6 +172,19 @@ class PrometheusServer:
         data = self._get("/api/v1/query", query=promql)
         return list(data["result"])
 
+    def query_range(
+        self, promql: str, start: float, end: float, step: float
+    ) -> list[dict[str, Any]]:
+        """A range query's result matrix: ``[{"metric": {...}, "values": [[t, "v"], ...]}]``."""
+        data = self._get(
+            "/api/v1/query_range",
+            query=promql,
+            start=f"{start:.3f}",
+            end=f"{end:.3f}",
+            step=str(step),
+        )
+        return list(data["result"])
+
     def targets_health(self) -> list[str]:
         """The health of each active scrape target (``up``, ``down``, ``unknown``)."""
         data = self._get("/api/v1/targets")
