@@ -33,38 +33,20 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from debezium_peer import peer_jar, run_peer
 from postgres_cdc import TABLES, connector_run, create_tables, write_workload
 
 from harness.servers.postgres import PASSWORD, USER, PgCluster
 
-PEER = Path(__file__).resolve().parent / "peers" / "debezium"
 SNAPSHOT_TABLE = "public.accounts"
 
 
-def peer_jar() -> Path:
-    """The peer's runnable jar, built with Maven on first use (not by the test suite)."""
-    jar = PEER / "target" / "debezium-counting-peer.jar"
-    if not jar.exists():
-        if shutil.which("mvn") is None:
-            raise SystemExit(
-                "building the Debezium peer (bench/peers/debezium) needs Maven (mvn) and JDK 17: "
-                "install them (Debian: apt-get install maven) and run again"
-            )
-        print("building bench/peers/debezium (Maven downloads Debezium once)", file=sys.stderr)
-        subprocess.run(["mvn", "-q", "-DskipTests", "package"], cwd=PEER, check=True)
-    if not jar.exists():
-        raise SystemExit(f"no {jar} after the Maven build")
-    return jar
-
-
-def run_peer(
+def run_peer_pg(
     cluster: PgCluster,
     jar: Path,
     *,
@@ -86,22 +68,10 @@ def run_peer(
         "publication": publication,
         "tables": tables,
         "snapshot-mode": snapshot_mode,
-        "expect": str(expect),
         "timeout-s": "1800",
         "offsets-file": str(workdir / "offsets.dat"),
     }
-    command = ["java", "-jar", str(jar)]
-    for name, value in settings.items():
-        command += [f"--{name}", value]
-    began = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - began
-    if done.returncode != 0:
-        raise SystemExit(f"the Debezium peer failed ({done.returncode}): {done.stderr[-3000:]}")
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    if figures["records"] != expect:
-        raise SystemExit(f"the Debezium peer counted {figures['records']} records, not {expect}")
-    return seconds, figures
+    return run_peer(jar, settings, expect)
 
 
 def main() -> None:
@@ -180,7 +150,7 @@ def main() -> None:
                         timed[side] = run.wall
                         seconds.setdefault(f"{phase}_ours_startup_s", []).append(run.startup)
                     else:
-                        wall, figures = run_peer(
+                        wall, figures = run_peer_pg(
                             cluster,
                             jar,
                             slot=slot,

@@ -27,8 +27,9 @@ import org.apache.kafka.connect.data.Struct;
 import org.apache.kafka.connect.source.SourceRecord;
 
 /**
- * The Debezium peer of the CDC throughput benchmark: Debezium's embedded engine with its
- * PostgreSQL connector (pgoutput), records handed over as Kafka Connect {@link SourceRecord}s (no
+ * The Debezium peer of the CDC throughput benchmarks: Debezium's embedded engine with its
+ * PostgreSQL connector (pgoutput) or, in the jar built with {@code -Pmariadb}, its MariaDB
+ * connector (the binlog), records handed over as Kafka Connect {@link SourceRecord}s (no
  * JSON/Avro serialization), into a handler that only counts them. No Kafka, no sink.
  *
  * <p>Prints exactly one JSON line on stdout once {@code --expect} data change records arrived;
@@ -38,7 +39,10 @@ public final class CountingPeer {
 
     private static final String USAGE = String.join("\n",
             "usage: java -jar debezium-counting-peer.jar --host H --port P --user U --password PW",
-            "         --database DB --slot SLOT --publication PUB --tables public.a,public.b",
+            "         --database DB --tables public.a,public.b",
+            "         [--connector postgres|mariadb]   (default postgres; mariadb: the -Pmariadb jar)",
+            "         postgres: --slot SLOT --publication PUB",
+            "         mariadb:  [--server-id N] (default 5401; the schema history goes beside the offsets)",
             "         --snapshot-mode no_data|never|initial|... --expect N --timeout-s S",
             "         --offsets-file PATH [--publication-autocreate auto|filtered|disabled|all_tables]",
             "         [--prop key=value]...   (extra/overriding Debezium properties)");
@@ -62,10 +66,21 @@ public final class CountingPeer {
                 args.put(key.substring(2), value);
             }
         }
-        for (String required : new String[] {"host", "port", "user", "password", "database", "slot",
-                "publication", "tables", "snapshot-mode", "expect", "timeout-s", "offsets-file"}) {
+        String connector = args.getOrDefault("connector", "postgres");
+        if (!connector.equals("postgres") && !connector.equals("mariadb")) {
+            usage("--connector must be postgres or mariadb, got: " + connector);
+        }
+        for (String required : new String[] {"host", "port", "user", "password", "database",
+                "tables", "snapshot-mode", "expect", "timeout-s", "offsets-file"}) {
             if (!args.containsKey(required)) {
                 usage("missing --" + required);
+            }
+        }
+        if (connector.equals("postgres")) {
+            for (String required : new String[] {"slot", "publication"}) {
+                if (!args.containsKey(required)) {
+                    usage("missing --" + required + " (postgres)");
+                }
             }
         }
         long expect = Long.parseLong(args.get("expect"));
@@ -74,8 +89,8 @@ public final class CountingPeer {
             usage("--expect must be at least 1 and --timeout-s positive");
         }
 
-        // Debezium 3.x's PostgreSQL connector knows no "never" any more (removed after 2.x):
-        // "no_data" is the mode that skips the data snapshot and streams from the slot.
+        // Debezium 3.x's connectors know no "never" any more (removed after 2.x): "no_data" is
+        // the mode that skips the data snapshot and streams (from the slot; from the binlog's end).
         String snapshotMode = args.get("snapshot-mode").toLowerCase(Locale.ROOT);
         if (snapshotMode.equals("never")) {
             System.err.println("peer: snapshot.mode 'never' is 'no_data' in Debezium 3.x; using no_data");
@@ -83,7 +98,7 @@ public final class CountingPeer {
         }
 
         String autocreate = args.getOrDefault("publication-autocreate", "auto");
-        if (autocreate.equals("auto")) {
+        if (connector.equals("postgres") && autocreate.equals("auto")) {
             // An existing publication is used as it is ("disabled": Debezium neither creates nor
             // alters it); a missing one is created for exactly the included tables ("filtered").
             autocreate = publicationExists(args) ? "disabled" : "filtered";
@@ -92,25 +107,39 @@ public final class CountingPeer {
 
         Properties props = new Properties();
         props.setProperty("name", "counting-peer");
-        props.setProperty("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
         props.setProperty("topic.prefix", "peer");
         props.setProperty("database.hostname", args.get("host"));
         props.setProperty("database.port", args.get("port"));
         props.setProperty("database.user", args.get("user"));
         props.setProperty("database.password", args.get("password"));
-        props.setProperty("database.dbname", args.get("database"));
-        props.setProperty("plugin.name", "pgoutput");
-        // An existing slot of this name is used (streaming from its confirmed position); a
-        // missing one is created by Debezium. It is never dropped on stop.
-        props.setProperty("slot.name", args.get("slot"));
-        props.setProperty("slot.drop.on.stop", "false");
-        props.setProperty("publication.name", args.get("publication"));
-        props.setProperty("publication.autocreate.mode", autocreate);
+        if (connector.equals("postgres")) {
+            props.setProperty("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
+            props.setProperty("database.dbname", args.get("database"));
+            props.setProperty("plugin.name", "pgoutput");
+            // An existing slot of this name is used (streaming from its confirmed position); a
+            // missing one is created by Debezium. It is never dropped on stop.
+            props.setProperty("slot.name", args.get("slot"));
+            props.setProperty("slot.drop.on.stop", "false");
+            props.setProperty("publication.name", args.get("publication"));
+            props.setProperty("publication.autocreate.mode", autocreate);
+        } else {
+            // Debezium's MariaDB connector (3.5.0.Final: the last on Maven Central; 3.6's MySQL
+            // connector refuses MariaDB). Its schema history in a file beside the offsets; no
+            // schema-change records (the peer counts data changes only).
+            props.setProperty("connector.class", "io.debezium.connector.mariadb.MariaDbConnector");
+            props.setProperty("database.include.list", args.get("database"));
+            props.setProperty("database.server.id", args.getOrDefault("server-id", "5401"));
+            props.setProperty("schema.history.internal",
+                    "io.debezium.storage.file.history.FileSchemaHistory");
+            props.setProperty("schema.history.internal.file.filename",
+                    args.get("offsets-file") + ".history");
+            props.setProperty("include.schema.changes", "false");
+        }
         props.setProperty("table.include.list", args.get("tables"));
         props.setProperty("snapshot.mode", snapshotMode);
 
         // Offsets: a local file, flushed every second (the engine commits what the handler
-        // marked processed; Debezium then confirms that LSN to the slot).
+        // marked processed; Debezium then confirms that LSN to the slot, on PostgreSQL).
         props.setProperty("offset.storage", "org.apache.kafka.connect.storage.FileOffsetBackingStore");
         props.setProperty("offset.storage.file.filename", args.get("offsets-file"));
         props.setProperty("offset.flush.interval.ms", "1000");
