@@ -130,36 +130,30 @@ def our_options(server: MariaDbServer, tables: str, snapshot: str) -> dict[str, 
     }
 
 
+def start_query(spark: Any, options: dict[str, str], workdir: Path, **trigger: Any) -> Any:
+    """Our query into ``delta-2pc`` under ``workdir`` (table and checkpoint), started."""
+    return (
+        spark.readStream.format("txn-cdc")
+        .options(**options)
+        .load()
+        .writeStream.format("delta-2pc")
+        .option("path", str(workdir / "table"))
+        .option("checkpointLocation", str(workdir / "ckpt"))
+        .trigger(**trigger)
+        .start()
+    )
+
+
 def our_run(spark: Any, control: Any, options: dict[str, str], workdir: Path) -> Timed:
     """One ``availableNow`` run into ``delta-2pc`` under ``workdir`` (its checkpoint kept)."""
     cpu, began = busy_cpu_seconds(), time.perf_counter()
-    query = (
-        spark.readStream.format("txn-cdc")
-        .options(**options)
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("path", str(workdir / "table"))
-        .option("checkpointLocation", str(workdir / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_query(spark, options, workdir, availableNow=True)
     return Timed(control, query, began, cpu)
 
 
-def our_position(
-    spark: Any, control: Any, options: dict[str, str], workdir: Path, workload: Workload
-) -> None:
+def our_position(spark: Any, options: dict[str, str], workdir: Path, workload: Workload) -> None:
     """Record our reader's binlog position: a query runs until it delivered a marker."""
-    query = (
-        spark.readStream.format("txn-cdc")
-        .options(**options)
-        .load()
-        .writeStream.format("delta-2pc")
-        .option("path", str(workdir / "table"))
-        .option("checkpointLocation", str(workdir / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    query = start_query(spark, options, workdir, processingTime="200 milliseconds")
     deadline = time.monotonic() + MARKER_TIMEOUT_S
     try:
         while not any(p["numInputRows"] for p in query.recentProgress):
@@ -239,7 +233,7 @@ def main() -> None:
                 "snapshot-mode": "no_data",
                 "offsets-file": str(peer_dir / "offsets.dat"),
             }
-            our_position(spark, control, stream, ours_dir, workload)
+            our_position(spark, stream, ours_dir, workload)
             markers_before = workload.marker_changes
             peer_position(jar, stream_peer, workload)
             markers_after = workload.marker_changes - markers_before
