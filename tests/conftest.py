@@ -46,15 +46,18 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """Mark everything under tests/integration as ``integration``; modules longest first.
 
-    The order is what the test command's processes take the modules in (``harness.schedule``;
+    The mark goes on before ``-m`` deselects; the order is made after, of the modules that
+    run. It is what the test command's processes take the modules in (``harness.schedule``;
     scripts/test.sh passes ``--no-loadscope-reorder`` so that xdist keeps it).
     """
     for item in items:
         if f"{os.sep}integration{os.sep}" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    yield
     modules = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
     rank = {m: i for i, m in enumerate(schedule.module_order(modules, schedule.load_seconds()))}
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
