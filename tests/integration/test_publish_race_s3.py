@@ -60,7 +60,7 @@ MAX_ROUNDS = 20
 STALE_READS = 1
 """Reads of a folded file after the other publisher deleted it that make the race proven: one
 is the case the test exists for (a publisher that opened the file and found it gone at the
-read). Left to random holds alone, it took up to 40 rounds of 2 to 6 s to come."""
+read)."""
 HOLD_BACK = 0.5
 """At most this long (seconds) the link of the round's other publisher holds back a GET of a
 staged object, so that the two publishers' steps interleave differently from round to round."""
@@ -142,15 +142,15 @@ class SlowLink:
         with contextlib.suppress(OSError):
             while data := client.recv(1 << 16):
                 line = data.split(b"\r\n", 1)[0]
+                if line[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST", b"DELE"):
+                    # A new request on this connection: what the last one was no longer holds.
+                    held.clear()
+                    deleting.clear()
+                    if line.startswith(b"POST ") and b"?delete" in line.split(b" ")[1]:
+                        deleting.set()
                 if line.startswith(b"GET ") and f"/{STAGING_DIR}/staging/".encode() in line:
                     self._hold_back()
                     held.set()
-                elif line[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST", b"DELE"):
-                    held.clear()
-                    if line.startswith(b"POST ") and b"?delete" in line.split(b" ")[1]:
-                        deleting.set()
-                    else:
-                        deleting.clear()
                 server.sendall(data)
         with contextlib.suppress(OSError):
             server.shutdown(socket.SHUT_WR)
