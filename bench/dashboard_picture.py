@@ -5,7 +5,7 @@ photographed), so this draws what ``docs/monitoring/grafana-dashboard.json`` sho
 panel's own PromQL, asked of a real Prometheus (``/api/v1/query_range``, as Grafana asks it) that
 scraped a real query's endpoint for the run's minutes, one matplotlib chart per panel, placed on
 the dashboard's own grid (``gridPos``). ``$query`` matches every query and
-``$__rate_interval`` is 15 s (Grafana's choice for a 1 s scrape at this step).
+``$__rate_interval`` is 15 s (this script's choice: enough 1 s scrapes for a steady rate).
 
 The run (about three minutes): a throwaway PostgreSQL with two tables; ``txn-cdc``
 (``connector=postgres``, pgoutput, ``snapshot=incremental`` in chunks of 2,000 rows) into a
