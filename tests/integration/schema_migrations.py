@@ -134,7 +134,23 @@ DEBEZIUM_POSTGRES_STEPS: list[tuple[str, list[str]]] = [
             "UPDATE products SET note = id * 10 WHERE id < 4",
         ],
     ),
-    *POSTGRES_STEPS[-2:],  # the widenings, and DDL and DML in one transaction
+    POSTGRES_STEPS[-2],  # the widenings
+    (
+        # Without the default of PostgreSQL's step: Debezium reads a column's default from the
+        # catalog when it decodes the relation message, out of band, and a transaction that ran
+        # the DDL is decoded as soon as its commit is in the WAL, which can be before the commit
+        # is visible to other sessions. Once in six full runs its records carried `code` without
+        # its default, and the mirror's existing rows read NULL where PostgreSQL's read 'c0'
+        # (docs/schema-changes.md). The postgres connector's test keeps the default.
+        "DDL and DML in one transaction",
+        [
+            "BEGIN",
+            "ALTER TABLE products ADD COLUMN code text",
+            "UPDATE products SET code = 'c' || id WHERE id = 2",
+            "DELETE FROM products WHERE id = 3",
+            "COMMIT",
+        ],
+    ),
 ]
 """PostgreSQL's sequence as Debezium's records can show it: no rename (no column identity in
 them), and a write between a drop and an add of the same name."""
