@@ -43,52 +43,14 @@ fi
 command -v cargo >/dev/null 2>&1 \
   || die "building spark-ckpt needs Rust's cargo (the connectors' decoders are partly native code): install a Rust toolchain (rustup, or Debian: apt-get install cargo) and run again"
 
-# --- Debian packages: apt-get update once per run, then a non-interactive install -------------
-# The tests run their servers themselves, never the packages' services. Without systemd (a
-# container), a package's postinst starts its service through invoke-rc.d and fails the install
-# if that start fails (mariadb-server does): there, unless the image already has one, a
-# policy-rc.d that refuses every start is in place for the install only, as Docker's images do.
-APT_UPDATED=0
-apt_install() {
-  local policy=/usr/sbin/policy-rc.d placed=0 status=0
-  export DEBIAN_FRONTEND=noninteractive
-  if [ "$APT_UPDATED" = 0 ]; then
-    apt-get update -qq || die "apt-get update failed"
-    APT_UPDATED=1
-  fi
-  if [ ! -d /run/systemd/system ] && [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && placed=1
-  fi
-  apt-get install -y -qq --no-install-recommends "$@" >/dev/null || status=$?
-  if [ "$placed" = 1 ]; then rm -f "$policy"; fi
-  [ "$status" = 0 ] || die "apt-get install $* failed"
-}
-
-# --- PostgreSQL with wal2json (tests and the postgres benchmark) -------------------------------
-ensure_postgres() {
-  local lib
-  lib="$(ls -d /usr/lib/postgresql/*/lib/wal2json.so 2>/dev/null | head -n1 || true)"
-  if [ -n "$lib" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then return 0; fi
-  if [ "$(id -u)" != 0 ]; then
-    die "the tests need PostgreSQL 15 with wal2json: as root, apt-get install postgresql-15 postgresql-15-wal2json"
-  fi
-  say "installing PostgreSQL 15 and wal2json from Debian's packages"
-  apt_install postgresql-15 postgresql-15-wal2json
-}
-if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_POSTGRES:-}" = "1" ]; then ensure_postgres; fi
-
-# --- MariaDB (tests: tests/harness/servers/mariadb.py) -----------------------------------------
-# Only the binaries are used: the tests' server has its own port, socket, data directory and
-# option file, so the system's MariaDB service (which the package may start) is never needed.
-ensure_mariadb() {
-  if [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null 2>&1; then return 0; fi
-  if [ "$(id -u)" != 0 ]; then
-    die "the tests need MariaDB: as root, apt-get install mariadb-server mariadb-client"
-  fi
-  say "installing MariaDB from Debian's packages"
-  apt_install mariadb-server mariadb-client
-}
-if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_MARIADB:-}" = "1" ]; then ensure_mariadb; fi
+# --- Debian packages: PostgreSQL with wal2json, MariaDB (scripts/debian.sh) ---------------------
+# The test command installs them in the background instead (SPARK_CKPT_SETUP_DEBIAN=0 here).
+DEBIAN_WANTED=()
+if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_POSTGRES:-}" = "1" ]; then DEBIAN_WANTED+=(postgres); fi
+if [ "$EXTRA" = "test" ] || [ "${SPARK_CKPT_MARIADB:-}" = "1" ]; then DEBIAN_WANTED+=(mariadb); fi
+if [ "${#DEBIAN_WANTED[@]}" -gt 0 ] && [ "${SPARK_CKPT_SETUP_DEBIAN:-1}" = 1 ]; then
+  "$ROOT/scripts/debian.sh" "${DEBIAN_WANTED[@]}"
+fi
 
 # --- virtualenv and packages -------------------------------------------------------------------
 if [ ! -x "$VENV/bin/python" ]; then
@@ -102,36 +64,12 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 if [ "${SPARK_CKPT_SETUP_DEPENDENCIES_ONLY:-0}" = 1 ] && "$VENV/bin/python" -c 'import tomllib' 2>/dev/null; then
   # The caller installs spark-ckpt itself (the test command: the release wheel it builds, so the
   # native modules compile once, not once here and again for the wheel). The requirements are
-  # read from pyproject.toml (tomllib: Python 3.11+; on 3.10 the source install below runs),
-  # the extra's references to spark-ckpt's other extras followed. pip's own resolution of the
-  # checkout without installing it (--dry-run --report) cost 50 s more: it builds PySpark's
-  # metadata from its 450 MB sdist.
+  # read from pyproject.toml (scripts/requirements.py needs tomllib: Python 3.11+; on 3.10 the
+  # source install below runs).
   say "installing spark-ckpt's dependencies${EXTRA:+ [$EXTRA]} into .venv (spark-ckpt itself comes later)"
   mkdir -p "$ROOT/build"
   REQUIREMENTS="$ROOT/build/requirements${EXTRA:+-$EXTRA}.txt"
-  "$VENV/bin/python" - "$ROOT/pyproject.toml" "$EXTRA" >"$REQUIREMENTS" <<'PY'
-import re
-import sys
-import tomllib
-
-with open(sys.argv[1], "rb") as pyproject:
-    project = tomllib.load(pyproject)["project"]
-extras = project.get("optional-dependencies", {})
-own = re.compile(re.escape(project["name"]) + r"\[([^\]]+)\]")
-wanted, seen, requirements = [e for e in sys.argv[2:] if e], set(), list(project["dependencies"])
-while wanted:
-    extra = wanted.pop()
-    if extra in seen:
-        continue
-    seen.add(extra)
-    for requirement in extras[extra]:
-        reference = own.fullmatch(requirement.replace(" ", ""))
-        if reference:
-            wanted += reference.group(1).split(",")
-        else:
-            requirements.append(requirement)
-print("\n".join(requirements))
-PY
+  "$VENV/bin/python" "$ROOT/scripts/requirements.py" ${EXTRA:+"$EXTRA"} >"$REQUIREMENTS"
   "${PIP[@]}" install --quiet -r "$REQUIREMENTS"
 else
   say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"

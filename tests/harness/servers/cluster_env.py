@@ -54,7 +54,7 @@ def release_wheel() -> Path:
             raise FileNotFoundError(f"SPARK_CKPT_TEST_WHEEL names {wheel}, which is not a file")
         return wheel
     # --no-setup: the running .venv stays as it is (other test processes import from it).
-    subprocess.run([str(ROOT / "scripts" / "wheel.sh"), "--no-setup"], check=True, timeout=1200)
+    subprocess.run([str(ROOT / "scripts" / "wheel.sh")], check=True, timeout=1200)
     wheels = sorted((ROOT / "dist").glob("spark_ckpt-*manylinux*.whl"))
     if len(wheels) != 1:
         raise RuntimeError(f"scripts/wheel.sh left {len(wheels)} manylinux wheels in dist/")
