@@ -17,6 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from spark_ckpt.errors import CheckpointPolicyError, ConfigError, UsageError, message_in_trace
 from spark_ckpt.model.config import CkptConfig
+from spark_ckpt.spark.jvm_logging import DATA_SOURCE_MANAGER_LOGGER, quieted
 from spark_ckpt.spark.listener import CheckpointListener, load_hooks
 from spark_ckpt.spark.supervisor import SupervisedQuery, is_connect
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
@@ -379,13 +380,15 @@ def _install(spark: SparkSession, config: CkptConfig) -> Control:
     restore = None if is_connect(spark) else _restorer(spark, state, handlers)
     listener = CheckpointListener(state, load_hooks(), refresh_policy, restore)
     control = Control(spark, state, listener, config, restore_handlers=handlers)
-    for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
-        data_source = entry.load()
-        # A subclass defined here is pickled by value, class attributes included, so every
-        # process that runs it (reader, executors, sink commits) sees this session's state.
-        bound = type(data_source.__name__, (data_source,), {"control_state": state})
-        spark.dataSource.register(bound)
-        control.formats.append(data_source.name())
-        _log.debug("registered data source %s from %s", data_source.name(), entry.value)
+    # Spark warns of each data source registered over a static one, as these are on purpose.
+    with quieted(spark, DATA_SOURCE_MANAGER_LOGGER):
+        for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
+            data_source = entry.load()
+            # A subclass defined here is pickled by value, class attributes included, so every
+            # process that runs it (reader, executors, sink commits) sees this session's state.
+            bound = type(data_source.__name__, (data_source,), {"control_state": state})
+            spark.dataSource.register(bound)
+            control.formats.append(data_source.name())
+            _log.debug("registered data source %s from %s", data_source.name(), entry.value)
     spark.streams.addListener(listener)
     return control

@@ -16,8 +16,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def test_static_registration_needs_no_register_call(tmp_path: Path) -> None:
-    """A fresh process that never calls install() can use format('txn-cdc')."""
+def test_static_registration_needs_no_register_call_and_install_replaces_it_quietly(
+    tmp_path: Path,
+) -> None:
+    """A fresh process that never called install() can use format('txn-cdc').
+
+    Its install() afterwards registers the formats over the static ones without Spark's
+    warning of each replacement on the terminal, and leaves that logger as it found it.
+    """
     (tmp_path / "log").mkdir()
     (tmp_path / "log" / "0001.jsonl").write_text(
         '{"op": "c", "before": null, "after": {"id": 1}, "source": {"table": "t"}}\n'
@@ -36,6 +42,12 @@ def test_static_registration_needs_no_register_call(tmp_path: Path) -> None:
                  .option("checkpointLocation", {str(tmp_path / "ckpt")!r}).start())
         query.awaitTermination(120)
         print("ROWS", spark.table("out").count())
+        import spark_ckpt
+        from spark_ckpt.spark.jvm_logging import DATA_SOURCE_MANAGER_LOGGER as NAME
+        print("FORMATS", sorted(spark_ckpt.install(spark).formats))
+        log4j = spark._jvm.org.apache.logging.log4j
+        config = log4j.LogManager.getContext(False).getConfiguration().getLoggerConfig(NAME)
+        print("OWN LEVEL", config.getName() == NAME)
         """
     )
     result = subprocess.run(
@@ -47,6 +59,9 @@ def test_static_registration_needs_no_register_call(tmp_path: Path) -> None:
         check=False,
     )
     assert "ROWS 1" in result.stdout, result.stderr[-3000:]
+    assert "FORMATS ['delta-2pc', 'txn-cdc']" in result.stdout, result.stderr[-3000:]
+    assert "replaced a statically registered data source" not in result.stderr
+    assert "OWN LEVEL False" in result.stdout, "install() left the logger a level of its own"
 
 
 @pytest.mark.quick

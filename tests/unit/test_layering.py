@@ -26,6 +26,7 @@ PACKAGE = Path(spark_ckpt.__file__).parent
 SPARK_GLUE = {
     "spark_ckpt.spark.consistent",
     "spark_ckpt.spark.control",
+    "spark_ckpt.spark.jvm_logging",
     "spark_ckpt.spark.listener",
     "spark_ckpt.spark.packages",
     "spark_ckpt.spark.session",
