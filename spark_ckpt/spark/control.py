@@ -17,7 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from spark_ckpt.errors import CheckpointPolicyError, ConfigError, UsageError, message_in_trace
 from spark_ckpt.model.config import CkptConfig
-from spark_ckpt.spark.jvm_logging import DATA_SOURCE_MANAGER_LOGGER, quieted
+from spark_ckpt.spark.jvm_logging import quiet_replaced_data_sources
 from spark_ckpt.spark.listener import CheckpointListener, load_hooks
 from spark_ckpt.spark.supervisor import SupervisedQuery, is_connect
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
@@ -226,7 +226,10 @@ def install(spark: SparkSession) -> Control:
     The formats also work without it (Spark registers ``pyspark_*`` modules statically); what
     install adds is policy: low-latency and tail publishing, supervised queries, and the
     Prometheus endpoint when ``spark.ckpt.metrics.port`` is set (a later call starts it when
-    the key was set after the first; :meth:`Control.stop_metrics` stops it).
+    the key was set after the first; :meth:`Control.stop_metrics` stops it). From here on, the
+    driver's JVM logs only errors of Spark's ``DataSourceManager``, which would warn at this
+    call and at every query's start that the formats replaced their static registrations
+    (:mod:`spark_ckpt.spark.jvm_logging`).
 
     Parameters
     ----------
@@ -380,15 +383,18 @@ def _install(spark: SparkSession, config: CkptConfig) -> Control:
     restore = None if is_connect(spark) else _restorer(spark, state, handlers)
     listener = CheckpointListener(state, load_hooks(), refresh_policy, restore)
     control = Control(spark, state, listener, config, restore_handlers=handlers)
-    # Spark warns of each data source registered over a static one, as these are on purpose.
-    with quieted(spark, DATA_SOURCE_MANAGER_LOGGER):
-        for entry in sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name):
-            data_source = entry.load()
-            # A subclass defined here is pickled by value, class attributes included, so every
-            # process that runs it (reader, executors, sink commits) sees this session's state.
-            bound = type(data_source.__name__, (data_source,), {"control_state": state})
-            spark.dataSource.register(bound)
-            control.formats.append(data_source.name())
-            _log.debug("registered data source %s from %s", data_source.name(), entry.value)
+    entries = sorted(entry_points(group=DATA_SOURCE_GROUP), key=lambda e: e.name)
+    if entries:
+        # Registered over the static registrations on purpose: Spark would warn of each, here
+        # and at every query's start.
+        quiet_replaced_data_sources(spark, entries[0].load().name())
+    for entry in entries:
+        data_source = entry.load()
+        # A subclass defined here is pickled by value, class attributes included, so every
+        # process that runs it (reader, executors, sink commits) sees this session's state.
+        bound = type(data_source.__name__, (data_source,), {"control_state": state})
+        spark.dataSource.register(bound)
+        control.formats.append(data_source.name())
+        _log.debug("registered data source %s from %s", data_source.name(), entry.value)
     spark.streams.addListener(listener)
     return control
