@@ -46,7 +46,7 @@ from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition, GtidStart
 from .chunks import ChunkReadPartition, run_chunk_read
 from .gtid import reached
-from .incremental import IncrementalSnapshot
+from .incremental import IncrementalSnapshot, check_windows_kept
 from .initial_snapshot import InitialSnapshot
 from .rows import MySqlPartition, pack, unpack
 from .schemas import SchemaState, SchemaTracker
@@ -186,7 +186,8 @@ class MySqlConnector(ChangeConnector):
         ------
         DataLossError
             When the offset's file was purged and the offset has no GTID state to resume from,
-            or another server wrote it without one.
+            or another server wrote it without one; or when a pending chunk's window of a
+            chunked snapshot starts in a purged file.
         RestoreError
             When the offset is in the middle of a chunked snapshot and its binlog position is
             another server's, or a purged file's.
@@ -196,6 +197,8 @@ class MySqlConnector(ChangeConnector):
             return  # the snapshot is (re)taken: nothing was read yet
         other = restored.server is not None and restored.server != self._identity
         files = binlog_files(self.options)
+        if not other:
+            check_windows_kept(restored, restored.position, files)
         if restored.position.file in files and not other:
             return
         if restored.incremental is not None:

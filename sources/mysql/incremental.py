@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from spark_ckpt.errors import DataLossError
 from spark_ckpt.state.storage import Location
 
 from ..chunks import ChunkBounds, IncrementalState, Key, PendingChunk
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from .options import MySqlOptions
     from .schemas import SchemaTracker
 
-__all__ = ["IncrementalSnapshot"]
+__all__ = ["IncrementalSnapshot", "check_windows_kept"]
 
 _log = logging.getLogger(__name__)
 
@@ -263,3 +264,33 @@ class IncrementalSnapshot:
 
 def _key(offset: BinlogOffset) -> str:
     return f"{offset.checkpoint}:{offset.position}"
+
+
+def check_windows_kept(restored: BinlogOffset, at: BinlogPosition, files: list[str]) -> None:
+    """Fail now if the binlog of a pending chunk's window was purged (driver, at a restart).
+
+    A chunk read and not emitted yet is emitted once the stream has been read again from the
+    start of its window, which may be in a file older than the offset's own (``at``); without
+    this check the restart would fail only at that read, with a connection error.
+
+    Raises
+    ------
+    DataLossError
+        When the file the earliest window starts in is not among the server's ``files``.
+    """
+    state = restored.incremental
+    floor = state.floor() if state is not None else None
+    if state is None or floor is None:
+        return
+    window = BinlogPosition.from_ordinal(floor, like=at)
+    if window.file in files:
+        return
+    raise DataLossError(
+        f"the checkpoint is in the middle of a chunked snapshot (snapshot=incremental) with "
+        f"{len(state.pending)} chunks read and not emitted yet, whose window of binlog changes "
+        f"starts at {window}, but the server no longer has {window.file} (it has "
+        f"{files[0] if files else 'none'} to {files[-1] if files else 'none'}): those changes "
+        f"were purged (binlog_expire_logs_seconds, PURGE BINARY LOGS) before the chunks could "
+        f"be reconciled with them. Start over with a new checkpointLocation, and keep binlogs "
+        f"longer than the query may be stopped"
+    )

@@ -11,7 +11,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
+from spark_ckpt.errors import DataLossError
 from spark_ckpt.sources.chunk_spill import chunk_files, emit_rows, write_chunk_rows
 from spark_ckpt.sources.chunks import (
     ALL_KEYS,
@@ -23,6 +25,7 @@ from spark_ckpt.sources.chunks import (
 )
 from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
 from spark_ckpt.sources.mysql.chunks import ChunkRead, _where, key_text
+from spark_ckpt.sources.mysql.incremental import check_windows_kept
 from spark_ckpt.sources.mysql.incremental_plan import ChunkPlanner, WindowChange
 from spark_ckpt.sources.mysql.types import BINARY_CHARSET, FieldType, MySqlColumn
 from spark_ckpt.state.storage import Location
@@ -178,3 +181,18 @@ def test_a_chunk_whose_spill_was_lost_is_read_again_from_the_new_batch(tmp_path:
     assert not work.emitted
     assert [(c.since, c.read_in) for c in work.state.pending] == [(300, 4)]
     assert [c.name for c in work.reads] == [chunk.name]  # type: ignore[attr-defined]
+
+
+def test_a_restart_whose_pending_windows_start_in_a_purged_file_is_a_data_loss_error() -> None:
+    at = BinlogPosition("mariadb-bin.000007", 900)
+    window = BinlogPosition("mariadb-bin.000005", 4)
+    chunk = PendingChunk(ChunkBounds(TABLE, 3, ("9",), ("20",)), window.ordinal, read_in=4)
+    state = IncrementalState(table=0, after=("20",), index=4, pending=(chunk,), chunks_done=3)
+    restored = BinlogOffset(5, 0, at, "0-1-40", incremental=state)
+    kept = ["mariadb-bin.000005", "mariadb-bin.000006", "mariadb-bin.000007"]
+    check_windows_kept(restored, at, kept)  # the window's file is there: nothing to say
+    check_windows_kept(BinlogOffset(5, 0, at, "0-1-40"), at, kept[2:])  # no chunk pending
+    with pytest.raises(DataLossError, match="chunked snapshot") as lost:
+        check_windows_kept(restored, at, kept[1:])
+    assert "mariadb-bin.000005:4" in str(lost.value)
+    assert "mariadb-bin.000006 to mariadb-bin.000007" in str(lost.value)
