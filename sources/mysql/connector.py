@@ -186,11 +186,11 @@ class MySqlConnector(ChangeConnector):
         ------
         DataLossError
             When the offset's file was purged and the offset has no GTID state to resume from,
-            or another server wrote it without one; or when a pending chunk's window of a
-            chunked snapshot starts in a purged file.
+            or another server wrote it without one; or when the offset is in the middle of a
+            chunked snapshot whose pending chunks' windows start in a purged file.
         RestoreError
             When the offset is in the middle of a chunked snapshot and its binlog position is
-            another server's, or a purged file's.
+            another server's, or a purged file's with no chunk pending.
         """
         restored = BinlogOffset.from_json(offset)
         if restored.position is None:
