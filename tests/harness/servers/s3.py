@@ -62,7 +62,7 @@ class S3Server:
             if self._process.poll() is not None:
                 raise RuntimeError(
                     f"the S3 server exited with {self._process.returncode} at start: is moto "
-                    f"installed (pip install 'moto[server]')?"
+                    f"installed (pip install 'moto[s3]' flask flask-cors)?"
                 )
             try:
                 with urllib.request.urlopen(self.endpoint + "/", timeout=2):
