@@ -198,7 +198,7 @@ class MySqlConnector(ChangeConnector):
         other = restored.server is not None and restored.server != self._identity
         files = binlog_files(self.options)
         if not other:
-            check_windows_kept(restored, restored.position, files)
+            check_windows_kept(restored, files)
         if restored.position.file in files and not other:
             return
         if restored.incremental is not None:

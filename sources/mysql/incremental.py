@@ -266,11 +266,11 @@ def _key(offset: BinlogOffset) -> str:
     return f"{offset.checkpoint}:{offset.position}"
 
 
-def check_windows_kept(restored: BinlogOffset, at: BinlogPosition, files: list[str]) -> None:
+def check_windows_kept(restored: BinlogOffset, files: list[str]) -> None:
     """Fail now if the binlog of a pending chunk's window was purged (driver, at a restart).
 
     A chunk read and not emitted yet is emitted once the stream has been read again from the
-    start of its window, which may be in a file older than the offset's own (``at``); without
+    start of its window, which may be in a file older than the offset's own; without
     this check the restart would fail only at that read, with a connection error.
 
     Raises
@@ -278,9 +278,9 @@ def check_windows_kept(restored: BinlogOffset, at: BinlogPosition, files: list[s
     DataLossError
         When the file the earliest window starts in is not among the server's ``files``.
     """
-    state = restored.incremental
+    state, at = restored.incremental, restored.position
     floor = state.floor() if state is not None else None
-    if state is None or floor is None:
+    if state is None or floor is None or at is None:
         return
     window = BinlogPosition.from_ordinal(floor, like=at)
     if window.file in files:

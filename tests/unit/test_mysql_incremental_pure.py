@@ -190,9 +190,9 @@ def test_a_restart_whose_pending_windows_start_in_a_purged_file_is_a_data_loss_e
     state = IncrementalState(table=0, after=("20",), index=4, pending=(chunk,), chunks_done=3)
     restored = BinlogOffset(5, 0, at, "0-1-40", incremental=state)
     kept = ["mariadb-bin.000005", "mariadb-bin.000006", "mariadb-bin.000007"]
-    check_windows_kept(restored, at, kept)  # the window's file is there: nothing to say
-    check_windows_kept(BinlogOffset(5, 0, at, "0-1-40"), at, kept[2:])  # no chunk pending
+    check_windows_kept(restored, kept)  # the window's file is there: nothing to say
+    check_windows_kept(BinlogOffset(5, 0, at, "0-1-40"), kept[2:])  # no chunk pending
     with pytest.raises(DataLossError, match="chunked snapshot") as lost:
-        check_windows_kept(restored, at, kept[1:])
+        check_windows_kept(restored, kept[1:])
     assert "mariadb-bin.000005:4" in str(lost.value)
     assert "mariadb-bin.000006 to mariadb-bin.000007" in str(lost.value)
