@@ -8,13 +8,24 @@ from typing import Any, Literal
 
 from spark_ckpt.errors import ConfigError
 from spark_ckpt.model.change_rows import CHANGES_TABLE
-from spark_ckpt.model.option_types import Boolean, Choice, Duration, Names, Parsed, Size, Text
+from spark_ckpt.model.option_types import (
+    Boolean,
+    Choice,
+    Duration,
+    Names,
+    Parsed,
+    PositiveInt,
+    Size,
+    Text,
+)
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, option_names, read_declared
 from spark_ckpt.model.schema_changes import BEHAVIORS, Behavior
 from spark_ckpt.model.uris import canonical_uri, check_uri, child_uri
 from spark_ckpt.state.storage_options import StorageOptions, refuse_unsafe_settings
 
-__all__ = ["SINK_OPTIONS", "SinkOptions"]
+from .mirror.compaction_policy import CompactionPolicy
+
+__all__ = ["MIRROR_ONLY_OPTIONS", "SINK_OPTIONS", "SinkOptions"]
 
 Mode = Literal["append", "mirror"]
 MODES: tuple[Mode, ...] = ("append", "mirror")
@@ -28,6 +39,20 @@ BEHAVIOR_PREFIX = "schemaChangeBehavior."
 
 def _scd(text: str) -> int:
     return int(Choice(("1", "2")).parse(text))
+
+
+def _batches(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = float(text.strip())
+    if not 0.0 < value <= 1.0:
+        raise ValueError(text)
+    return value
 
 
 PATH: OptionSpec[str] = OptionSpec(
@@ -111,6 +136,28 @@ DELETION_VECTORS: OptionSpec[bool] = OptionSpec(
     Boolean(),
     default=True,
 )
+COMPACT_EVERY: OptionSpec[int] = OptionSpec(
+    "compactEvery",
+    "`mode=mirror`: after every N-th batch, compact the mirror tables it touched where they need "
+    "it (deletion vectors past `compactDeletedRatio`, `compactMinFiles` small files), as a "
+    "commit of its own; `0`: never after a batch (call `compact_mirror`)",
+    Parsed(_batches, "0 or a positive number of batches"),
+    default=10,
+)
+COMPACT_DELETED_RATIO: OptionSpec[float] = OptionSpec(
+    "compactDeletedRatio",
+    "`mode=mirror`: a compaction rewrites a file whose deletion vector deletes this share of "
+    "its rows or more",
+    Parsed(_ratio, "a share above 0 and at most 1 (0.2)"),
+    default=0.2,
+)
+COMPACT_MIN_FILES: OptionSpec[int] = OptionSpec(
+    "compactMinFiles",
+    "`mode=mirror`: a compaction packs the files smaller than half `targetFileSize` into files "
+    "of up to `targetFileSize` once there are this many",
+    PositiveInt(),
+    default=10,
+)
 TABLE_BEHAVIOR: OptionSpec[str] = OptionSpec(
     BEHAVIOR_PREFIX,
     "`mode=mirror`: `schemaChangeBehavior` for one source table, overriding the query's",
@@ -130,10 +177,25 @@ SINK_OPTIONS: tuple[OptionSpec[Any], ...] = (
     SCD,
     SCHEMA_CHANGE_BEHAVIOR,
     DELETION_VECTORS,
+    COMPACT_EVERY,
+    COMPACT_DELETED_RATIO,
+    COMPACT_MIN_FILES,
     TABLE_BEHAVIOR,
 )
 """Every ``delta-2pc`` option, documented: the reference's table and the accepted names."""
 _NAMES = option_names(SINK_OPTIONS)
+MIRROR_ONLY_OPTIONS = tuple(
+    spec.name
+    for spec in (
+        SCD,
+        SCHEMA_CHANGE_BEHAVIOR,
+        DELETION_VECTORS,
+        COMPACT_EVERY,
+        COMPACT_DELETED_RATIO,
+        COMPACT_MIN_FILES,
+    )
+)
+"""Options with a value only in ``mode=mirror`` (``changeLog`` has its own message)."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +236,8 @@ class SinkOptions:
     deletion_vectors
         Mirror mode: new mirror tables get deletion vectors and are applied merge-on-read
         (:mod:`~spark_ckpt.sinks.mirror.merge_on_read`).
+    compact_every, compact_deleted_ratio, compact_min_files
+        Mirror mode: the compaction policy (:meth:`compaction`).
     """
 
     path: str
@@ -188,12 +252,24 @@ class SinkOptions:
     scd: int = declared(SCD)
     schema_change_behavior: Behavior = declared(SCHEMA_CHANGE_BEHAVIOR)
     deletion_vectors: bool = declared(DELETION_VECTORS)
+    compact_every: int = declared(COMPACT_EVERY)
+    compact_deleted_ratio: float = declared(COMPACT_DELETED_RATIO)
+    compact_min_files: int = declared(COMPACT_MIN_FILES)
     table_behaviors: tuple[tuple[str, Behavior], ...] = ()
     """``(schema.table lower-cased, behavior)`` for the tables with their own behavior."""
 
     def behavior_of(self, table: str) -> Behavior:
         """The schema change behavior of the mirror of source table ``table``."""
         return dict(self.table_behaviors).get(table.lower(), self.schema_change_behavior)
+
+    def compaction(self) -> CompactionPolicy:
+        """The mirrors' compaction policy (:mod:`~spark_ckpt.sinks.mirror.compaction`)."""
+        return CompactionPolicy(
+            self.compact_every,
+            self.compact_deleted_ratio,
+            self.compact_min_files,
+            self.target_file_size,
+        )
 
     @property
     def log_path(self) -> str:
@@ -238,9 +314,8 @@ class SinkOptions:
                 check_uri(CHANGE_LOG.read(reader) or child_uri(path, CHANGES_TABLE))
             )
         else:
-            reader.forbid("scd", "no value outside mode=mirror")
-            reader.forbid("schemaChangeBehavior", "no value outside mode=mirror")
-            reader.forbid("deletionVectors", "no value outside mode=mirror")
+            for name in MIRROR_ONLY_OPTIONS:
+                reader.forbid(name, "no value outside mode=mirror")
             reader.forbid(
                 "changeLog",
                 "no value outside mode=mirror (in append mode, 'path' is the change log)",

@@ -40,6 +40,7 @@ from spark_ckpt.state.storage import Location
 from spark_ckpt.testing.faults import crash_point
 
 from .manifest import Manifest, ManifestStore
+from .mirror.compaction import compact_after_batch
 from .mirror.precommit import discard_staging
 from .mirror.publish import apply_plan
 from .snapshots import check_out, give_back
@@ -250,6 +251,8 @@ def _publish_from(
         _tidy(store, table, batch_id, manifest)
         if manifest.mirror is not None:
             discard_staging(Location(manifest.mirror.root, checkpoint.options), batch_id)
+            # After the batch is visible everywhere: its freshness never waits for this.
+            compact_after_batch(manifest.mirror, checkpoint.options, batch_id)
         if batch_id >= _RETAIN_PUBLISHED:
             store.delete(batch_id - _RETAIN_PUBLISHED)
         # The next batch is committed against a snapshot at least as new as this commit; if

@@ -214,6 +214,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 history=self.options.scd == 2,
                 behavior_of=self.options.behavior_of,
                 deletion_vectors=self.options.deletion_vectors,
+                compaction=self.options.compaction(),
             )
             manifest = dataclasses.replace(manifest, mirror=plan)
         precommit(store, manifest)

@@ -52,11 +52,15 @@ __all__ = [
     "DeletionCommit",
     "LogFile",
     "check_dv_writable",
+    "checkpoint_if_due",
     "commit_deletions",
+    "create_entry",
     "create_table",
     "enable_deletion_vectors",
     "has_deletion_vectors",
     "log_files",
+    "staged_add",
+    "unknown_features",
 ]
 
 FEATURE = "deletionVectors"
@@ -113,6 +117,13 @@ def has_deletion_vectors(delta: DeltaTable) -> bool:
     return FEATURE in (delta.protocol().reader_features or [])
 
 
+def unknown_features(delta: DeltaTable) -> list[str]:
+    """The table's features whose rules this writer's hand-made commits do not keep (driver)."""
+    protocol = delta.protocol()
+    features = set(protocol.reader_features or []) | set(protocol.writer_features or [])
+    return sorted(features - _HONOURED)
+
+
 def check_dv_writable(uri: str, delta: DeltaTable) -> None:
     """Refuse a table whose DV commit this writer cannot make correctly (driver, per commit).
 
@@ -132,7 +143,7 @@ def check_dv_writable(uri: str, delta: DeltaTable) -> None:
             f"(enable_deletion_vectors, or ALTER TABLE ... SET TBLPROPERTIES "
             f"('delta.enableDeletionVectors' = true) in Spark)"
         )
-    unknown = sorted((writers | readers) - _HONOURED)
+    unknown = unknown_features(delta)
     if unknown:
         raise TableIncompatibleError(
             f"the Delta table at {uri} has table feature(s) {', '.join(unknown)}, whose rules "
@@ -226,13 +237,14 @@ class LogFile:
         return action
 
 
-def _staged_add(staged: StagedFile) -> dict[str, Any]:
+def staged_add(staged: StagedFile, data_change: bool = True) -> dict[str, Any]:
+    """The ``add`` of a new file (``data_change``: False for a compaction's, Delta's rule)."""
     return {
         "path": staged.path,
         "partitionValues": dict(staged.partition_values),
         "size": staged.size,
         "modificationTime": staged.modification_time,
-        "dataChange": True,
+        "dataChange": data_change,
         "stats": staged.stats,
     }
 
@@ -395,7 +407,7 @@ def commit_deletions(
     if merged:
         descriptors = write_deletion_vectors(table, [rows for _, rows in merged])
         adds = [file.add_action(dv) for (file, _), dv in zip(merged, descriptors, strict=True)]
-    adds += [_staged_add(staged) for staged in commit.adds]
+    adds += [staged_add(staged) for staged in commit.adds]
     info = {
         "timestamp": now,
         "operation": "MERGE",
@@ -412,8 +424,8 @@ def commit_deletions(
         *({"remove": r} for r in removes),
         *({"add": a} for a in adds),
     ]
-    _create_entry(table, version + 1, actions)
-    _checkpoint_if_due(table, delta, version + 1)
+    create_entry(table, version + 1, actions)
+    checkpoint_if_due(table, delta, version + 1)
     return version + 1
 
 
@@ -495,10 +507,10 @@ def create_table(
         {"protocol": protocol},
         {"metaData": metadata},
         {"txn": {"appId": commit.query_id, "version": commit.batch_id, "lastUpdated": now}},
-        *({"add": _staged_add(staged)} for staged in commit.adds),
+        *({"add": staged_add(staged)} for staged in commit.adds),
     ]
     table.child("_delta_log").make_dirs()
-    _create_entry(table, 0, actions)
+    create_entry(table, 0, actions)
     return 0
 
 
@@ -513,7 +525,7 @@ def _batch_info(commit: DeletionCommit) -> dict[str, Any]:
     }
 
 
-def _create_entry(table: Location, version: int, actions: Sequence[Mapping[str, Any]]) -> None:
+def create_entry(table: Location, version: int, actions: Sequence[Mapping[str, Any]]) -> None:
     """Write log entry ``version`` holding ``actions``, only if absent (the commit itself).
 
     Raises
@@ -529,7 +541,7 @@ def _create_entry(table: Location, version: int, actions: Sequence[Mapping[str, 
         )
 
 
-def _checkpoint_if_due(table: Location, delta: DeltaTable, version: int) -> None:
+def checkpoint_if_due(table: Location, delta: DeltaTable, version: int) -> None:
     """Write a checkpoint at every ``delta.checkpointInterval``-th version, as delta-rs would.
 
     delta-rs writes it (its checkpoints carry the ``deletionVector`` of every ``add``), from a

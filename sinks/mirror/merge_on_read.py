@@ -12,9 +12,11 @@ A batch's apply reads and writes in proportion to its changes, not to the files 
 4. *One commit* (:func:`.dv_commit.commit_deletions`): per marked file a ``remove`` with its old
    DV and an ``add`` with the merged one, the new file, ``txn(query id, batch id)``.
 
-A file whose DV would delete :data:`COMPACT_SHARE` of its rows or more is rewritten instead
-(its live rows to a new file, the old one removed): copy-on-write stays as the compaction that
-keeps reads of a mirror fast.
+The apply never rewrites a file for its deleted rows' sake: files whose DVs delete a large share
+of their rows, and the small files of many batches' new versions, are rewritten by the
+compaction (:mod:`.compaction`), a commit of its own. Only a file whose statistics lack
+``numRecords`` (written by another engine without them) is rewritten here, as a DV needs the
+file's row count.
 
 :func:`mark_file` is a pure function of (table, file, its DV, the batch's keys) with picklable
 arguments and result, so that it can run in Spark tasks later; today every call runs on the
@@ -45,15 +47,7 @@ from .dv_commit import LogFile, log_files
 from .fold import ACTION, FROM_KEY, MISSING
 from .rewrite import align_rows, candidate_files, fill_missing, key_hits, old_keys
 
-__all__ = ["COMPACT_SHARE", "FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
-
-COMPACT_SHARE = 0.5
-"""A file whose DV deletes this share of its rows or more is rewritten instead of marked.
-
-A constant, not an option: at half its rows deleted a file costs readers twice its live rows'
-I/O, while rewriting it costs the apply about what one more read of it would; Delta's own
-``OPTIMIZE`` purges DVs by a similar ratio. A policy users set (every N batches, by ratio, a
-maintenance call) is issue 43's compaction step."""
+__all__ = ["FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
 
 
 @dataclass(frozen=True)
@@ -133,17 +127,17 @@ class MergeOnRead:
     deletions
         Data file path (as in the log) to its whole DV after the batch.
     removes
-        Paths of files removed whole (truncated, or rewritten by the compaction).
+        Paths of files removed whole (truncated, or rewritten without a row count).
     adds
-        New files: the batch's new row versions, compacted files' live rows.
+        New files: the batch's new row versions, rewritten files' live rows.
     files
         The ``add`` of every file in ``deletions`` and ``removes`` at the snapshot read.
     files_read
         Files whose key columns were read (candidates by statistics).
     rows_marked
         Stored rows the batch deleted by DV.
-    files_compacted
-        Files rewritten because their DV passed :data:`COMPACT_SHARE`.
+    files_rewritten
+        Files rewritten because their statistics lack ``numRecords``.
     """
 
     deletions: dict[str, DeletedRows] = field(default_factory=dict)
@@ -152,7 +146,7 @@ class MergeOnRead:
     files: dict[str, LogFile] = field(default_factory=dict)
     files_read: int = 0
     rows_marked: int = 0
-    files_compacted: int = 0
+    files_rewritten: int = 0
 
     def discard(self, table: Location) -> None:
         """Delete the written files (a commit that lost a race, or failed)."""
@@ -218,7 +212,7 @@ def _plan(
     if delta is not None and wanted:
         result.files = log_files(table, delta.version(), wanted)
     old_parts: list[pa.Table] = []
-    compact: list[tuple[LogFile, DeletedRows]] = []
+    rewrite: list[tuple[LogFile, DeletedRows]] = []
     for entry in candidates:
         file = result.files[str(entry["path"])]
         marks = mark_file(table, file.path, file.deletion_vector, lookup, key_columns, with_rows)
@@ -228,9 +222,8 @@ def _plan(
         result.rows_marked += marks.marked
         if marks.old_rows is not None:
             old_parts.append(align_rows(marks.old_rows, schema))
-        records = file.num_records
-        if records is None or len(marks.deleted) >= COMPACT_SHARE * records:
-            compact.append((file, marks.deleted))
+        if file.num_records is None:
+            rewrite.append((file, marks.deleted))
         else:
             result.deletions[file.path] = marks.deleted
     old_rows = pa.concat_tables(old_parts) if old_parts else schema.empty_table()
@@ -241,10 +234,10 @@ def _plan(
             write_staged_file(table, staged_name(query_id, batch_id, sequence), content)
         )
         sequence += 1
-    for file, deleted in compact:
+    for file, deleted in rewrite:
         kept = _without(table, file, deleted, schema)
         result.removes.append(file.path)
-        result.files_compacted += 1
+        result.files_rewritten += 1
         if kept.num_rows:
             result.adds.append(
                 write_staged_file(table, staged_name(query_id, batch_id, sequence), kept)
@@ -253,7 +246,7 @@ def _plan(
 
 
 def _without(table: Location, file: LogFile, deleted: DeletedRows, schema: pa.Schema) -> pa.Table:
-    """The rows of ``file`` outside ``deleted``, in ``schema`` (a compaction's new file)."""
+    """The rows of ``file`` outside ``deleted``, in ``schema`` (its rewrite's new file)."""
     rows = staged_location(table, file.path).read_parquet()
     keep = np.ones(rows.num_rows, dtype=bool)
     keep[deleted.indexes().astype(np.int64)] = False

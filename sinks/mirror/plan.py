@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .compaction_policy import CompactionPolicy
 from .evolution import ProjectedColumn
 from .rebuild import RebuildState
 
@@ -114,6 +115,8 @@ class MirrorPlan:
     deletion_vectors
         A mirror table the batch creates gets deletion vectors (merge-on-read), unless it is
         SCD type 2 (copy-on-write).
+    compaction
+        When and what the publisher compacts after the batch (the sink's ``compact*`` options).
     """
 
     root: str
@@ -121,6 +124,7 @@ class MirrorPlan:
     rebuilding: tuple[RebuildState, ...] = ()
     discard: tuple[str, ...] = ()
     deletion_vectors: bool = True
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
@@ -130,6 +134,7 @@ class MirrorPlan:
             "rebuilding": [r.to_json() for r in self.rebuilding],
             "discard": list(self.discard),
             "deletionVectors": self.deletion_vectors,
+            "compaction": self.compaction.to_json(),
         }
 
     @classmethod
@@ -141,4 +146,8 @@ class MirrorPlan:
             tuple(RebuildState.from_json(r) for r in value.get("rebuilding", ())),
             tuple(str(d) for d in value.get("discard", ())),
             bool(value.get("deletionVectors", True)),
+            # Manifests written before the policy existed: the defaults.
+            CompactionPolicy.from_json(value["compaction"])
+            if "compaction" in value
+            else CompactionPolicy(),
         )

@@ -25,6 +25,7 @@ from spark_ckpt.testing.faults import crash_point
 
 from ..staging import StagedFile, staged_location, write_staged_file
 from ..table import load_table
+from .compaction_policy import CompactionPolicy
 from .evolution import ProjectedColumn, follow, identity, needs_rewrite
 from .fold import END_AT, START_AT, FoldedTable, fold_changes, row_position
 from .plan import MirrorPlan, TablePlan
@@ -142,12 +143,15 @@ def plan_batch(
     history: bool = False,
     behavior_of: Callable[[str], Behavior] = lambda table: "evolve",
     deletion_vectors: bool = True,
+    compaction: CompactionPolicy | None = None,
 ) -> MirrorPlan:
     """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
 
     ``files`` are the change rows the executors staged into ``changelog``; ``history`` keeps
     every row version (SCD type 2); ``behavior_of`` gives each table's schema change behavior;
-    ``deletion_vectors``: mirror tables the batch creates get them (merge-on-read).
+    ``deletion_vectors``: mirror tables the batch creates get them (merge-on-read);
+    ``compaction``: the policy the publisher compacts by after the batch (the defaults when
+    None).
 
     Raises
     ------
@@ -236,6 +240,7 @@ def plan_batch(
         tuple(states[name] for name in sorted(states)),
         tuple(discard),
         deletion_vectors,
+        compaction or CompactionPolicy(),
     )
 
 

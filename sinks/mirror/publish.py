@@ -202,7 +202,7 @@ def _apply_table_once(
             batch_id,
             {},
             rewrite.adds,
-            _apply_info(rewrite.files_read, 0, 0, 0),
+            _apply_info(rewrite.files_read, 0, 0, len(rewrite.removes)),
             removes=tuple(rewrite.removes),
         )
         return _commit_by_dv(location, delta, removing, schema, rewrite.discard)
@@ -212,7 +212,7 @@ def _apply_table_once(
         Schema.from_arrow(schema),
         rewrite.adds,
         tuple(rewrite.removes),
-        metadata=_apply_info(rewrite.files_read, 0, 0, 0),
+        metadata=_apply_info(rewrite.files_read, 0, 0, len(rewrite.removes)),
         overwrite=plan.rewrite_all,
     )
     try:
@@ -256,13 +256,13 @@ def _merges_on_read(
     return deletion_vectors and (location.is_local or location.scheme == "s3")
 
 
-def _apply_info(read: int, marked: int, rows: int, compacted: int) -> dict[str, str]:
+def _apply_info(read: int, marked: int, rows: int, rewritten: int) -> dict[str, str]:
     """``commitInfo`` entries saying what the apply read and changed (in Delta's history)."""
     return {
         "spark-ckpt.mirror.filesRead": str(read),
         "spark-ckpt.mirror.filesMarked": str(marked),
         "spark-ckpt.mirror.rowsMarked": str(rows),
-        "spark-ckpt.mirror.filesCompacted": str(compacted),
+        "spark-ckpt.mirror.filesRewritten": str(rewritten),
     }
 
 
@@ -287,7 +287,7 @@ def _apply_merge_on_read(
         location, delta, folded, key_columns, plan.truncate, schema, query_id, batch_id
     )
     info = _apply_info(
-        applied.files_read, len(applied.deletions), applied.rows_marked, applied.files_compacted
+        applied.files_read, len(applied.deletions), applied.rows_marked, applied.files_rewritten
     )
     commit = DeletionCommit(
         query_id,
@@ -299,13 +299,13 @@ def _apply_merge_on_read(
         merged=True,
     )
     _log.debug(
-        "mirror %s: batch %d read %d files, marked %d rows in %d, compacted %d, added %d",
+        "mirror %s: batch %d read %d files, marked %d rows in %d, rewrote %d, added %d",
         plan.table,
         batch_id,
         applied.files_read,
         applied.rows_marked,
         len(applied.deletions),
-        applied.files_compacted,
+        applied.files_rewritten,
         len(applied.adds),
     )
     return _commit_by_dv(location, delta, commit, schema, applied.discard, applied.files)

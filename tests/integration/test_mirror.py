@@ -69,6 +69,7 @@ class ShopProducer(threading.Thread):
 
 
 def _mirror_query(spark: SparkSession, log: Path, root: Path, ckpt: Path) -> StreamingQuery:
+    """A streaming mirror-mode query whose publisher compacts every third batch's tables."""
     return (
         spark.readStream.format("txn-cdc")
         .option("connector", "debezium-json")
@@ -78,6 +79,8 @@ def _mirror_query(spark: SparkSession, log: Path, root: Path, ckpt: Path) -> Str
         .option("mode", "mirror")
         .option("path", str(root))
         .option("checkpointLocation", str(ckpt))
+        .option("compactEvery", "3")
+        .option("compactMinFiles", "3")
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -213,6 +216,11 @@ def test_mirror_tables_track_the_source_and_read_consistently(
         assert _normalised(latest) == _normalised(expected), name
     assert not invariant_violations(_rows(tables[ORDERS]), _rows(tables[ITEMS]))
     assert sum(Decimal(r["total"]) for r in workload.rows[ORDERS].values()) > 0
+    # The publisher compacted the mirrors while the readers read them at every checkpoint.
+    operations = [
+        h["operation"] for n in (ORDERS, ITEMS) for h in DeltaTable(str(root / n)).history()
+    ]
+    assert "OPTIMIZE" in operations, operations
 
 
 def test_a_changed_column_type_stops_the_query_before_publishing(

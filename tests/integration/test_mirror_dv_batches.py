@@ -77,7 +77,7 @@ class Source:
         apply_plan(plan, self.root.options, self.query_id, self.batch)
         self.batch += 1
         (info,) = self.delta().history(1)
-        names = ("filesRead", "filesMarked", "rowsMarked", "filesCompacted")
+        names = ("filesRead", "filesMarked", "rowsMarked", "filesRewritten")
         return {n: int(info[f"spark-ckpt.mirror.{n}"]) for n in names}
 
     def delta(self) -> DeltaTable:
@@ -132,7 +132,7 @@ def test_batches_by_deletion_vector_read_exactly_the_source_in_both_engines_at_t
         got = source.publish(changes)
         assert got["filesRead"] == want["filesRead"], f"batch {batch}: {got}, want {want}"
         assert got["rowsMarked"] == want["rowsMarked"], f"batch {batch}: {got}"
-        assert got["filesCompacted"] == 0
+        assert got["filesRewritten"] == 0
         files_after = set(source.delta().file_uris())
         assert files_before < files_after, "no file is rewritten or removed"
         assert len(files_after - files_before) == 1, "the batch's new versions: one file"

@@ -29,7 +29,7 @@ from spark_ckpt.cli import build_parser
 from spark_ckpt.model import options as option_model
 from spark_ckpt.model.config import DEFAULTS, KEYS, CkptConfig
 from spark_ckpt.model.options import OptionSpec, declared_fields
-from spark_ckpt.sinks.options import SINK_OPTIONS, SinkOptions
+from spark_ckpt.sinks.options import MIRROR_ONLY_OPTIONS, SINK_OPTIONS, SinkOptions
 from spark_ckpt.sources.options import COMMON_OPTION_SPECS, SourceOptions, connector_options_class
 from spark_ckpt.sources.registry import CONNECTORS
 
@@ -273,8 +273,7 @@ def test_each_documented_sink_default_is_what_leaving_the_option_out_gives() -> 
     base = {"path": "/tmp/t", "checkpointLocation": "/tmp/c"}
     for spec in _defaulted(SINK_OPTIONS):
         # Mirror options are compared in mirror mode.
-        mirror_only = ("scd", "schemaChangeBehavior", "deletionVectors")
-        own = {**base, "mode": "mirror"} if spec.name in mirror_only else base
+        own = {**base, "mode": "mirror"} if spec.name in MIRROR_ONLY_OPTIONS else base
         given = SinkOptions.parse({**own, spec.name: _as_written(spec)})
         assert given == SinkOptions.parse(own), f"{spec.name}={spec.default} is not the default"
 

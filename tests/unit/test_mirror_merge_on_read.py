@@ -23,9 +23,9 @@ def paths(mirror: Mirror) -> set[str]:
 
 
 def last_apply(mirror: Mirror) -> dict[str, int]:
-    """The newest commit's counts: files read, files marked, rows marked, files compacted."""
+    """The newest commit's counts: files read, files marked, rows marked, files rewritten."""
     (info,) = mirror.table(TABLE).history(1)
-    names = ("filesRead", "filesMarked", "rowsMarked", "filesCompacted")
+    names = ("filesRead", "filesMarked", "rowsMarked", "filesRewritten")
     return {name: int(info[f"spark-ckpt.mirror.{name}"]) for name in names}
 
 
@@ -69,7 +69,7 @@ def test_a_batch_marks_rows_of_the_files_holding_its_keys_and_rewrites_none(
         "filesRead": 2,  # by statistics, the files of 0..49 and 100..149; 999 is in none
         "filesMarked": 2,
         "rowsMarked": 2,
-        "filesCompacted": 0,
+        "filesRewritten": 0,
     }
     rows = by_id(mirror.rows(TABLE))
     assert len(rows) == 150
@@ -92,24 +92,6 @@ def test_rows_a_deletion_vector_deletes_are_not_live_for_the_next_batch(tmp_path
     rows = by_id(mirror.rows(TABLE))
     assert rows[5] == {"id": 5, "a": 2, "big": "y"}
     assert len(rows) == 20
-
-
-def test_a_file_whose_rows_are_mostly_deleted_is_rewritten(tmp_path: Path) -> None:
-    """Past half of a file's rows deleted, its live rows go to a new file (the compaction)."""
-    mirror = Mirror(tmp_path / "root")
-    load(mirror, 0, 10)
-    load(mirror, 100, 10)
-    (small,) = paths(mirror) - {p for p in paths(mirror) if "-b1-" in p}
-    mirror.apply([(TABLE, "d", {"id": i}, {"id": i}, None) for i in range(4)])
-    assert last_apply(mirror)["filesCompacted"] == 0
-    assert small in dvs(mirror), "4 of 10 rows: marked"
-    mirror.apply([(TABLE, "u", {"id": 4}, None, {"id": 4, "v": "b"})])
-    assert last_apply(mirror)["filesCompacted"] == 1, "5 of 10 rows: rewritten"
-    assert small not in paths(mirror)
-    assert dvs(mirror) == {}
-    rows = by_id(mirror.rows(TABLE))
-    assert sorted(rows) == [*range(4, 10), *range(100, 110)]
-    assert rows[4]["v"] == "b"
 
 
 def test_new_tables_get_deletion_vectors_and_scd2_or_existing_tables_do_not(
