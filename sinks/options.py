@@ -132,7 +132,7 @@ DELETION_VECTORS: OptionSpec[bool] = OptionSpec(
     "deletionVectors",
     "`mode=mirror`: create new mirror tables with deletion vectors and apply batches by them "
     "(merge-on-read; readers need delta-spark 3.x+ or delta-rs `QueryBuilder`); `false`: "
-    "copy-on-write. Existing tables keep what they have; `scd=2` mirrors are copy-on-write",
+    "copy-on-write. Existing tables keep what they have",
     Boolean(),
     default=True,
 )

@@ -44,8 +44,16 @@ from ..staging import (
 )
 from .deletion_vectors import DeletedRows, DeletionVectorDescriptor, read_deletion_vector
 from .dv_commit import LogFile, log_files
-from .fold import ACTION, FROM_KEY, MISSING
-from .rewrite import align_rows, candidate_files, fill_missing, key_hits, old_keys
+from .fold import ACTION, END_AT, FROM_KEY, MISSING
+from .rewrite import (
+    align_rows,
+    candidate_files,
+    close_current,
+    close_times,
+    fill_missing,
+    key_hits,
+    old_keys,
+)
 
 __all__ = ["FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
 
@@ -84,13 +92,16 @@ def mark_file(
     lookup: pa.Table,
     key_columns: Sequence[str],
     with_rows: bool = False,
+    current_only: bool = False,
 ) -> FileMarks | None:
     """The DV of the file ``path`` after deleting the live rows whose key is in ``lookup``.
 
     Runs on the driver today (an executor later: every argument and the result pickle), once
     per candidate file of a batch. Reads the file's key columns and its current DV; with
-    ``with_rows``, the matched rows' other columns too. None when no live row matches (the
-    statistics allowed a changed key, the file holds none).
+    ``with_rows``, the matched rows' other columns too; with ``current_only`` (SCD type 2),
+    only rows whose :data:`~.fold.END_AT` is null match (a key's current version, never its
+    history). None when no live row matches (the statistics allowed a changed key, the file
+    holds none).
 
     Raises
     ------
@@ -101,8 +112,10 @@ def mark_file(
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
     location = staged_location(table, path)
-    keys = location.read_parquet(list(key_columns))
-    mask = key_hits(keys, lookup, key_columns)
+    keys = location.read_parquet([*key_columns, END_AT] if current_only else list(key_columns))
+    mask = key_hits(keys.select(list(key_columns)), lookup, key_columns)
+    if current_only:
+        mask = pc.and_(mask, pc.is_null(keys.column(END_AT)))
     current = _current_dv(table, dv)
     if current:
         live = np.ones(keys.num_rows, dtype=bool)
@@ -162,15 +175,29 @@ def merge_on_read(
     schema: pa.Schema,
     query_id: str,
     batch_id: int,
+    history: bool = False,
 ) -> MergeOnRead:
     """Mark and stage what applies ``folded`` to the mirror at ``table`` (snapshot ``delta``).
 
-    Runs on the driver, once per batch and table with DVs. Nothing is committed; on error the
-    files written so far are deleted.
+    Runs on the driver, once per batch and table with DVs. With ``history`` (SCD type 2),
+    ``folded`` holds row versions (:meth:`.fold.FoldedTable.history_arrow`): a changed key's
+    current version is marked, and goes to the new file closed (its :data:`~.fold.END_AT`
+    set) beside the batch's versions; its history is never touched. Nothing is committed; on
+    error the files written so far are deleted.
     """
     result = MergeOnRead()
     try:
-        _plan(result, table, delta, folded, key_columns, truncate, schema, (query_id, batch_id))
+        _plan(
+            result,
+            table,
+            delta,
+            folded,
+            key_columns,
+            truncate,
+            schema,
+            (query_id, batch_id),
+            history,
+        )
     except BaseException:
         result.discard(table)
         raise
@@ -186,6 +213,7 @@ def _plan(
     truncate: bool,
     schema: pa.Schema,
     names: tuple[str, int],
+    history: bool,
 ) -> None:
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
@@ -193,7 +221,12 @@ def _plan(
     live: list[dict[str, Any]] = []
     if delta is not None:
         live = pa.table(delta.get_add_actions(flatten=True)).to_pylist()
-    keys = folded.select(list(key_columns))
+    close_at = close_times(folded, key_columns) if history else {}
+    if history:
+        # The keys whose current version ends: each changed key has one close row.
+        keys = folded.filter(pc.equal(folded.column(ACTION), "close")).select(list(key_columns))
+    else:
+        keys = folded.select(list(key_columns))
     if folded.num_rows and pc.any(pc.invert(pc.is_null(folded.column(FROM_KEY)))).as_py():
         keys = pa.concat_tables([keys, old_keys(folded, schema, key_columns)])
     lookup = keys.group_by(list(key_columns)).aggregate([])
@@ -203,10 +236,12 @@ def _plan(
         candidates = []
     else:
         candidates = candidate_files(live, key_columns[0], first) if lookup.num_rows else []
-    upserts = folded.filter(pc.equal(folded.column(ACTION), "upsert"))
-    # Upserts that left columns out (unchanged TOAST values) take them from the stored rows.
-    with_rows = upserts.num_rows > 0 and bool(
-        pc.any(pc.invert(pc.is_null(upserts.column(MISSING)))).as_py()
+    upserts = folded.filter(pc.equal(folded.column(ACTION), "version" if history else "upsert"))
+    # Upserts that left columns out (unchanged TOAST values) take them from the stored rows;
+    # SCD type 2 writes the closed current versions again.
+    with_rows = history or (
+        upserts.num_rows > 0
+        and bool(pc.any(pc.invert(pc.is_null(upserts.column(MISSING)))).as_py())
     )
     wanted = [str(entry["path"]) for entry in candidates] + result.removes
     if delta is not None and wanted:
@@ -215,7 +250,9 @@ def _plan(
     rewrite: list[tuple[LogFile, DeletedRows]] = []
     for entry in candidates:
         file = result.files[str(entry["path"])]
-        marks = mark_file(table, file.path, file.deletion_vector, lookup, key_columns, with_rows)
+        marks = mark_file(
+            table, file.path, file.deletion_vector, lookup, key_columns, with_rows, history
+        )
         result.files_read += 1
         if marks is None:
             continue
@@ -228,6 +265,9 @@ def _plan(
             result.deletions[file.path] = marks.deleted
     old_rows = pa.concat_tables(old_parts) if old_parts else schema.empty_table()
     content = fill_missing(upserts, old_rows, key_columns, schema)
+    if history:
+        closed, _ = close_current(old_rows, close_at, key_columns)
+        content = pa.concat_tables([closed, content])
     sequence = 0
     if content.num_rows:
         result.adds.append(

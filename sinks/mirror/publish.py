@@ -177,8 +177,8 @@ def _apply_table_once(
         )
     dvs = None
     if delta is not None and has_deletion_vectors(delta):
-        # SCD type 2, or a schema change's rewrite, of a table with DVs: copy-on-write that
-        # reads files without their deleted rows.
+        # A schema change's rewrite of a table with DVs: copy-on-write that reads files
+        # without their deleted rows.
         paths = pa.table(delta.get_add_actions(flatten=True))["path"].to_pylist()
         dvs = {p: f.deletion_vector for p, f in log_files(location, delta.version(), paths).items()}
     rewrite = rewrite_table(
@@ -243,13 +243,13 @@ def _merges_on_read(
 ) -> bool:
     """Whether batch N applies to this table by deletion vectors (driver, per table and try).
 
-    A table with the feature does, except SCD type 2 (copy-on-write) and a schema change's
-    rewrite of every file (delta-rs's overwrite, which names each removed file's DV). A table
+    A table with the feature does (SCD type 2 included), except a schema change's rewrite of
+    every file (delta-rs's overwrite, which names each removed file's DV). A table
     without it keeps copy-on-write (its protocol is the user's: never upgraded silently). A new
     one gets DVs with ``deletion_vectors``, where the commit can be created only if absent
     (local disks and S3, :meth:`Location.create_bytes`).
     """
-    if plan.history or plan.rewrite_all:
+    if plan.rewrite_all:
         return False
     if delta is not None:
         return has_deletion_vectors(delta)
@@ -284,7 +284,15 @@ def _apply_merge_on_read(
         Another publisher's commit landed first and the table does not hold N yet.
     """
     applied = merge_on_read(
-        location, delta, folded, key_columns, plan.truncate, schema, query_id, batch_id
+        location,
+        delta,
+        folded,
+        key_columns,
+        plan.truncate,
+        schema,
+        query_id,
+        batch_id,
+        plan.history,
     )
     info = _apply_info(
         applied.files_read, len(applied.deletions), applied.rows_marked, applied.files_rewritten

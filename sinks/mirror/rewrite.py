@@ -1,7 +1,7 @@
 """Applying one batch's folded changes to one mirror table copy-on-write: which files to rewrite.
 
-The apply of tables without deletion vectors, of SCD type 2 mirrors and of a schema change's
-rewrite of every file (:mod:`.merge_on_read` applies the others, with the helpers here).
+The apply of tables without deletion vectors and of a schema change's rewrite of every file
+(:mod:`.merge_on_read` applies the others, SCD type 2 included, with the helpers here).
 
 Only files that hold a changed key are read in full and rewritten (the rest of the table is never
 read): a file is a *candidate* when the first key column's min/max statistics can hold a changed
@@ -42,6 +42,8 @@ __all__ = [
     "TableRewrite",
     "align_rows",
     "candidate_files",
+    "close_current",
+    "close_times",
     "fill_missing",
     "key_hits",
     "old_keys",
@@ -194,7 +196,7 @@ def fill_missing(
     return pa.concat_tables([whole, pa.Table.from_pylist(filled, schema=schema)])
 
 
-def _close_times(folded: pa.Table, key_columns: Sequence[str]) -> dict[tuple[Any, ...], Any]:
+def close_times(folded: pa.Table, key_columns: Sequence[str]) -> dict[tuple[Any, ...], Any]:
     """SCD type 2: when each changed key's stored current version ends."""
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
@@ -204,7 +206,7 @@ def _close_times(folded: pa.Table, key_columns: Sequence[str]) -> dict[tuple[Any
     )
 
 
-def _close_current(
+def close_current(
     matched: pa.Table, close_at: dict[tuple[Any, ...], Any], key_columns: Sequence[str]
 ) -> tuple[pa.Table, pa.Table]:
     """SCD type 2: ``matched`` with current versions closed, and those versions as they were."""
@@ -301,7 +303,7 @@ def _rewrite(
     first = sorted(v for v in lookup.column(key_columns[0]).to_pylist() if v is not None)
     old_parts: list[pa.Table] = []
     rewritten: list[tuple[str, pa.Table, pa.Table]] = []  # path, kept rows, its changed keys
-    close_at = _close_times(folded, key_columns) if history else {}
+    close_at = close_times(folded, key_columns) if history else {}
     if projection is not None:
         candidates = live  # every stored row follows the schema change
     else:
@@ -330,7 +332,7 @@ def _rewrite(
         matched = rows.filter(mask)
         kept = rows.filter(pc.invert(mask))
         if history:
-            closed, current = _close_current(matched, close_at, key_columns)
+            closed, current = close_current(matched, close_at, key_columns)
             old_parts.append(current)
             kept = pa.concat_tables([kept, closed])
         else:

@@ -7,6 +7,7 @@ changed, and the log says which file has which deletion vector.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ def test_rows_a_deletion_vector_deletes_are_not_live_for_the_next_batch(tmp_path
     assert len(rows) == 20
 
 
-def test_new_tables_get_deletion_vectors_and_scd2_or_existing_tables_do_not(
+def test_new_tables_get_deletion_vectors_and_existing_tables_do_not(
     tmp_path: Path,
 ) -> None:
     """The default is merge-on-read for new tables only: a user's protocol is never upgraded."""
@@ -103,7 +104,7 @@ def test_new_tables_get_deletion_vectors_and_scd2_or_existing_tables_do_not(
     assert has_deletion_vectors(fresh.table(TABLE))
     history = Mirror(tmp_path / "history", history=True)
     load(history, 0, 3)
-    assert not has_deletion_vectors(history.table(TABLE))
+    assert has_deletion_vectors(history.table(TABLE)), "SCD type 2 too"
     old = Mirror(tmp_path / "old", deletion_vectors=False)
     load(old, 0, 3)
     old.deletion_vectors = True  # the query restarted with the default
@@ -123,3 +124,37 @@ def test_a_truncate_removes_files_with_their_deletion_vectors(tmp_path: Path) ->
     mirror.apply([truncate, (TABLE, "c", {"id": 7}, None, {"id": 7, "v": "c"})])
     assert mirror.rows(TABLE) == [{"id": 7, "v": "c"}]
     assert len(paths(mirror)) == 1
+
+
+def test_scd2_by_deletion_vectors_keeps_the_same_history_as_copy_on_write(tmp_path: Path) -> None:
+    """SCD type 2 by DVs: the rows copy-on-write gives, and no stored file rewritten.
+
+    Random batches (several changes of a key in one batch, deletes, re-inserts) give the mirror
+    applied by DVs exactly the rows of one applied copy-on-write; the DV apply marks current
+    versions and adds one file.
+    """
+    by_dv = Mirror(tmp_path / "dv", history=True)
+    by_cow = Mirror(tmp_path / "cow", history=True, deletion_vectors=False)
+    rng = random.Random(5)
+    present: set[int] = set()
+    for batch in range(12):
+        changes: list[Any] = []
+        for key in [rng.randrange(30) for _ in range(8)]:
+            if key in present and rng.random() < 0.25:
+                changes.append((TABLE, "d", {"id": key}, {"id": key}, None))
+                present.discard(key)
+            else:
+                op = "u" if key in present else "c"
+                changes.append((TABLE, op, {"id": key}, None, {"id": key, "v": f"b{batch}"}))
+                present.add(key)
+        before = paths(by_dv) if batch else set()
+        for mirror in (by_dv, by_cow):
+            mirror.apply(changes)
+        assert before <= paths(by_dv), f"batch {batch}: a stored file was rewritten"
+        assert last_apply(by_dv)["filesRewritten"] == 0
+        rows = sorted(repr(sorted(r.items())) for r in by_dv.rows(TABLE))
+        assert rows == sorted(repr(sorted(r.items())) for r in by_cow.rows(TABLE)), batch
+    assert not has_deletion_vectors(by_cow.table(TABLE))
+    assert dvs(by_dv), "current versions were marked"
+    current = [r for r in by_dv.rows(TABLE) if r["__end_at"] is None]
+    assert sorted(r["id"] for r in current) == sorted(present)
