@@ -19,7 +19,7 @@ Pure; runs on the driver.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -227,6 +227,29 @@ class IncrementalState:
     def with_pending(self, pending: tuple[PendingChunk, ...]) -> IncrementalState:
         """A copy with other pending chunks."""
         return replace(self, pending=pending)
+
+    def after_emits(
+        self,
+        emitted: Sequence[PendingChunk],
+        rows: int,
+        rereads: Sequence[PendingChunk],
+        since: int,
+        checkpoint: int,
+    ) -> IncrementalState:
+        """The state once a batch emitted ``emitted`` (``rows`` rows in all), before its reads.
+
+        ``rereads`` (chunks whose read must start over: its spill was lost, or the window
+        cannot say what a racing transaction changed) stay pending, read again in batch
+        ``checkpoint`` from the batch's start ``since``.
+        """
+        remaining = tuple(c for c in self.pending if c not in emitted and c not in rereads)
+        restarted = tuple(replace(c, since=since, read_in=checkpoint) for c in rereads)
+        return replace(
+            self,
+            pending=remaining + restarted,
+            chunks_done=self.chunks_done + len(emitted),
+            rows_done=self.rows_done + rows,
+        )
 
 
 def window_dropped(changes: Iterable[tuple[str, str | None]]) -> frozenset[str]:

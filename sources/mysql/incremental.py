@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from spark_ckpt.errors import DataLossError
 from spark_ckpt.state.storage import Location
 
+from ..chunk_work import ChunkWork
 from ..chunks import ChunkBounds, IncrementalState, Key, PendingChunk
 from ..connector import PlannedBatch
 from ..snapshot_progress import SnapshotProgress
@@ -25,7 +26,7 @@ from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition
 from .catalog import estimated_rows, table_columns
 from .chunks import ChunkReadPartition, next_chunk
-from .incremental_plan import ChunkPlanner, ChunkWork, WindowChange
+from .incremental_plan import ChunkPlanner, WindowChange
 from .rows import change_keys
 from .server import connect, connection_settings
 from .transactions import BinlogTransaction, TransactionAssembler
@@ -181,7 +182,7 @@ class IncrementalSnapshot:
         self,
         start: BinlogOffset,
         taken: list[BinlogTransaction],
-        work: ChunkWork,
+        work: ChunkWork[object],
         checkpoint: int,
         reach_gtid: str | None,
     ) -> BinlogOffset:

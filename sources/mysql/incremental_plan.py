@@ -23,49 +23,19 @@ again after a restart emits the same rows. Pure planning: the database is behind
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from spark_ckpt.errors import RestoreError
 from spark_ckpt.state.storage import Location
 
 from ..chunk_spill import ChunkEmitPartition, chunk_files, kept, spilled_keys
+from ..chunk_work import ChunkWork, discard_chunks, reads_of_logged_batch
 from ..chunks import ChunkBounds, IncrementalState, Key, PendingChunk, window_dropped
 from .chunks import ChunkRead, load_read
 
-__all__ = ["ChunkPlanner", "ChunkWork", "WindowChange"]
+__all__ = ["ChunkPlanner", "WindowChange"]
 
 WindowChange = tuple[int, str, str, str | None]
 """``(commit end ordinal, table, key text, old key text)`` of one change in the stream."""
-
-
-@dataclass(frozen=True)
-class ChunkWork:
-    """What a batch does for the snapshot.
-
-    Attributes
-    ----------
-    state
-        The snapshot state at the batch's end.
-    emits
-        Partitions emitting chunks, in unit order (each one unit; empty chunks left out).
-    reads
-        Partitions reading chunks.
-    emitted
-        The chunks emitted (their files go once the batch commits).
-    position
-        Where the emitted chunks are placed, the batch's end when it emits any (an ordinal).
-    """
-
-    state: IncrementalState
-    emits: list[ChunkEmitPartition]
-    reads: list[object]
-    emitted: list[PendingChunk]
-    position: int
-
-    @property
-    def partitions(self) -> list[object]:
-        """Emits first, then reads."""
-        return [*self.emits, *self.reads]
 
 
 class ChunkPlanner:
@@ -122,7 +92,7 @@ class ChunkPlanner:
         reach: int,
         checkpoint: int,
         first_order: int,
-    ) -> ChunkWork:
+    ) -> ChunkWork[object]:
         """A new batch's snapshot work (driver, per batch).
 
         Parameters
@@ -143,14 +113,7 @@ class ChunkPlanner:
         emits, emitted, rows = self._emits(ready, position, first_order)
         # A chunk whose read left nothing (its spill was lost) is read again.
         rereads = [c for c, read in reads.items() if read is None]
-        remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
-        restarted = tuple(replace(c, since=since, read_in=checkpoint) for c in rereads)
-        state = replace(
-            state,
-            pending=remaining + restarted,
-            chunks_done=state.chunks_done + len(emitted),
-            rows_done=state.rows_done + rows,
-        )
+        state = state.after_emits(emitted, rows, rereads, since, checkpoint)
         state = self._plan_reads(state, since, checkpoint)
         to_read = [self._read_partition(c) for c in state.pending if c.read_in == checkpoint]
         return ChunkWork(state, emits, to_read, emitted, position)
@@ -162,20 +125,11 @@ class ChunkPlanner:
         position: int,
         checkpoint: int,
         first_order: int,
-    ) -> ChunkWork:
+    ) -> ChunkWork[object]:
         """The partitions of a logged batch again, from its start and end states (driver)."""
-        names = {c.name for c in end.pending}
-        ready = []
-        for chunk in (c for c in start.pending if c.name not in names):
-            read = load_read(self.directory, chunk)
-            if read is None:
-                raise RestoreError(
-                    f"the logged batch {checkpoint} emits snapshot chunk {chunk.name}, but its "
-                    f"spilled rows are gone from {self.directory.url}: the batch cannot be run "
-                    f"again as logged. Keep option snapshotDir on storage that outlives the "
-                    f"driver, or start over with a new checkpointLocation"
-                )
-            ready.append((chunk, read))
+        ready = reads_of_logged_batch(
+            start, end, self.directory, load_read, checkpoint, "a new checkpointLocation"
+        )
         emits, emitted, _ = self._emits(ready, position, first_order)
         reads = [self._read_partition(c) for c in end.pending if c.read_in == checkpoint]
         return ChunkWork(end, emits, reads, emitted, position)
@@ -232,6 +186,4 @@ class ChunkPlanner:
 
     def discard(self, chunks: Sequence[PendingChunk]) -> None:
         """Delete emitted chunks' files (driver, once their batch committed)."""
-        for chunk in chunks:
-            for location in chunk_files(self.directory, chunk):
-                location.delete()
+        discard_chunks(self.directory, chunks)

@@ -9,15 +9,15 @@ to start reading, and the snapshot state the batch ends at (:mod:`.incremental`)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 
-from spark_ckpt.errors import RestoreError
 from spark_ckpt.model.schema_changes import SchemaEvent
 from spark_ckpt.state.storage import Location
 
+from ..chunk_work import ChunkWork, discard_chunks, reads_of_logged_batch
 from .chunks import next_chunk
 from .incremental import (
     ChunkEmitPartition,
@@ -35,42 +35,10 @@ from .tables import TableInfo
 from .types import types_json
 from .visibility import dropped_keys
 
-__all__ = ["ChunkPlanner", "ChunkWork", "WindowChange"]
+__all__ = ["ChunkPlanner", "WindowChange"]
 
 WindowChange = tuple[int, int, str, str, str | None]
 """``(commit end LSN, xid, table, key text, old key text)`` of one change in a chunk's window."""
-
-
-@dataclass(frozen=True)
-class ChunkWork:
-    """What a batch does for the snapshot.
-
-    Attributes
-    ----------
-    state
-        The snapshot state at the batch's end.
-    emits
-        Partitions emitting chunks, in unit order (each one unit; empty chunks left out).
-    reads
-        Partitions reading chunks.
-    emitted
-        The chunks emitted (for deleting their files once the batch commits).
-    position
-        Where the emitted chunks are placed in the stream, the batch's end when it emits any:
-        the stream part's end, or the highest watermark among the chunks ready (a record
-        boundary, and no further than the stream was read).
-    """
-
-    state: IncrementalState
-    emits: list[ChunkEmitPartition]
-    reads: list[ChunkReadPartition]
-    emitted: list[PendingChunk]
-    position: int
-
-    @property
-    def partitions(self) -> list[object]:
-        """Emits first, then reads."""
-        return [*self.emits, *self.reads]
 
 
 class ChunkPlanner:
@@ -153,7 +121,7 @@ class ChunkPlanner:
         reach: int,
         checkpoint: int,
         first_order: int,
-    ) -> ChunkWork:
+    ) -> ChunkWork[ChunkReadPartition]:
         """A new batch's snapshot work (driver, per batch).
 
         Parameters
@@ -187,14 +155,7 @@ class ChunkPlanner:
         emits, rereads, emitted, rows = self._emits(ready, position, first_order, closable, state)
         # A chunk whose read left nothing (its spill was lost) is read again.
         rereads += [c for c, read in reads.items() if read is None]
-        remaining = tuple(c for c in state.pending if c not in emitted and c not in rereads)
-        restarted = tuple(replace(c, since=start_lsn, read_in=checkpoint) for c in rereads)
-        state = replace(
-            state,
-            pending=remaining + restarted,
-            chunks_done=state.chunks_done + len(emitted),
-            rows_done=state.rows_done + rows,
-        )
+        state = state.after_emits(emitted, rows, rereads, start_lsn, checkpoint)
         state = self._plan_reads(state, start_lsn, checkpoint)
         to_read = [self._read(c) for c in state.pending if c.read_in == checkpoint]
         return ChunkWork(state, emits, to_read, emitted, position)
@@ -214,22 +175,12 @@ class ChunkPlanner:
         position: int,
         checkpoint: int,
         first_order: int,
-    ) -> ChunkWork:
+    ) -> ChunkWork[ChunkReadPartition]:
         """The partitions of a logged batch again, from its start and end states (driver)."""
-        names = {c.name for c in end.pending}
-        gone = [c for c in start.pending if c.name not in names]
-        ready = []
-        for chunk in gone:
-            read = load_read(self.directory, chunk)
-            if read is None:
-                raise RestoreError(
-                    f"the logged batch {checkpoint} emits snapshot chunk {chunk.name}, but its "
-                    f"spilled rows are gone from {self.directory.url}: the batch cannot be run "
-                    f"again as logged. Keep option snapshotDir on storage that outlives the "
-                    f"driver, or start over with a new checkpointLocation and slot"
-                )
-            ready.append((chunk, read))
-        gone_reads = {c.read for c in gone if c.rebuild is not None}
+        ready = reads_of_logged_batch(
+            start, end, self.directory, load_read, checkpoint, "a new checkpointLocation and slot"
+        )
+        gone_reads = {c.read for c, _ in ready if c.rebuild is not None}
         closable = {r for r in gone_reads if end.closes(r)}
         emits, _, emitted, _ = self._emits(
             ready, position, first_order, closable, end, check_racing=False
@@ -332,9 +283,7 @@ class ChunkPlanner:
 
     def discard(self, chunks: Sequence[PendingChunk]) -> None:
         """Delete emitted chunks' files (driver, once their batch committed)."""
-        for chunk in chunks:
-            for location in chunk_files(self.directory, chunk):
-                location.delete()
+        discard_chunks(self.directory, chunks)
 
 
 def _rebuild_end(table: TableInfo) -> tuple[str | None, str]:
