@@ -44,17 +44,19 @@ from ..partitions import split_after
 from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition, GtidStart
+from .catalog import table_columns
 from .chunks import ChunkReadPartition, run_chunk_read
 from .gtid import reached
 from .incremental import IncrementalSnapshot, check_windows_kept
 from .initial_snapshot import InitialSnapshot
 from .rows import MySqlPartition, pack, unpack
-from .schemas import SchemaState, SchemaTracker
+from .schemas import SchemaState, SchemaTracker, table_schema
 from .server import (
     ServerInfo,
     added_column_default,
     binlog_files,
     check_server,
+    connect,
     connection_settings,
     current_position,
 )
@@ -164,12 +166,23 @@ class MySqlConnector(ChangeConnector):
         if self._initial is None:
             # Once per run: Spark asks again for the first batch's partitions, and that start
             # must be the one the batch was planned from, not the binlog's end by then.
+            # The tables' schemas first, then the position: a DDL in between is then a change
+            # from the schemas read (reported at its first row event), never one taken as the
+            # schema the stream starts with (which would hide it: the mirror would miss, say,
+            # the default an added column gives the existing rows).
+            schemas = self._catalog_schemas()
             position, gtid = current_position(self.options, self.info)
             state = IncrementalState() if self.options.snapshot == "incremental" else None
             self._initial = BinlogOffset(
-                -1, 0, position, gtid, server=self._identity, incremental=state
+                -1, 0, position, gtid, schemas, server=self._identity, incremental=state
             )
         return self._initial.to_json()
+
+    def _catalog_schemas(self) -> SchemaState:
+        """The captured tables' schemas as the server's catalog has them now (driver)."""
+        with connect(self.options) as conn:
+            tables = self.options.tables
+            return SchemaState({t: table_schema(table_columns(conn, t), None) for t in tables})
 
     @property
     def _identity(self) -> str | None:

@@ -76,8 +76,21 @@ def test_a_chunked_snapshot_under_a_live_workload_equals_the_tables(
                 raise AssertionError(f"the query failed: {query.exception()}")
             return (checkpoint / "offsets" / "0").exists()
 
-        # The workload starts once the first chunks are planned (their reads run beside it).
+        # The workload starts once the first chunks are planned (their reads run beside it),
+        # after a column is added to accounts once a chunk was read: the log says so (the
+        # stream's schema is the catalog's at the start, not the first row event's), the rows
+        # read before it take its default, and a chunk read before it is never placed after
+        # it (it is read again: whether its placement falls after the schema change depends on
+        # the workload's first commit; the planner's unit tests make it happen).
         wait_until(planned, 300, "the query planned no chunk")
+
+        def read() -> bool:
+            return planned() and bool(list((tmp_path / "spill").glob("chunks/*.json")))
+
+        wait_until(read, 300, "no chunk was read")
+        server.execute(
+            "ALTER TABLE accounts ADD COLUMN tier varchar(8) NOT NULL DEFAULT 'basic'", database
+        )
         workload.start()
         overlap = []  # workload transactions committed at polls that saw chunks pending
 
@@ -92,6 +105,8 @@ def test_a_chunked_snapshot_under_a_live_workload_equals_the_tables(
         assert not workload.is_alive(), "the workload did not finish"
         assert workload.error is None, workload.error
         assert len(overlap) >= 3, f"the workload hardly ran beside the snapshot: {overlap}"
+        # (The ALTER TABLE is no transaction of its own in the log: its schema change row
+        # comes in the first transaction that writes accounts after it.)
         committed = workload.transactions
 
         def landed() -> bool:

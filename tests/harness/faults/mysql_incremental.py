@@ -88,7 +88,10 @@ class Workload(threading.Thread):
                     # stays: the counter in account 1.
                     cursor.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 1")
                     if rng.random() < 0.1:  # a few new rows: the tables grow a little
-                        cursor.execute("INSERT INTO accounts VALUES (%s, 'new', 0)", (10**6 + n,))
+                        cursor.execute(
+                            "INSERT INTO accounts (id, name, balance) VALUES (%s, 'new', 0)",
+                            (10**6 + n,),
+                        )
                         cursor.execute("INSERT INTO order_lines VALUES (%s, 'z', 1)", (1000 + n,))
                     account = rng.randint(2, ACCOUNTS)
                     cursor.execute(
@@ -146,10 +149,21 @@ def _key(table: str, image: dict[str, Any]) -> str:
 
 
 def fold(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """The change log replayed by key in commit order (a key update moves the row)."""
+    """The change log replayed by key in commit order (a key update moves the row).
+
+    A schema change that adds a column gives the rows stored so far its ``default`` (what the
+    table's existing rows read for it), as a mirror does.
+    """
     state: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in KEYS}
     for row in sorted(rows, key=lambda r: (r["txn_order"], r["event_index"])):
         name = row["table"].split(".")[1]
+        if row["op"] == "s":
+            known = {c["name"] for c in json.loads(row["before"] or '{"columns": []}')["columns"]}
+            for column in json.loads(row["after"])["columns"]:
+                if column["name"] not in known and "default" in column:
+                    for image in state[name].values():
+                        image.setdefault(column["name"], column["default"])
+            continue
         if row["before"] is not None:
             state[name].pop(_key(name, json.loads(row["before"])), None)
         if row["op"] == "d":
