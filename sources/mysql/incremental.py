@@ -114,7 +114,10 @@ class IncrementalSnapshot:
         return ChunkReadPartition(settings, self.keys[chunk.bounds.table], chunk, self.directory)
 
     def _window(self, since: int, upto: int) -> list[WindowChange]:
-        """The captured changes of transactions ending in ``(since, upto]`` (binlog re-read)."""
+        """The captured changes of transactions ending in ``(since, upto]`` (binlog re-read).
+
+        A schema change of a captured table is one too, with no key.
+        """
         like = self._like
         assert like is not None, "windows are read while a batch is planned"
         start = BinlogPosition.from_ordinal(since, like)
@@ -133,7 +136,12 @@ class IncrementalSnapshot:
             if not isinstance(txn, BinlogTransaction) or txn.end.ordinal > upto:
                 continue  # a statement (DDL), or past the window
             for change in txn.changes:
-                if change.op != "s":
+                if change.op == "s":
+                    # The table's chunks read before it are read again; its columns' types as
+                    # emitted rows carry them are looked up again.
+                    found.append((txn.end.ordinal, change.table, None, None))
+                    self._types.pop(change.table, None)
+                else:
                     key, old = change_keys(change, self.keys[change.table])
                     found.append((txn.end.ordinal, change.table, key, old))
         return found

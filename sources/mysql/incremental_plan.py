@@ -12,7 +12,9 @@ snapshots), in the postgres connector's shape:
    binlog position P at or past the high watermark, without the keys that a transaction of its
    window (from its low watermark, or its batch's start if earlier, to P) changed
    (:func:`~spark_ckpt.sources.chunks.window_dropped`): the stream carries those keys' states.
-   The rows left equal the table at P.
+   The rows left equal the table at P. A chunk whose table's schema changed in its window (an
+   ``ALTER TABLE`` between its read and P) is not emitted but read again, from the batch's
+   start: its rows have the columns of before the change, and would be placed after it.
 
 Every step is in the offsets (:class:`~spark_ckpt.sources.chunks.IncrementalState`, positions as
 :attr:`~.binlog_offset.BinlogPosition.ordinal`), so a restart re-reads no emitted chunk: only the
@@ -34,8 +36,9 @@ from .chunks import ChunkRead, load_read
 
 __all__ = ["ChunkPlanner", "WindowChange"]
 
-WindowChange = tuple[int, str, str, str | None]
-"""``(commit end ordinal, table, key text, old key text)`` of one change in the stream."""
+WindowChange = tuple[int, str, str | None, str | None]
+"""``(commit end ordinal, table, key text, old key text)`` of one change in the stream; a key
+of None: the table's schema changed there (a DDL statement)."""
 
 
 class ChunkPlanner:
@@ -110,10 +113,16 @@ class ChunkPlanner:
         reads = {c: load_read(self.directory, c) for c in state.pending}
         ready = [(c, r) for c, r in reads.items() if r is not None and r.high <= reach]
         position = max([stream_end, *(read.high for _, read in ready)])
-        emits, emitted, rows = self._emits(ready, position, first_order)
+        emits, altered, emitted, rows = self._emits(ready, position, first_order)
         # A chunk whose read left nothing (its spill was lost) is read again.
-        rereads = [c for c, read in reads.items() if read is None]
-        state = state.after_emits(emitted, rows, rereads, since, checkpoint)
+        lost = [c for c, read in reads.items() if read is None]
+        state = state.after_emits(emitted, rows, lost, since, checkpoint)
+        if altered:
+            # Read again from past the last schema change in their windows, so that their
+            # next windows hold it no more.
+            state = state.after_emits(
+                (), 0, [c for c, _ in altered], max(at for _, at in altered), checkpoint
+            )
         state = self._plan_reads(state, since, checkpoint)
         to_read = [self._read_partition(c) for c in state.pending if c.read_in == checkpoint]
         return ChunkWork(state, emits, to_read, emitted, position)
@@ -130,27 +139,44 @@ class ChunkPlanner:
         ready = reads_of_logged_batch(
             start, end, self.directory, load_read, checkpoint, "a new checkpointLocation"
         )
-        emits, emitted, _ = self._emits(ready, position, first_order)
+        # The logged end state says which chunks emitted: none is read again here.
+        emits, _, emitted, _ = self._emits(ready, position, first_order, check_schema=False)
         reads = [self._read_partition(c) for c in end.pending if c.read_in == checkpoint]
         return ChunkWork(end, emits, reads, emitted, position)
 
     def _emits(
-        self, ready: list[tuple[PendingChunk, ChunkRead]], position: int, first_order: int
-    ) -> tuple[list[ChunkEmitPartition], list[PendingChunk], int]:
-        """The partitions emitting ``ready`` chunks placed at ``position``, in unit order."""
+        self,
+        ready: list[tuple[PendingChunk, ChunkRead]],
+        position: int,
+        first_order: int,
+        check_schema: bool = True,
+    ) -> tuple[list[ChunkEmitPartition], list[tuple[PendingChunk, int]], list[PendingChunk], int]:
+        """The partitions emitting ``ready`` chunks placed at ``position``, in unit order.
+
+        Also the chunks to read again, each with the position of the last schema change of its
+        table in its window (when ``check_schema``), the chunks emitted, and their rows.
+        """
         if not ready:
-            return [], [], 0
+            return [], [], [], 0
         starts = {chunk: min(chunk.since, read.low) for chunk, read in ready}
         changes = self._window(min(starts.values()), position)
         emits: list[ChunkEmitPartition] = []
+        rereads: list[tuple[PendingChunk, int]] = []
+        emitted: list[PendingChunk] = []
         rows = 0
         for chunk, read in ready:
             # Each chunk's own window, from its own start: a batch run again after a restart
             # must leave out the same keys whatever else it emits.
             table = chunk.bounds.table
-            dropped = window_dropped(
-                (key, old) for at, name, key, old in changes if name == table and at > starts[chunk]
-            )
+            own = [
+                (at, k, old) for at, name, k, old in changes if name == table and at > starts[chunk]
+            ]
+            altered = [at for at, key, _ in own if key is None]
+            if check_schema and altered:
+                rereads.append((chunk, max(altered)))
+                continue
+            emitted.append(chunk)
+            dropped = window_dropped((key, old) for _, key, old in own if key is not None)
             rows_file = chunk_files(self.directory, chunk)[0]
             size = int(kept(spilled_keys(rows_file), dropped).true_count)
             rows += size
@@ -169,7 +195,7 @@ class ChunkPlanner:
                     None if self._column_types is None else self._column_types(table),
                 )
             )
-        return emits, [chunk for chunk, _ in ready], rows
+        return emits, rereads, emitted, rows
 
     def _plan_reads(self, state: IncrementalState, since: int, checkpoint: int) -> IncrementalState:
         """Plan new chunks until ``parallelism`` are pending or every table is planned."""

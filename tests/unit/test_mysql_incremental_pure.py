@@ -196,3 +196,28 @@ def test_a_restart_whose_pending_windows_start_in_a_purged_file_is_a_data_loss_e
         check_windows_kept(restored, kept[1:])
     assert "mariadb-bin.000005:4" in str(lost.value)
     assert "mariadb-bin.000006 to mariadb-bin.000007" in str(lost.value)
+
+
+def test_a_chunk_whose_table_changed_schema_in_its_window_is_read_again(tmp_path: Path) -> None:
+    """An ALTER TABLE between a chunk's read and its placement: its rows have the old columns.
+
+    The chunk is not emitted but read again from the new batch's start; the other table's
+    chunk, whose window holds no schema change of its table, emits. A logged batch planned
+    again emits what it emitted.
+    """
+    directory = Location(str(tmp_path))
+    altered = PendingChunk(ChunkBounds(TABLE, 0, None, None), 100, 1)
+    other = PendingChunk(ChunkBounds("db.other", 0, None, None), 100, 1)
+    _spill(directory, altered, [1, 2], ChunkRead(2, 150, 160, 7))
+    _spill(directory, other, [5], ChunkRead(1, 150, 160, 7))
+    window: list[WindowChange] = [(170, TABLE, None, None), (175, "db.other", '{"id":6}', None)]
+    state = IncrementalState(table=1, pending=(altered, other))
+    work = _planner(directory, window).plan(state, 200, 200, 200, 2, 0)
+    assert [c.name for c in work.emitted] == [other.name]
+    assert [e.table for e in work.emits] == ["db.other"]
+    # From the schema change on (170), not the batch's start: its next window holds it no more.
+    assert [(c.name, c.since, c.read_in) for c in work.state.pending] == [(altered.name, 170, 2)]
+    assert [c.name for c in work.reads] == [altered.name]  # type: ignore[attr-defined]
+    assert work.state.chunks_done == 1
+    again = _planner(directory, window).replan(state, work.state, work.position, 2, 0)
+    assert [e.table for e in again.emits] == ["db.other"]
