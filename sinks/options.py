@@ -140,7 +140,7 @@ COMPACT_EVERY: OptionSpec[int] = OptionSpec(
     "compactEvery",
     "`mode=mirror`: after every N-th batch, compact the mirror tables it touched where they need "
     "it (deletion vectors past `compactDeletedRatio`, `compactMinFiles` small files), as a "
-    "commit of its own; `0`: never after a batch (call `compact_mirror`)",
+    "commit of its own; `0`: never",
     Parsed(_batches, "0 or a positive number of batches"),
     default=10,
 )

@@ -28,7 +28,7 @@ were written in. A file a compaction writes and never commits (a kill, a yield w
 failed) is not referenced by the log: ``VACUUM`` removes it, as a lost apply's files.
 
 Runs on the driver: after every ``every``-th batch in the publisher, for the tables that batch
-touched (:func:`compact_after_batch`), or when called (:func:`compact_mirror`).
+touched (:func:`compact_after_batch`); :func:`compact_table` compacts one table when called.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def _commit(
                 sum(1 for f in removed if f.deletion_vector is not None)
             ),
         },
-        "spark-ckpt.compaction": label or "compact_mirror",
+        "spark-ckpt.compaction": label or "compact_table",
     }
     removes = []
     for file in removed:
