@@ -126,7 +126,8 @@ def mark_file(
         return None
     old_rows = None
     if with_rows:
-        old_rows = location.read_parquet().take(pa.array(positions, pa.int64()))
+        # Only the row groups holding them: the file may be a compaction's, large.
+        old_rows = location.read_parquet(rows=positions.tolist())
     deleted = current.union(DeletedRows.from_indexes(positions))
     return FileMarks(path, deleted, int(positions.size), old_rows)
 

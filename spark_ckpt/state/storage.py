@@ -63,6 +63,7 @@ from spark_ckpt.state.file_systems import (
     s3_endpoint,
     write_local_atomically,
 )
+from spark_ckpt.state.parquet_rows import row_group_positions
 from spark_ckpt.state.storage_options import (
     S3A_KEYS,
     StorageOptions,
@@ -328,12 +329,14 @@ class Location:
         columns: Sequence[str] | None = None,
         *,
         missing_columns: Literal["fail", "skip"] = "fail",
+        rows: Sequence[int] | None = None,
     ) -> pa.Table:
         """The rows of a Parquet file, all columns or ``columns`` (footer read once).
 
         ``missing_columns="skip"`` reads those of ``columns`` the file has (optional columns);
-        ``"fail"`` lets pyarrow refuse a column the file lacks. Read with pyarrow's own reader of
-        the store (no copy through Python).
+        ``"fail"`` lets pyarrow refuse a column the file lacks. ``rows``: only the rows at these
+        0-based positions, in their order, reading only the row groups that hold them. Read with
+        pyarrow's own reader of the store (no copy through Python).
 
         Raises
         ------
@@ -352,7 +355,11 @@ class Location:
             if wanted is not None and missing_columns == "skip":
                 names = set(parquet.schema_arrow.names)
                 wanted = [c for c in wanted if c in names]
-            return parquet.read(columns=wanted)
+            if rows is None:
+                return parquet.read(columns=wanted)
+            sizes = [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)]
+            groups, at = row_group_positions(sizes, rows)
+            return parquet.read_row_groups(groups, columns=wanted).take(pa.array(at, pa.int64()))
 
     def list(self, *, recursive: bool = False) -> list[Entry]:
         """Files below this location (names relative to it); [] when it does not exist."""

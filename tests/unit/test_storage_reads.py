@@ -22,6 +22,7 @@ import pytest
 from harness.servers.s3 import S3Server
 from spark_ckpt.errors import StorageError
 from spark_ckpt.state import storage
+from spark_ckpt.state.parquet_rows import row_group_positions
 from spark_ckpt.state.storage import (
     InputFile,
     Location,
@@ -231,3 +232,19 @@ def test_copying_a_large_object_deleted_during_the_copy_is_missing_and_leaves_no
     source.write_bytes(b"y" * 64)
     assert deleted_once_opened(source).copy_to(target) is None
     assert not target.exists()
+
+
+def test_read_parquet_reads_only_the_row_groups_holding_the_rows_asked_for(
+    root: Location,
+) -> None:
+    """``rows`` gives those rows in their order; groups holding none of them are not read."""
+    target = root.child("groups.parquet")
+    table = pa.table({"id": list(range(100)), "name": [f"n{i}" for i in range(100)]})
+    with target.open_output() as out:
+        pq.write_table(table, out, row_group_size=10)
+    rows = [95, 3, 41, 40, 7]
+    assert target.read_parquet(rows=rows).equals(table.take(rows))
+    assert target.read_parquet(["name"], rows=[12]).to_pylist() == [{"name": "n12"}]
+    assert row_group_positions([10] * 10, rows) == ([0, 4, 9], [25, 3, 11, 10, 7])
+    with pytest.raises(IndexError, match="row 100 is outside a file of 100 rows"):
+        row_group_positions([10] * 10, [100])
