@@ -234,8 +234,11 @@ def test_a_changed_column_type_stops_the_query_before_publishing(
     write_log(str(log), records, [])
     query = _bounded_mirror_query(spark, log, root, ckpt)
     query.awaitTermination(120)
-    # The listener publishes the last batch when the query ends.
-    wait_until(lambda: (root / ORDERS / "_delta_log").exists(), 30, "the mirror was not published")
+    # The listener publishes the last batch when the query ends; the checkpoint index is
+    # written last (a mirror's log directory exists before its first commit does).
+    wait_until(
+        lambda: schema_migrations.published_version(root) >= 0, 30, "the mirror was not published"
+    )
     before = DeltaTable(str(root / ORDERS)).version()
     # The same column now arrives as a number: a different type than the mirror's string.
     order = dict(next(iter(workload.rows[ORDERS].values())))
