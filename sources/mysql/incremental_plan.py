@@ -13,8 +13,11 @@ snapshots), in the postgres connector's shape:
    window (from its low watermark, or its batch's start if earlier, to P) changed
    (:func:`~spark_ckpt.sources.chunks.window_dropped`): the stream carries those keys' states.
    The rows left equal the table at P. A chunk whose table's schema changed in its window (an
-   ``ALTER TABLE`` between its read and P) is not emitted but read again, from the batch's
-   start: its rows have the columns of before the change, and would be placed after it.
+   ``ALTER TABLE`` between its read and P, as the window's row events show it) is not emitted
+   but read again, from the change on: its rows have the columns of before the change, and
+   would be placed after it. The window is decoded with the schemas as of the placing batch's
+   start, so a change whose first row event came in an earlier batch, with no row of the table
+   in the window before it, is not seen (docs/connectors/mysql.md says so).
 
 Every step is in the offsets (:class:`~spark_ckpt.sources.chunks.IncrementalState`, positions as
 :attr:`~.binlog_offset.BinlogPosition.ordinal`), so a restart re-reads no emitted chunk: only the
