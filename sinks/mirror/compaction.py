@@ -200,6 +200,13 @@ def compact_table(
     StorageError
         When the table's files or log cannot be read or written.
     """
+    if not table.creates_exclusively:
+        return CompactionResult(
+            table.url,
+            "skipped",
+            reason=f"its commit must be created only if absent, which spark-ckpt does on local "
+            f"disks and S3 only, not on {table.scheme}: compact it with delta-spark's OPTIMIZE",
+        )
     delta = load_table(table)
     if delta is None:
         return CompactionResult(table.url, "nothing")

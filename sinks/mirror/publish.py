@@ -253,7 +253,7 @@ def _merges_on_read(
         return False
     if delta is not None:
         return has_deletion_vectors(delta)
-    return deletion_vectors and (location.is_local or location.scheme == "s3")
+    return deletion_vectors and location.creates_exclusively
 
 
 def _apply_info(read: int, marked: int, rows: int, rewritten: int) -> dict[str, str]:

@@ -139,6 +139,11 @@ class Location:
         return self.scheme == "file"
 
     @property
+    def creates_exclusively(self) -> bool:
+        """Whether :meth:`create_bytes` works here (local disks and S3)."""
+        return self.is_local or self.scheme == "s3"
+
+    @property
     def path(self) -> str:
         """The location's path on its file system (``bucket/prefix`` on object stores)."""
         scheme, rest = split_uri(self.uri)
@@ -413,15 +418,15 @@ class Location:
             When the store refuses the write, and on stores other than local disks and S3 (no
             create-if-absent is wired for them yet).
         """
-        try:
-            if self.is_local:
-                return create_local_exclusively(self.path, data)
-            if self.scheme == "s3":
+        if self.creates_exclusively:
+            try:
+                if self.is_local:
+                    return create_local_exclusively(self.path, data)
                 return create_s3_object_exclusively(self.path, self.delta_options(), data)
-        except StorageError:
-            raise
-        except Exception as e:  # obstore's errors are not OSErrors
-            raise self._fail("create", e) from e
+            except StorageError:
+                raise
+            except Exception as e:  # obstore's errors are not OSErrors
+                raise self._fail("create", e) from e
         raise StorageError(
             f"cannot create {self.url} only if absent: spark-ckpt has no conditional write "
             f"for {self.scheme} yet (local disks and S3 only). Commits written by spark-ckpt "

@@ -26,6 +26,7 @@ from spark_ckpt.sinks.mirror.compaction_policy import CompactionPolicy
 from spark_ckpt.sinks.mirror.deletion_vectors import DeletionVectorDescriptor
 from spark_ckpt.sinks.mirror.dv_commit import LogFile
 from spark_ckpt.sinks.mirror.plan import MirrorPlan
+from spark_ckpt.state.storage import Location
 
 KEYS = ("id",)
 
@@ -270,3 +271,10 @@ def test_a_compaction_racing_every_apply_never_fails_one_or_changes_a_row(tmp_pa
     assert "committed" in outcomes, outcomes
     assert {k: r["v"] for k, r in model_rows(mirror).items()} == model
     assert mirror.table(TABLE).transaction_version(mirror.query_id) == 27
+
+
+def test_a_table_where_commits_cannot_be_created_only_if_absent_is_skipped_unread() -> None:
+    """GCS and Azure: no conditional write is wired, so nothing is read, written or committed."""
+    result = compact_table(Location("gs://bucket/mirror/s.t"), CompactionPolicy(), KEYS)
+    assert result.outcome == "skipped"
+    assert "local disks and S3 only, not on gs" in result.reason
