@@ -14,8 +14,6 @@ from spark_ckpt.model.option_types import (
     Duration,
     Names,
     Parsed,
-    PositiveInt,
-    Size,
     Text,
 )
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, option_names, read_declared
@@ -23,7 +21,13 @@ from spark_ckpt.model.schema_changes import BEHAVIORS, Behavior
 from spark_ckpt.model.uris import canonical_uri, check_uri, child_uri
 from spark_ckpt.state.storage_options import StorageOptions, refuse_unsafe_settings
 
-from .mirror.compaction_policy import CompactionPolicy
+from .mirror.compaction_policy import (
+    COMPACT_DELETED_RATIO,
+    COMPACT_EVERY,
+    COMPACT_MIN_FILES,
+    TARGET_FILE_SIZE,
+    CompactionPolicy,
+)
 
 __all__ = ["MIRROR_ONLY_OPTIONS", "SINK_OPTIONS", "SinkOptions"]
 
@@ -39,20 +43,6 @@ BEHAVIOR_PREFIX = "schemaChangeBehavior."
 
 def _scd(text: str) -> int:
     return int(Choice(("1", "2")).parse(text))
-
-
-def _batches(text: str) -> int:
-    value = int(text.strip())
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-def _ratio(text: str) -> float:
-    value = float(text.strip())
-    if not 0.0 < value <= 1.0:
-        raise ValueError(text)
-    return value
 
 
 PATH: OptionSpec[str] = OptionSpec(
@@ -77,12 +67,6 @@ PARTITION_BY: OptionSpec[tuple[str, ...]] = OptionSpec(
     "is not visible to Python sinks",
     Names("column names"),
     default=(),
-)
-TARGET_FILE_SIZE: OptionSpec[int] = OptionSpec(
-    "targetFileSize",
-    "roll to a new Parquet file at this size (`b`, `k`, `m`, `g`)",
-    Size(),
-    default=128 << 20,
 )
 MERGE_SCHEMA: OptionSpec[bool] = OptionSpec(
     "mergeSchema", "allow new columns", Boolean(), default=False
@@ -135,28 +119,6 @@ DELETION_VECTORS: OptionSpec[bool] = OptionSpec(
     "copy-on-write. Existing tables keep what they have",
     Boolean(),
     default=True,
-)
-COMPACT_EVERY: OptionSpec[int] = OptionSpec(
-    "compactEvery",
-    "`mode=mirror`: after every N-th batch, compact the mirror tables it touched where they need "
-    "it (deletion vectors past `compactDeletedRatio`, `compactMinFiles` small files), as a "
-    "commit of its own; `0`: never",
-    Parsed(_batches, "0 or a positive number of batches"),
-    default=10,
-)
-COMPACT_DELETED_RATIO: OptionSpec[float] = OptionSpec(
-    "compactDeletedRatio",
-    "`mode=mirror`: a compaction rewrites a file whose deletion vector deletes this share of "
-    "its rows or more",
-    Parsed(_ratio, "a share above 0 and at most 1 (0.2)"),
-    default=0.2,
-)
-COMPACT_MIN_FILES: OptionSpec[int] = OptionSpec(
-    "compactMinFiles",
-    "`mode=mirror`: a compaction packs the files smaller than half `targetFileSize` into files "
-    "of up to `targetFileSize` once there are this many",
-    PositiveInt(),
-    default=10,
 )
 TABLE_BEHAVIOR: OptionSpec[str] = OptionSpec(
     BEHAVIOR_PREFIX,

@@ -5,7 +5,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CompactionPolicy"]
+from spark_ckpt.model.option_types import Parsed, PositiveInt, Size
+from spark_ckpt.model.options import OptionSpec, declared
+
+__all__ = [
+    "COMPACT_DELETED_RATIO",
+    "COMPACT_EVERY",
+    "COMPACT_MIN_FILES",
+    "TARGET_FILE_SIZE",
+    "CompactionPolicy",
+]
+
+
+def _batches(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = float(text.strip())
+    if not 0.0 < value <= 1.0:
+        raise ValueError(text)
+    return value
+
+
+# The sink's options the policy is made of (``sinks/options.py`` lists them with the rest):
+# declared here so that the policy's defaults are the declarations'.
+TARGET_FILE_SIZE: OptionSpec[int] = OptionSpec(
+    "targetFileSize",
+    "roll to a new Parquet file at this size (`b`, `k`, `m`, `g`)",
+    Size(),
+    default=128 << 20,
+)
+COMPACT_EVERY: OptionSpec[int] = OptionSpec(
+    "compactEvery",
+    "`mode=mirror`: after every N-th batch, compact the mirror tables it touched where they need "
+    "it (deletion vectors past `compactDeletedRatio`, `compactMinFiles` small files), as a "
+    "commit of its own; `0`: never",
+    Parsed(_batches, "0 or a positive number of batches"),
+    default=10,
+)
+COMPACT_DELETED_RATIO: OptionSpec[float] = OptionSpec(
+    "compactDeletedRatio",
+    "`mode=mirror`: a compaction rewrites a file whose deletion vector deletes this share of "
+    "its rows or more",
+    Parsed(_ratio, "a share above 0 and at most 1 (0.2)"),
+    default=0.2,
+)
+COMPACT_MIN_FILES: OptionSpec[int] = OptionSpec(
+    "compactMinFiles",
+    "`mode=mirror`: a compaction packs the files smaller than half `targetFileSize` into files "
+    "of up to `targetFileSize` once there are this many",
+    PositiveInt(),
+    default=10,
+)
 
 
 @dataclass(frozen=True)
@@ -25,10 +80,10 @@ class CompactionPolicy:
         The size in bytes a packed file grows to (the sink's ``targetFileSize``).
     """
 
-    every: int = 10
-    deleted_ratio: float = 0.2
-    min_files: int = 10
-    target_size: int = 128 << 20
+    every: int = declared(COMPACT_EVERY)
+    deleted_ratio: float = declared(COMPACT_DELETED_RATIO)
+    min_files: int = declared(COMPACT_MIN_FILES)
+    target_size: int = declared(TARGET_FILE_SIZE)
 
     def due(self, batch_id: int) -> bool:
         """Whether the publisher compacts after batch ``batch_id``."""
