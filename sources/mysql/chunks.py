@@ -38,6 +38,7 @@ from ..chunks import ChunkBounds, Key, PendingChunk
 from ..schema import json_text
 from .binlog_offset import BinlogPosition
 from .catalog import table_columns
+from .schemas import ColumnsSignature, columns_signature
 from .snapshot import binlog_end
 from .types import FieldType, MySqlColumn
 from .values import queried_values
@@ -164,23 +165,39 @@ class ChunkRead:
         saw every commit before ``low`` and none after ``high`` (equal on MariaDB).
     read_at_us
         When (the rows' ``commit_ts``).
+    columns
+        The table's columns as the read saw them (:func:`.schemas.columns_signature`): the
+        driver places the rows only where the stream's schema of the table is the same. None
+        in a read spilled before reads recorded them.
     """
 
     rows: int
     low: int
     high: int
     read_at_us: int
+    columns: ColumnsSignature | None = None
 
     def to_bytes(self) -> bytes:
         """JSON."""
-        body = {"rows": self.rows, "low": self.low, "high": self.high, "readAtUs": self.read_at_us}
+        body: dict[str, Any] = {
+            "rows": self.rows,
+            "low": self.low,
+            "high": self.high,
+            "readAtUs": self.read_at_us,
+        }
+        if self.columns is not None:
+            body["columns"] = [list(c) for c in self.columns]
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ChunkRead:
         """Parse :meth:`to_bytes`."""
         body = json.loads(raw)
-        return cls(int(body["rows"]), int(body["low"]), int(body["high"]), int(body["readAtUs"]))
+        listed = body.get("columns")
+        columns = None if listed is None else tuple((str(n), str(t), str(s)) for n, t, s in listed)
+        return cls(
+            int(body["rows"]), int(body["low"]), int(body["high"]), int(body["readAtUs"]), columns
+        )
 
 
 def read_chunk(
@@ -215,7 +232,7 @@ def read_chunk(
         high = low if exact else binlog_end(cursor)
     assert low is not None
     assert high is not None
-    read = ChunkRead(len(keys), low.ordinal, high.ordinal, read_at)
+    read = ChunkRead(len(keys), low.ordinal, high.ordinal, read_at, columns_signature(columns))
     return pa.array(keys, pa.string()), pa.array(afters, pa.string()), read
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from spark_ckpt.errors import DataLossError
@@ -26,15 +26,17 @@ from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition
 from .catalog import estimated_rows, table_columns
 from .chunks import ChunkReadPartition, next_chunk
-from .incremental_plan import ChunkPlanner, WindowChange
+from .incremental_plan import ChunkPlanner, Window, WindowChange
 from .rows import change_keys
+from .schemas import ColumnsSignature, SchemaTracker, columns_signature, schema_signature
 from .server import connect, connection_settings
 from .transactions import BinlogTransaction, TransactionAssembler
 from .types import types_json
 
 if TYPE_CHECKING:
+    from spark_ckpt.model.schema_changes import TableSchema
+
     from .options import MySqlOptions
-    from .schemas import SchemaTracker
 
 __all__ = ["IncrementalSnapshot", "check_windows_kept"]
 
@@ -95,6 +97,7 @@ class IncrementalSnapshot:
             self._window,
             self._read_partition,
             self._column_types if column_types else None,
+            self._catalog_columns,
         )
 
     # -- the planner's callbacks (driver) ------------------------------------------------------
@@ -113,28 +116,33 @@ class IncrementalSnapshot:
         settings = connection_settings(self.options)
         return ChunkReadPartition(settings, self.keys[chunk.bounds.table], chunk, self.directory)
 
-    def _window(self, since: int, upto: int) -> list[WindowChange]:
+    def _window(self, since: int, upto: int) -> Window:
         """The captured changes of transactions ending in ``(since, upto]`` (binlog re-read).
 
-        A schema change of a captured table is one too, with no key.
+        A schema change of a captured table is one too, with no key. The tracker starts from
+        the schemas of the batch's start (at or before ``upto``), so its schemas after the last
+        transaction in the window are the stream's at ``upto``.
         """
         like = self._like
         assert like is not None, "windows are read while a batch is planned"
         start = BinlogPosition.from_ordinal(since, like)
         stop = BinlogPosition.from_ordinal(upto, like)
+        tracker = self._tracker()
         found: list[WindowChange] = []
+        at_end = tracker.state.tables
         if since >= upto:
-            return found
+            return Window(found, _signatures(at_end))
         for txn in read_transactions(
             self.options,
             connection_settings(self.options),
             start,
             TransactionAssembler(),
-            self._tracker(),
+            tracker,
             stop,
         ):
             if not isinstance(txn, BinlogTransaction) or txn.end.ordinal > upto:
                 continue  # a statement (DDL), or past the window
+            at_end = tracker.committed.tables
             for change in txn.changes:
                 if change.op == "s":
                     # The table's chunks read before it are read again; its columns' types as
@@ -144,7 +152,11 @@ class IncrementalSnapshot:
                 else:
                     key, old = change_keys(change, self.keys[change.table])
                     found.append((txn.end.ordinal, change.table, key, old))
-        return found
+        return Window(found, _signatures(at_end))
+
+    def _catalog_columns(self, table: str) -> ColumnsSignature:
+        with connect(self.options) as conn:
+            return columns_signature(table_columns(conn, table))
 
     # -- batches (driver) ----------------------------------------------------------------------
 
@@ -273,6 +285,10 @@ class IncrementalSnapshot:
 
 def _key(offset: BinlogOffset) -> str:
     return f"{offset.checkpoint}:{offset.position}"
+
+
+def _signatures(tables: Mapping[str, TableSchema]) -> dict[str, ColumnsSignature]:
+    return {table: schema_signature(schema) for table, schema in tables.items()}
 
 
 def check_windows_kept(restored: BinlogOffset, files: list[str]) -> None:

@@ -12,12 +12,14 @@ snapshots), in the postgres connector's shape:
    binlog position P at or past the high watermark, without the keys that a transaction of its
    window (from its low watermark, or its batch's start if earlier, to P) changed
    (:func:`~spark_ckpt.sources.chunks.window_dropped`): the stream carries those keys' states.
-   The rows left equal the table at P. A chunk whose table's schema changed in its window (an
-   ``ALTER TABLE`` between its read and P, as the window's row events show it) is not emitted
-   but read again, from the change on: its rows have the columns of before the change, and
-   would be placed after it. The window is decoded with the schemas as of the placing batch's
-   start, so a change whose first row event came in an earlier batch, with no row of the table
-   in the window before it, is not seen (docs/connectors/mysql.md says so).
+   The rows left equal the table at P. A chunk whose rows do not have the columns the stream
+   has for its table at P is not emitted but read again: its table's schema changed in its
+   window (an ``ALTER TABLE`` between its read and P, as the window's row events show it), or
+   its read recorded columns (:attr:`.chunks.ChunkRead.columns`) other than both the stream's at
+   P and the catalog's now (a change the stream followed before the placing batch, whose rows
+   the window, decoded with the schemas as of that batch's start, cannot tell from later ones).
+   A chunk read after a change that no row event has shown yet has the catalog's columns, and is
+   placed: the stream's schema change comes with the table's next row event.
 
 Every step is in the offsets (:class:`~spark_ckpt.sources.chunks.IncrementalState`, positions as
 :attr:`~.binlog_offset.BinlogPosition.ordinal`), so a restart re-reads no emitted chunk: only the
@@ -27,8 +29,8 @@ again after a restart emits the same rows. Pure planning: the database is behind
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from spark_ckpt.state.storage import Location
 
@@ -36,12 +38,29 @@ from ..chunk_spill import ChunkEmitPartition, chunk_files, kept, spilled_keys
 from ..chunk_work import ChunkWork, discard_chunks, reads_of_logged_batch
 from ..chunks import ChunkBounds, IncrementalState, Key, PendingChunk, window_dropped
 from .chunks import ChunkRead, load_read
+from .schemas import ColumnsSignature
 
-__all__ = ["ChunkPlanner", "WindowChange"]
+__all__ = ["ChunkPlanner", "Window", "WindowChange"]
 
 WindowChange = tuple[int, str, str | None, str | None]
 """``(commit end ordinal, table, key text, old key text)`` of one change in the stream; a key
 of None: the table's schema changed there (a DDL statement)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The stream's changes in a window of the binlog, read again.
+
+    Attributes
+    ----------
+    changes
+        Of the transactions ending in the window, in order.
+    columns
+        Each captured table's columns in the stream at the window's end, as far as known.
+    """
+
+    changes: list[WindowChange]
+    columns: Mapping[str, ColumnsSignature] = field(default_factory=dict)
 
 
 class ChunkPlanner:
@@ -60,12 +79,15 @@ class ChunkPlanner:
     bounds
         ``(table, index, after, rows) -> bounds``: the next chunk (:func:`.chunks.next_chunk`).
     window
-        ``(since, upto) -> changes``: the stream's changes of transactions ending in
-        ``(since, upto]``, read again from the binlog.
+        ``(since, upto) -> window``: the stream's changes of transactions ending in
+        ``(since, upto]``, read again from the binlog, and its schemas at ``upto``.
     read_partition
         A chunk's read partition.
     column_types
         A table's ``column_types`` text for its emitted rows (None: no such column).
+    catalog_columns
+        A table's columns as the server's catalog has them now (None: chunks are not compared
+        with the catalog, and are placed where their columns differ from the stream's).
     """
 
     def __init__(
@@ -76,9 +98,10 @@ class ChunkPlanner:
         chunk_rows: int,
         parallelism: int,
         bounds: Callable[[str, int, Key | None, int], ChunkBounds],
-        window: Callable[[int, int], list[WindowChange]],
+        window: Callable[[int, int], Window],
         read_partition: Callable[[PendingChunk], object],
         column_types: Callable[[str], str] | None = None,
+        catalog_columns: Callable[[str], ColumnsSignature] | None = None,
     ) -> None:
         self.source = source
         self.tables = list(tables)
@@ -89,6 +112,7 @@ class ChunkPlanner:
         self._window = window
         self._read_partition = read_partition
         self._column_types = column_types
+        self._catalog_columns = catalog_columns
 
     def plan(
         self,
@@ -156,13 +180,15 @@ class ChunkPlanner:
     ) -> tuple[list[ChunkEmitPartition], list[tuple[PendingChunk, int]], list[PendingChunk], int]:
         """The partitions emitting ``ready`` chunks placed at ``position``, in unit order.
 
-        Also the chunks to read again, each with the position of the last schema change of its
-        table in its window (when ``check_schema``), the chunks emitted, and their rows.
+        Also the chunks to read again (when ``check_schema``), each with where its next read's
+        window starts (past the last schema change of its table in its window), the chunks
+        emitted, and their rows.
         """
         if not ready:
             return [], [], [], 0
         starts = {chunk: min(chunk.since, read.low) for chunk, read in ready}
-        changes = self._window(min(starts.values()), position)
+        window = self._window(min(starts.values()), position)
+        changes = window.changes
         emits: list[ChunkEmitPartition] = []
         rereads: list[tuple[PendingChunk, int]] = []
         emitted: list[PendingChunk] = []
@@ -177,6 +203,9 @@ class ChunkPlanner:
             altered = [at for at, key, _ in own if key is None]
             if check_schema and altered:
                 rereads.append((chunk, max(altered)))
+                continue
+            if check_schema and self._stale(table, read, window.columns):
+                rereads.append((chunk, position))
                 continue
             emitted.append(chunk)
             dropped = window_dropped((key, old) for _, key, old in own if key is not None)
@@ -199,6 +228,18 @@ class ChunkPlanner:
                 )
             )
         return emits, rereads, emitted, rows
+
+    def _stale(self, table: str, read: ChunkRead, placed: Mapping[str, ColumnsSignature]) -> bool:
+        """Whether a chunk's rows have columns of before a change the stream has followed at P.
+
+        Its columns differ from the stream's at P and from the catalog's now (asked only then):
+        a read after a change no row event has shown yet has the catalog's columns, and is not
+        read again (it would be, at every batch, until the table's next row event).
+        """
+        stream = placed.get(table)
+        if read.columns is None or stream is None or read.columns == stream:
+            return False
+        return self._catalog_columns is not None and read.columns != self._catalog_columns(table)
 
     def _plan_reads(self, state: IncrementalState, since: int, checkpoint: int) -> IncrementalState:
         """Plan new chunks until ``parallelism`` are pending or every table is planned."""

@@ -24,7 +24,7 @@ row event and per DDL statement of a captured table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +35,19 @@ from ..debezium_format.mysql_ddl import renamed_columns
 from .types import BINARY_CHARSET, FieldType, MySqlColumn, spark_type
 from .values import json_value
 
-__all__ = ["SchemaState", "SchemaTracker", "source_type", "table_schema"]
+__all__ = [
+    "ColumnsSignature",
+    "SchemaState",
+    "SchemaTracker",
+    "columns_signature",
+    "schema_signature",
+    "source_type",
+    "table_schema",
+]
+
+ColumnsSignature = tuple[tuple[str, str, str], ...]
+"""A table's columns as ``(name, Spark type, source type)``, in their order: what its rows hold,
+as a table map, the catalog or a delivered schema describe them (no ids, no defaults)."""
 
 _NAMES = {
     FieldType.DECIMAL: "decimal",
@@ -238,8 +250,18 @@ class SchemaTracker:
         self.state = self.committed
 
 
+def columns_signature(columns: Sequence[MySqlColumn]) -> ColumnsSignature:
+    """The signature of columns as a table map or the catalog describes them."""
+    return tuple((c.name, spark_type(c), source_type(c)) for c in columns)
+
+
+def schema_signature(schema: TableSchema) -> ColumnsSignature:
+    """The signature of a schema as delivered (:func:`table_schema`'s)."""
+    return tuple((c.name, c.type, c.source_type) for c in schema.columns)
+
+
 def _same(known: TableSchema, columns: tuple[MySqlColumn, ...]) -> bool:
     """Whether a table map describes the schema already known (the common case)."""
-    return tuple((c.name, c.type, c.source_type) for c in known.columns) == tuple(
-        (c.name, spark_type(c), source_type(c)) for c in columns
-    ) and known.key == tuple(c.name for c in columns if c.primary)
+    return schema_signature(known) == columns_signature(columns) and known.key == tuple(
+        c.name for c in columns if c.primary
+    )

@@ -26,7 +26,8 @@ from spark_ckpt.sources.chunks import (
 from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
 from spark_ckpt.sources.mysql.chunks import ChunkRead, _where, key_text
 from spark_ckpt.sources.mysql.incremental import check_windows_kept
-from spark_ckpt.sources.mysql.incremental_plan import ChunkPlanner, WindowChange
+from spark_ckpt.sources.mysql.incremental_plan import ChunkPlanner, Window, WindowChange
+from spark_ckpt.sources.mysql.schemas import ColumnsSignature
 from spark_ckpt.sources.mysql.types import BINARY_CHARSET, FieldType, MySqlColumn
 from spark_ckpt.state.storage import Location
 
@@ -88,8 +89,16 @@ def _spill(directory: Location, chunk: PendingChunk, ids: list[int], read: Chunk
 
 
 def _planner(
-    directory: Location, window: list[WindowChange], bounds: list[ChunkBounds] | None = None
+    directory: Location,
+    window: list[WindowChange],
+    bounds: list[ChunkBounds] | None = None,
+    streamed: dict[str, ColumnsSignature] | None = None,
+    catalog: dict[str, ColumnsSignature] | None = None,
 ) -> ChunkPlanner:
+    """A planner over ``window``'s changes.
+
+    ``streamed``: the stream's columns at every window's end; ``catalog``: the server's now.
+    """
     planned = list(bounds or [])
 
     def next_bounds(table: str, index: int, after: Key | None, rows: int) -> ChunkBounds:
@@ -97,12 +106,24 @@ def _planner(
         assert (table, index, after, rows) == (found.table, found.index, found.after, 3)
         return found
 
-    def changes(since: int, upto: int) -> list[WindowChange]:
+    def changes(since: int, upto: int) -> Window:
         # As the binlog gives them: transactions ending in (since, upto].
-        return [c for c in window if since < c[0] <= upto]
+        return Window([c for c in window if since < c[0] <= upto], streamed or {})
+
+    def catalog_columns(table: str) -> ColumnsSignature:
+        assert catalog is not None, "the catalog was asked although no chunk's columns differ"
+        return catalog[table]
 
     return ChunkPlanner(
-        "mysql:h:3306", [TABLE], directory, 3, 2, next_bounds, changes, lambda chunk: chunk
+        "mysql:h:3306",
+        [TABLE],
+        directory,
+        3,
+        2,
+        next_bounds,
+        changes,
+        lambda chunk: chunk,
+        catalog_columns=catalog_columns,
     )
 
 
@@ -221,3 +242,52 @@ def test_a_chunk_whose_table_changed_schema_in_its_window_is_read_again(tmp_path
     assert work.state.chunks_done == 1
     again = _planner(directory, window).replan(state, work.state, work.position, 2, 0)
     assert [e.table for e in again.emits] == ["db.other"]
+
+
+BEFORE: ColumnsSignature = (("id", "int", "int"), ("v", "string", "text"))
+AFTER: ColumnsSignature = (*BEFORE, ("tier", "string", "varchar"))
+
+
+def test_a_chunk_read_before_a_change_the_stream_followed_earlier_is_read_again(
+    tmp_path: Path,
+) -> None:
+    """The chunk's rows have the columns of before an ALTER TABLE the stream has followed.
+
+    Read (100..160) before the change, which the stream followed in an earlier batch than this
+    one (its first row event there, at 140): decoded again with this batch's schemas, the window
+    shows no change, but the read's columns are neither the stream's at the placement nor the
+    catalog's. Read again; a read with the new columns is then placed, and so is one read after
+    a change no row event has shown yet (the catalog's columns: the stream's change comes with
+    the table's next row event), and one spilled before reads recorded their columns.
+    """
+    directory = Location(str(tmp_path))
+    stale = PendingChunk(ChunkBounds(TABLE, 0, None, None), 100, 1)
+    _spill(directory, stale, [1, 2], ChunkRead(2, 100, 160, 7, BEFORE))
+    state = IncrementalState(table=1, pending=(stale,))
+    window: list[WindowChange] = [(140, TABLE, '{"id":9}', None)]
+    streamed, catalog = {TABLE: AFTER}, {TABLE: AFTER}
+    work = _planner(directory, window, streamed=streamed, catalog=catalog).plan(
+        state, 200, 200, 200, 2, 0
+    )
+    assert not work.emitted
+    assert [(c.name, c.since, c.read_in) for c in work.state.pending] == [(stale.name, 200, 2)]
+    assert [c.name for c in work.reads] == [stale.name]  # type: ignore[attr-defined]
+
+    again = work.state.pending[0]
+    _spill(directory, again, [1, 2], ChunkRead(2, 210, 220, 8, AFTER))
+    placed = _planner(directory, [], streamed=streamed, catalog=catalog).plan(
+        work.state, 230, 230, 230, 3, 0
+    )
+    assert [c.name for c in placed.emitted] == [again.name]
+
+    for read in (ChunkRead(2, 210, 220, 8, AFTER), ChunkRead(2, 210, 220, 8)):
+        _spill(directory, again, [1, 2], read)
+        ahead = _planner(directory, [], streamed={TABLE: BEFORE}, catalog=catalog)
+        assert [c.name for c in ahead.plan(work.state, 230, 230, 230, 3, 0).emitted] == [again.name]
+
+
+def test_a_read_records_its_columns_and_one_without_them_still_parses() -> None:
+    read = ChunkRead(2, 100, 160, 7, AFTER)
+    assert ChunkRead.from_bytes(read.to_bytes()) == read
+    older = b'{"high": 160, "low": 100, "readAtUs": 7, "rows": 2}'
+    assert ChunkRead.from_bytes(older) == ChunkRead(2, 100, 160, 7)
