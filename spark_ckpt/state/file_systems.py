@@ -18,15 +18,15 @@ import errno
 import io
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import pyarrow as pa
-import pyarrow.fs as pafs
 
 from spark_ckpt.errors import ConfigError, StorageError
 from spark_ckpt.model.uris import split_uri
 from spark_ckpt.state.storage_options import StorageOptions
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 __all__ = [
     "SyncedFile",
@@ -120,6 +120,9 @@ def file_system(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSyst
     StorageError
         When pyarrow cannot set the client up (the message shows no credentials).
     """
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
     if scheme == "file":
         return pafs.LocalFileSystem()
     try:
@@ -149,6 +152,8 @@ def file_system(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSyst
 
 
 def _s3(options: StorageOptions) -> pafs.S3FileSystem:
+    import pyarrow.fs as pafs
+
     kwargs: dict[str, Any] = {}
     key, secret = options.get("AWS_ACCESS_KEY_ID"), options.get("AWS_SECRET_ACCESS_KEY")
     if key and secret:

@@ -44,12 +44,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, BinaryIO, Literal, cast
-
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 
 from spark_ckpt.errors import StorageError, StorageNotFoundError
 from spark_ckpt.model.uris import SCHEMES, canonical_uri, check_uri, child_uri, split_uri
@@ -63,6 +58,7 @@ from spark_ckpt.state.file_systems import (
     s3_endpoint,
     write_local_atomically,
 )
+from spark_ckpt.state.input_file import InputFile
 from spark_ckpt.state.parquet_rows import row_group_positions
 from spark_ckpt.state.storage_options import (
     S3A_KEYS,
@@ -70,6 +66,14 @@ from spark_ckpt.state.storage_options import (
     refuse_unsafe_settings,
     s3a_options,
 )
+
+# pyarrow is imported where a file is touched, not with this module: Spark starts a Python
+# process to look the data sources up (at every session's start) and one to create each
+# (at every load()), which import this module through spark_ckpt and touch no file; pyarrow
+# with numpy cost about 0.4 s of CPU in each.
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
 
 __all__ = [
     "COPY_CHUNK",
@@ -230,6 +234,8 @@ class Location:
         Failed to flush response stream``, its status lost. So a failed read asks the store
         whether the object is still there (one request, on the error path only).
         """
+        import pyarrow.fs as pafs
+
         if not_found(error):
             return self._fail("read", error)
         try:
@@ -271,6 +277,8 @@ class Location:
         StorageError
             Saying which of these failed (never showing the credentials).
         """
+        import pyarrow.fs as pafs
+
         if self.is_local:
             return
         bucket = self.path.split("/", 1)[0]
@@ -287,10 +295,14 @@ class Location:
 
     def exists(self) -> bool:
         """True when a file (object) or directory exists here."""
+        import pyarrow.fs as pafs
+
         return bool(self.info().type != pafs.FileType.NotFound)
 
     def is_dir(self) -> bool:
         """True for a directory (on object stores: a prefix with objects below it)."""
+        import pyarrow.fs as pafs
+
         return bool(self.info().type == pafs.FileType.Directory)
 
     def read_bytes(self) -> bytes | None:
@@ -325,7 +337,7 @@ class Location:
             When it cannot be opened for another reason.
         """
         try:
-            return InputFile(self, self.fs.open_input_file(self.path))
+            return InputFile(self._reading, self.fs.open_input_file(self.path))
         except OSError as e:
             raise self._fail("open", e) from e
 
@@ -350,6 +362,9 @@ class Location:
         StorageError
             When it cannot be read for another reason.
         """
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         try:
             handle = self.fs.open_input_file(self.path)
         except OSError as e:
@@ -368,6 +383,8 @@ class Location:
 
     def list(self, *, recursive: bool = False) -> list[Entry]:
         """Files below this location (names relative to it); [] when it does not exist."""
+        import pyarrow.fs as pafs
+
         selector = pafs.FileSelector(self.path, allow_not_found=True, recursive=recursive)
         try:
             infos = self.fs.get_file_info(selector)
@@ -455,6 +472,8 @@ class Location:
         Missing also means deleted during the copy (an object store does not hold an opened
         file); a copy that fails part way deletes the part of the target it wrote.
         """
+        import pyarrow.fs as pafs
+
         info = self.info()
         if info.type != pafs.FileType.File or info.size is None:
             return None
@@ -504,80 +523,6 @@ class Location:
         """Create the directory locally (object stores have none to create)."""
         if self.is_local:
             os.makedirs(self.path, exist_ok=True)
-
-
-class InputFile:
-    """A random-access reader of one file (object) whose every call translates store errors.
-
-    Returned by :meth:`Location.open_input`; runs wherever that is called (driver or executor).
-    pyarrow accepts it wherever it takes a file (``pa.ipc.open_file``, ``pq.ParquetFile``) and
-    reads through :meth:`read_buffer`, without a copy. A read of an object deleted after the open
-    raises :class:`StorageNotFoundError`; any other failure a
-    :class:`~spark_ckpt.errors.StorageError` naming the location. Not picklable (it holds an
-    open connection); pass the :class:`Location` instead.
-    """
-
-    def __init__(self, location: Location, handle: pa.NativeFile) -> None:
-        self.location = location
-        self._handle = handle
-
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return bool(self._handle.closed)
-
-    def readable(self) -> bool:
-        """Always True."""
-        return True
-
-    def seekable(self) -> bool:
-        """Always True (random access)."""
-        return True
-
-    def writable(self) -> bool:
-        """Always False."""
-        return False
-
-    def size(self) -> int:
-        """The file's size in bytes."""
-        with self.location._reading():
-            return int(self._handle.size())
-
-    def tell(self) -> int:
-        """The current position."""
-        with self.location._reading():
-            return int(self._handle.tell())
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        """Move to ``offset`` (from the start, the position or the end: ``whence`` 0, 1, 2)."""
-        with self.location._reading():
-            return int(self._handle.seek(offset, whence))
-
-    def read(self, nbytes: int | None = None) -> bytes:
-        """Up to ``nbytes`` bytes from the position (all the rest when None); b"" at the end."""
-        with self.location._reading():
-            return bytes(self._handle.read(nbytes))
-
-    def read_buffer(self, nbytes: int | None = None) -> pa.Buffer:
-        """As :meth:`read`, as an Arrow buffer (what pyarrow's readers call)."""
-        with self.location._reading():
-            return self._handle.read_buffer(nbytes)
-
-    def close(self) -> None:
-        """Close the reader (a store error at the close is translated too)."""
-        with self.location._reading():
-            self._handle.close()
-
-    def __enter__(self) -> InputFile:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def iter_chunks(location: Location, start: int, stop: int, chunk: int) -> Iterator[bytes]:

@@ -156,7 +156,8 @@ def test_a_failed_read_of_a_file_still_there_is_a_storage_error_not_not_found(
     """Only a file that is gone is "not found"; a broken read of one that is there is not."""
     target = root.child("t.parquet")
     write_parquet(target)
-    reader = InputFile(target, FailingRead())  # type: ignore[arg-type]  (a stand-in file)
+    # The location's own translation of read errors, around a stand-in file that fails.
+    reader = InputFile(target._reading, FailingRead())  # type: ignore[arg-type]
     with pytest.raises(StorageError, match=r"t\.parquet") as caught:
         reader.read(10)
     assert not isinstance(caught.value, StorageNotFoundError)
