@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter
-from pyspark.sql.types import StructType
 
 from spark_ckpt.errors import UnsupportedOutputModeError
-from spark_ckpt.state.registry import ControlState
 
-from .options import SinkOptions
-from .writer import Delta2pcStreamWriter
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from spark_ckpt.state.registry import ControlState
 
 __all__ = ["Delta2pcDataSource"]
 
@@ -48,6 +48,11 @@ class Delta2pcDataSource(DataSource):
                 "Use outputMode('append') (with a watermark for aggregations), or write the "
                 "complete result with foreachBatch and delta's overwrite mode"
             )
+        # Imported here: Spark imports this module in the process that looks the format up,
+        # which needs only its name (not pyarrow and delta-rs: about 0.5 s of CPU there).
+        from .options import SinkOptions
+        from .writer import Delta2pcStreamWriter
+
         storage = self.control_state.storage if self.control_state is not None else None
         options = SinkOptions.parse(dict(self.options), storage)
         return Delta2pcStreamWriter(options, schema, self.control_state)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
-from pyspark.sql.types import StructType
 
 from spark_ckpt.model.change_rows import spark_ddl
-from spark_ckpt.state.registry import ControlState
 
-from .options import SourceOptions
-from .reader import TxnCdcStreamReader, make_connector
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from spark_ckpt.state.registry import ControlState
 
 __all__ = ["TxnCdcDataSource"]
 
@@ -47,6 +47,12 @@ class TxnCdcDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Parse the options and build the reader (driver, once per query run)."""
+        # Imported here: Spark imports this module in the processes that look the format up
+        # and create the source, which need only its name and schema (not pyarrow, the
+        # connectors and their clients: about 0.5 s of CPU in each of those processes).
+        from .options import SourceOptions
+        from .reader import TxnCdcStreamReader, make_connector
+
         storage = self.control_state.storage if self.control_state is not None else None
         options = SourceOptions.parse(dict(self.options), storage)
         return TxnCdcStreamReader(options, make_connector(options), self.control_state)
