@@ -1,6 +1,7 @@
 """A throwaway S3-protocol server on loopback, for tests and benchmarks.
 
-``S3Server().start()`` runs moto's S3 server (``python -m moto.server``, from PyPI's ``moto``) in
+``S3Server().start()`` runs moto's S3 server (``moto.server``, from PyPI's ``moto``, through
+``moto_s3_main.py``, which makes its conditional puts atomic as AWS's are) in
 a process of its own on 127.0.0.1 at a free port, waits until it answers, and ``stop()`` ends it.
 It speaks the S3 REST protocol, conditional puts (``If-None-Match: *``) included, which delta-rs
 uses to commit safely. A process of its own so the server's work never holds the test process's
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from harness.servers.loopback import free_port
 
@@ -26,6 +28,7 @@ __all__ = ["S3Server"]
 ACCESS_KEY = "spark-ckpt-test"
 SECRET_KEY = "s3-secret-never-logged"  # the tests check that it never appears in errors or logs
 REGION = "us-east-1"
+_LAUNCHER = Path(__file__).with_name("moto_s3_main.py")  # moto.server, conditional puts atomic
 
 
 class S3Server:
@@ -52,7 +55,7 @@ class S3Server:
     def start(self, timeout: float = 60.0) -> S3Server:
         """Start the server and wait (at most ``timeout`` seconds) until it answers."""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, str(_LAUNCHER), "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a test's SIGKILL of its drivers' sessions spares it
