@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from spark_ckpt.errors import DataLossError, SourceConnectionError
 
-from . import time2
+from . import table_map_reuse, time2
 from .binlog_offset import BinlogPosition, GtidStart
 from .gtid import is_mariadb_state, reached
 from .schemas import SchemaTracker
@@ -78,6 +78,7 @@ def read_transactions(
     from pymysqlreplication import BinLogStreamReader
 
     time2.install()
+    table_map_reuse.install()
     captured = frozenset(options.tables)
     table_maps = TableMaps()
     where: dict[str, Any] = (

@@ -14,7 +14,7 @@ import base64
 import datetime as dt
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import TableMapEvent
 
 from spark_ckpt.errors import ChangeDecodeError
-from spark_ckpt.sources.mysql import time2
+from spark_ckpt.sources.mysql import table_map_reuse, time2
 from spark_ckpt.sources.mysql.binlog import TableMaps, feed, wanted_events
 from spark_ckpt.sources.mysql.binlog_offset import BinlogPosition
 from spark_ckpt.sources.mysql.rows import pack, unpack
@@ -55,23 +55,28 @@ class _Control:
         return "mariadb"
 
 
-def _replayed_events() -> Iterator[Any]:
+def _replayed_events(
+    kinds: frozenset[type] = _FED, edit: Callable[[int, bytes], bytes] | None = None
+) -> Iterator[Any]:
     """The fixture's packets decoded by the client as its stream reader does.
 
     This is the reader's loop minus the socket: the format description first, table maps kept
-    by table id, only the events the connector asks for yielded.
+    by table id, one control connection, only the events of ``kinds`` yielded (the connector's
+    by default). ``edit`` may change a packet (its index, its bytes) before it is decoded.
     """
+    control = _Control()
     table_map: dict[int, Any] = {}
     version: tuple[int, ...] = tuple(FIXTURE["mysql_version"])
     post_header: Any = None
-    for data in FIXTURE["packets"]:
-        packet = pymysql.protocol.MysqlPacket(bytes.fromhex(data), "utf8")
+    for index, data in enumerate(FIXTURE["packets"]):
+        raw = bytes.fromhex(data)
+        packet = pymysql.protocol.MysqlPacket(edit(index, raw) if edit else raw, "utf8")
         if not packet.is_ok_packet():
             continue
         wrapper = BinLogPacketWrapper(
             packet,
             table_map,
-            _Control(),
+            control,
             version,
             FIXTURE["use_checksum"],
             _EVENTS,
@@ -92,7 +97,7 @@ def _replayed_events() -> Iterator[Any]:
             version, post_header = event.mysql_version, event.post_header_len
         if wrapper.event_type == TABLE_MAP_EVENT and event is not None:
             table_map[event.table_id] = event.get_table()
-        if type(event) in _FED:
+        if type(event) in kinds:
             yield event
 
 
@@ -210,6 +215,42 @@ def test_the_clients_own_time_decoding_is_what_install_corrects(
     changes = [change for txn in _transactions() for change in txn.changes]
     assert changes[0].after is not None
     assert changes[0].after["tm6"] == "-00:00:00.999999"
+
+
+def test_a_table_map_read_again_reuses_its_decoding_and_decodes_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server wrote a table map before each rows event: one decoding serves them all."""
+    time2.install()
+    table_map_reuse.install()
+    maps = list(_replayed_events(frozenset({TableMapEvent})))
+    assert len(maps) == 6, "one table map before each of the fixture's six rows events"
+    assert all(m.table_obj is maps[0].table_obj for m in maps), "decoded once"
+    assert len({id(m.packet) for m in maps}) == 6, "each event keeps its own packet and header"
+    reused = _transactions()
+
+    monkeypatch.setattr(TableMapEvent, "__init__", table_map_reuse.client_init())
+    own = list(_replayed_events(frozenset({TableMapEvent})))
+    assert own[1].table_obj is not own[0].table_obj
+    assert own[1].table_obj == own[0].table_obj == maps[0].table_obj
+    assert [t.changes for t in _transactions()] == [t.changes for t in reused]
+
+
+def test_a_table_map_with_other_bytes_is_decoded_anew() -> None:
+    """A map that differs in any byte (here the table id; after DDL its columns) is its own."""
+    table_map_reuse.install()
+    kinds = [int(packet[10:12] or "0", 16) for packet in FIXTURE["packets"]]
+    first = kinds.index(TABLE_MAP_EVENT)
+
+    def renumbered(index: int, raw: bytes) -> bytes:
+        return raw[:20] + bytes([raw[20] ^ 0x40]) + raw[21:] if index == first + 4 else raw
+
+    maps = list(_replayed_events(frozenset({TableMapEvent}), renumbered))
+    ids = [m.table_id for m in maps]
+    assert ids[0] != ids[1], ids
+    assert ids[2] == ids[0], ids
+    assert maps[1].table_obj is not maps[0].table_obj
+    assert maps[2].table_obj is maps[0].table_obj
 
 
 def test_a_queried_row_gives_the_same_values_as_the_binlog() -> None:
