@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from spark_ckpt.errors import InvalidOptionError
-from spark_ckpt.model.option_types import Boolean, Choice, Duration, PositiveInt, Text
+from spark_ckpt.model.option_types import Boolean, Choice, Duration, PositiveInt, Size, Text
 from spark_ckpt.model.options import (
     IDENTITY_OPTION,
     OptionReader,
@@ -39,6 +39,7 @@ __all__ = [
     "SNAPSHOT_PARALLELISM",
     "SOFT_DECLINE_TIMEOUT",
     "STORAGE_PREFIX",
+    "STREAM_BUFFER_SIZE",
     "ConnectorOptions",
     "SourceOptions",
     "connector_options_class",
@@ -115,6 +116,15 @@ SNAPSHOT_DIR: OptionSpec[str] = OptionSpec(
     default_note="the driver's temp directory",
 )
 """A connector with a one-unit snapshot (postgres, mysql) lists it among its own options."""
+
+STREAM_BUFFER_SIZE: OptionSpec[int] = OptionSpec(
+    "streamBufferSize",
+    "compressed bytes of read changes the driver keeps in memory; beyond it they spill to "
+    "`snapshotDir/stream/` (see *Huge transactions*)",
+    Size(),
+    default=256 << 20,
+)
+"""The memory limit of a connector's change store (:mod:`.change_store`): postgres, mysql."""
 
 SNAPSHOT_CHUNK_ROWS: OptionSpec[int] = OptionSpec(
     "snapshotChunkRows", "`snapshot=incremental`: rows per chunk", PositiveInt(), default=50_000

@@ -6,7 +6,7 @@ last emitted transaction, and the incremental snapshot's chunks while it runs.
 Reading is replayable because changes are only *peeked*: the slot is confirmed
 (``pg_replication_slot_advance``) in :meth:`PostgresConnector.commit`, when Spark has committed
 the offset. Peeked changes are kept in the reader process as compressed chunks, spilled beyond a
-bound (:mod:`.change_store`), and handed to executors inside the partitions, so each change is
+bound (:mod:`..change_store`), and handed to executors inside the partitions, so each change is
 decoded about once; a re-run after a restart peeks the logged range again. Transactions are whole
 units: a cut is always available between them.
 """
@@ -33,11 +33,11 @@ from spark_ckpt.errors import (
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.state.storage import Location
 
+from ..change_store import ChangeStore
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..gate import Cut
 from ..options import SourceOptions
 from ..snapshot_spill import SnapshotPartition, snapshot_rows
-from .change_store import ChangeStore
 from .chunks import require_key
 from .connect import redact_dsn, scrub
 from .decoding.transactions import PgTransaction

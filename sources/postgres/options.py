@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from spark_ckpt.errors import InvalidOptionError
-from spark_ckpt.model.option_types import Choice, Duration, Names, Size, Text
+from spark_ckpt.model.option_types import Choice, Duration, Names, Text
 from spark_ckpt.model.options import OptionReader, OptionSpec, declared, read_declared
 from spark_ckpt.model.uris import check_uri
 
@@ -14,6 +14,7 @@ from ..options import (
     SNAPSHOT_CHUNK_ROWS,
     SNAPSHOT_DIR,
     SNAPSHOT_PARALLELISM,
+    STREAM_BUFFER_SIZE,
     ConnectorOptions,
 )
 from .plugins import PLUGIN, PLUGINS
@@ -67,13 +68,6 @@ SNAPSHOT: OptionSpec[SnapshotMode] = OptionSpec(
     "`never`: changes from the slot's position",
     Choice(SNAPSHOT_MODES),
     default="initial",
-)
-STREAM_BUFFER_SIZE: OptionSpec[int] = OptionSpec(
-    "streamBufferSize",
-    "compressed bytes of peeked changes the driver keeps in memory; beyond it they spill to "
-    "`snapshotDir/stream/` (see *Huge transactions*)",
-    Size(),
-    default=256 << 20,
 )
 HEARTBEAT_INTERVAL: OptionSpec[float] = OptionSpec(
     "heartbeatInterval",

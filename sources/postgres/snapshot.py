@@ -99,7 +99,7 @@ class SnapshotSpill(SpillDirectory):
         self.write_manifest_bytes(manifest.to_bytes())
 
     def stream_directory(self) -> Location:
-        """Where the stream spills changes beyond its memory limit (:mod:`.change_store`)."""
+        """Where the stream spills changes beyond its memory limit (:mod:`..change_store`)."""
         return self.directory.child("stream")
 
     def clear_files(self) -> None:

@@ -18,12 +18,13 @@ import pyarrow as pa
 
 from spark_ckpt.errors import ChangeDecodeError
 
+from ..change_store import ChangeStore, Chunk, Span
 from ..partitions import split_after
 from ..schema import change_batch, with_types
-from .change_store import ChangeStore, Chunk, Span
 from .decoding.by_name import output_plugin
 from .decoding.relations import Relation
 from .decoding.transactions import PgTransaction
+from .stored_changes import stored_changes
 
 __all__ = [
     "PgStreamPartition",
@@ -45,7 +46,7 @@ class PgStreamPartition:
     """Transactions (or parts of large ones) as peeked, and the chunks holding their changes.
 
     The driver only found the boundaries; executors decode the changes (in parallel), one chunk
-    at a time (:mod:`.change_store`). A transaction larger than ``changes_per_partition`` is
+    at a time (:mod:`..change_store`). A transaction larger than ``changes_per_partition`` is
     split across partitions of its batch, each part saying where it starts (its first event
     index), so no task holds more than a partition's worth of it.
     """
@@ -127,7 +128,7 @@ def stream_rows(
 ) -> Iterator[pa.RecordBatch]:
     """A partition's changes as record batches, decoded column-wise (executor, per task).
 
-    Decoded one chunk span at a time (at most :data:`.change_store.CHUNK_CHANGES` changes),
+    Decoded one chunk span at a time (at most :data:`..change_store.CHUNK_CHANGES` changes),
     whatever the transactions' sizes, so memory stays bounded.
     """
     pieces = partition.pieces
@@ -151,7 +152,7 @@ def stream_rows(
     read: tuple[Chunk, tuple[pa.Array, pa.Array | None]] | None = None
     for chunk, offset, count in partition.spans:
         if read is None or read[0] is not chunk:
-            read = (chunk, chunk.read())  # a chunk several spans share is read once in a row
+            read = (chunk, stored_changes(chunk.read()))  # spans of one chunk: read once
         texts, relation_of = read[1]
         piece = texts.slice(offset, count)
         indexes = None if relation_of is None else relation_of.slice(offset, count)

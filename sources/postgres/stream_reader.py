@@ -3,7 +3,7 @@
 One peek streams the slot's changes (never consumed: the slot is confirmed only when Spark
 commits) through the plugin's decoder (:mod:`.decoding.peek`) into
 :class:`~.decoding.transactions.PgTransaction` s,
-their changes into a :class:`~.change_store.ChangeStore` (compressed, spilled beyond
+their changes into a :class:`~..change_store.ChangeStore` (compressed, spilled beyond
 ``streamBufferSize``), while the schema tracker (:mod:`.schema_tracking`) turns DDL the stream
 shows, or the catalog shows for wal2json, into changes of their own. The connector
 (:mod:`.connector`) plans batches over what this reads; the incremental snapshot reads windows
@@ -18,7 +18,7 @@ from typing import Any
 
 from spark_ckpt.model.schema_changes import TableSchema
 
-from .change_store import ChangeStore
+from ..change_store import ChangeStore
 from .decoding.by_name import output_plugin
 from .decoding.peek import decode_peek
 from .decoding.relations import RelationCatalog
@@ -28,6 +28,7 @@ from .options import PostgresOptions
 from .schema_tracking import SchemaCatalog, SchemaTracker, drifted
 from .slot import Slot
 from .snapshot import SnapshotSpill
+from .stored_changes import store_schema
 from .tables import TableInfo, TypeNames
 from .windows import window_changes
 
@@ -155,7 +156,7 @@ class StreamReader:
     ) -> tuple[int, list[PgTransaction], ChangeStore]:
         """One peek of :meth:`read`, schema changes tracked unless ``schemas`` is None."""
         store = ChangeStore(
-            self.plugin.binary,
+            store_schema(self.plugin.binary),
             self._spill.stream_directory(),
             self.options.stream_buffer_size,
         )

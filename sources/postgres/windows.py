@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
+from ..change_store import ChangeStore, Chunk
 from ..schema import json_text
-from .change_store import ChangeStore, Chunk
 from .decoding.plugin import OutputPlugin
 from .decoding.relations import Relation
 from .decoding.transactions import ChangeColumns, PgTransaction
 from .incremental import ALL_KEYS
 from .incremental_plan import WindowChange
+from .stored_changes import stored_changes
 
 __all__ = ["window_changes"]
 
@@ -44,7 +45,7 @@ def window_changes(
             continue
         for chunk, offset, count in store.spans(txn.first, txn.size):
             if read is None or read[0] is not chunk:
-                read = (chunk, chunk.read())  # consecutive transactions share chunks
+                read = (chunk, stored_changes(chunk.read()))  # transactions share chunks
             texts, relation_of = read[1]
             piece = None if relation_of is None else relation_of.slice(offset, count)
             rendered = plugin.render(texts.slice(offset, count), piece, relations)

@@ -326,13 +326,16 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     transaction boundaries); each row keeps its transaction's fields and its event index counts
     through the whole transaction.
     """
-    from spark_ckpt.sources.postgres import change_store, stream_partitions
+    from spark_ckpt.sources import change_store
+    from spark_ckpt.sources.postgres import stream_partitions
     from spark_ckpt.sources.postgres import connector as postgres
     from spark_ckpt.sources.postgres.decoding.transactions import PgTransaction
     from spark_ckpt.state.storage import Location
 
     monkeypatch.setattr(change_store, "CHUNK_CHANGES", 3)
-    store = change_store.ChangeStore(False, Location(str(tmp_path / "stream")), 1)
+    from spark_ckpt.sources.postgres.stored_changes import store_schema
+
+    store = change_store.ChangeStore(store_schema(False), Location(str(tmp_path / "stream")), 1)
     txns = []
     for xid, size, ts in ((700, 7, 1_000_000), (701, 1, None), (702, 2, 2_000_000)):
         txn = PgTransaction(xid, 0, xid, ts, store=store)

@@ -16,7 +16,7 @@ from .relations import RelationCatalog
 from .transactions import PgTransaction
 
 if TYPE_CHECKING:
-    from ..change_store import ChangeStore
+    from ...change_store import ChangeStore
     from ..schema_tracking import SchemaTracker
 
 __all__ = ["decode_peek"]

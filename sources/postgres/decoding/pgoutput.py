@@ -36,7 +36,7 @@ from .relations import U32, U64, MessageCursor, Relation, RelationCatalog
 from .transactions import ChangeColumns, PgTransaction
 
 if TYPE_CHECKING:
-    from ..change_store import ChangeStore
+    from ...change_store import ChangeStore
     from ..schema_tracking import SchemaTracker
 
 __all__ = [

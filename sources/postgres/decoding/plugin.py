@@ -11,7 +11,7 @@ from .relations import Relation, RelationCatalog
 from .transactions import ChangeColumns, PgTransaction
 
 if TYPE_CHECKING:
-    from ..change_store import ChangeStore
+    from ...change_store import ChangeStore
     from ..schema_tracking import SchemaTracker
 
 __all__ = ["OutputPlugin"]

@@ -11,7 +11,7 @@ import pyarrow as pa
 from spark_ckpt.model.schema_changes import SchemaEvent, TableSchema
 
 if TYPE_CHECKING:
-    from ..change_store import ChangeStore
+    from ...change_store import ChangeStore
 
 __all__ = ["ChangeColumns", "PgTransaction"]
 
@@ -42,7 +42,7 @@ class PgTransaction:
     first
         With a ``store``: the position of the first change in it.
     store
-        Where the changes go (:class:`~..change_store.ChangeStore`); None: :attr:`changes`.
+        Where the changes go (:class:`~...change_store.ChangeStore`); None: :attr:`changes`.
     """
 
     xid: int
@@ -75,7 +75,7 @@ class PgTransaction:
         if self.delivered:
             return
         if self.store is not None:
-            position = self.store.append(data, relation)
+            position = self.store.append((data,) if relation is None else (data, relation))
             if self.size == 1:
                 self.first = position
         else:

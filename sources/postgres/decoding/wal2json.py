@@ -30,7 +30,7 @@ from .transactions import ChangeColumns, PgTransaction
 from .wal2json_columns import decode_changes, decode_column_types
 
 if TYPE_CHECKING:
-    from ..change_store import ChangeStore
+    from ...change_store import ChangeStore
     from ..schema_tracking import SchemaTracker
 
 __all__ = [

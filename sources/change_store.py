@@ -1,20 +1,21 @@
-"""Peeked changes held for planning: compressed in memory up to a bound, spilled beyond it.
+"""Changes read for planning: compressed in memory up to a bound, spilled beyond it.
 
-The driver reads the slot as a stream and appends every change of a captured table here, in
-order, as it arrives: a transaction of millions of changes never exists as one Python list.
-Every :data:`CHUNK_CHANGES` changes become one :class:`Chunk`, an LZ4-compressed Arrow IPC
-stream (the plugin's text or messages, and for pgoutput each change's relation). Chunks stay in
-memory until their compressed bytes reach the store's limit (option ``streamBufferSize``);
-later chunks are written to the spill location (option ``snapshotDir``) and only their
-location is kept. Partitions carry the chunks they cover, so executors decode one chunk at a
-time as well: memory is bounded on both sides, whatever a transaction's size.
+A connector's driver reads its log as a stream and appends every change of a captured table
+here, in order, as it arrives: a transaction of millions of changes never exists as one Python
+list. Every :data:`CHUNK_CHANGES` changes become one :class:`Chunk`, an LZ4-compressed Arrow IPC
+stream of the connector's columns (postgres: the plugin's text or messages, and for pgoutput
+each change's relation; mysql: the change rows' texts). Chunks stay in memory until their
+compressed bytes reach the store's limit (option ``streamBufferSize``); later chunks are written
+to the spill location (under option ``snapshotDir``) and only their location is kept.
+Partitions carry the chunks they cover, so executors decode one chunk at a time as well: memory
+is bounded on both sides, whatever a transaction's size.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -48,8 +49,8 @@ class Chunk:
     data: bytes | None = None
     location: Location | None = None
 
-    def read(self) -> tuple[pa.Array, pa.Array | None]:
-        """The changes, and (pgoutput) their relation indexes (executor or driver, per chunk).
+    def read(self) -> pa.RecordBatch:
+        """The chunk's changes, one column per column of its store (executor or driver, per chunk).
 
         Raises
         ------
@@ -70,9 +71,11 @@ class Chunk:
                     f"set option snapshotDir to an object-store URI (s3a://bucket/prefix) or a "
                     f"shared mount"
                 ) from e
-        table = table.combine_chunks()
-        relation = table.column("relation").chunk(0) if "relation" in table.column_names else None
-        return table.column("data").chunk(0), relation
+        return table.combine_chunks().to_batches()[0] if table.num_rows else _empty(table)
+
+
+def _empty(table: pa.Table) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=table.schema)
 
 
 Span = tuple[Chunk, int, int]
@@ -80,22 +83,22 @@ Span = tuple[Chunk, int, int]
 
 
 class ChangeStore:
-    """The changes of one peek, in order; positions are indexes into the whole sequence.
+    """The changes of one read, in order; positions are indexes into the whole sequence.
 
-    Lives on the driver (the reader process) for one peek's transactions.
+    Lives on the driver (the reader process) for one read's transactions.
 
     Parameters
     ----------
-    binary
-        pgoutput messages (bytes, with relation indexes) instead of wal2json text.
+    schema
+        The columns of a change (what :meth:`append` takes, in order).
     spill_directory
         Where chunks beyond ``memory_limit`` go.
     memory_limit
         Compressed bytes kept in memory before chunks are spilled.
     """
 
-    def __init__(self, binary: bool, spill_directory: Location, memory_limit: int) -> None:
-        self.binary = binary
+    def __init__(self, schema: pa.Schema, spill_directory: Location, memory_limit: int) -> None:
+        self.schema = schema
         self.spill_directory = spill_directory
         self.memory_limit = memory_limit
         self.chunks: list[Chunk] = []
@@ -103,35 +106,39 @@ class ChangeStore:
         self.inline_bytes = 0
         self.spilled_chunks = 0
         self._name = uuid.uuid4().hex[:12]
-        self._data: list[Any] = []
-        self._relations: list[int] = []
+        self._columns: list[list[object]] = [[] for _ in schema]
 
-    def append(self, data: Any, relation: int | None = None) -> int:
-        """Add one change; return its position (driver, per change)."""
-        self._data.append(data)
-        if relation is not None:
-            self._relations.append(relation)
-        if len(self._data) >= CHUNK_CHANGES:
+    def append(self, values: Sequence[object]) -> int:
+        """Add one change, a value per column; return its position (driver, per change)."""
+        for column, value in zip(self._columns, values, strict=True):
+            column.append(value)
+        if len(self._columns[0]) >= CHUNK_CHANGES:
             self.seal()
         self.size += 1
         return self.size - 1
 
+    @property
+    def unsealed(self) -> int:
+        """Changes appended since the last chunk."""
+        return len(self._columns[0])
+
     def seal(self) -> None:
         """Turn the changes appended since the last chunk into one (driver)."""
-        if not self._data:
+        count = self.unsealed
+        if not count:
             return
-        columns = [pa.array(self._data, pa.binary() if self.binary else pa.string())]
-        names = ["data"]
-        if self.binary:
-            columns.append(pa.array(self._relations, pa.int32()))
-            names.append("relation")
-        batch = pa.record_batch(columns, names=names)
+        batch = pa.record_batch(
+            [
+                pa.array(column, field.type)
+                for column, field in zip(self._columns, self.schema, strict=True)
+            ],
+            schema=self.schema,
+        )
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema, options=_IPC) as writer:
             writer.write_batch(batch)
         data = sink.getvalue().to_pybytes()
-        count = len(self._data)
-        self._data, self._relations = [], []
+        self._columns = [[] for _ in self.schema]
         if self.inline_bytes + len(data) <= self.memory_limit:
             self.inline_bytes += len(data)
             self.chunks.append(Chunk(count, data=data))
@@ -146,7 +153,7 @@ class ChangeStore:
 
         Positions not yet in a chunk are sealed into one first.
         """
-        if first + count > self.size - len(self._data):
+        if first + count > self.size - self.unsealed:
             self.seal()
         found: list[Span] = []
         start = 0
