@@ -327,8 +327,8 @@ def test_a_large_transaction_is_split_across_partitions_and_spilled_chunks(
     through the whole transaction.
     """
     from spark_ckpt.sources import change_store
-    from spark_ckpt.sources.postgres import stream_partitions
     from spark_ckpt.sources.postgres import connector as postgres
+    from spark_ckpt.sources.postgres import stream_partitions
     from spark_ckpt.sources.postgres.decoding.transactions import PgTransaction
     from spark_ckpt.state.storage import Location
 
