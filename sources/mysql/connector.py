@@ -16,7 +16,6 @@ without a lock (:mod:`.incremental`, :mod:`.incremental_plan`).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import os
 import re
@@ -35,12 +34,12 @@ from spark_ckpt.errors import (
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.state.storage import Location
 
+from ..change_store import ChangeStore
 from ..chunk_spill import ChunkEmitPartition, emit_rows
 from ..chunks import IncrementalState
 from ..connector import ChangeConnector, Plan, PlannedBatch
 from ..debezium_format.mysql_ddl import altered_table
 from ..gate import Cut
-from ..partitions import split_after
 from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .binlog import read_transactions
 from .binlog_offset import BinlogOffset, BinlogPosition, GtidStart
@@ -49,7 +48,7 @@ from .chunks import ChunkReadPartition, run_chunk_read
 from .gtid import reached
 from .incremental import IncrementalSnapshot, check_windows_kept
 from .initial_snapshot import InitialSnapshot
-from .rows import MySqlPartition, pack, unpack
+from .rows import MySqlPartition, partitions, rows
 from .schemas import SchemaState, SchemaTracker, table_schema
 from .server import (
     ServerInfo,
@@ -61,6 +60,7 @@ from .server import (
     current_position,
 )
 from .snapshot import SnapshotSpill
+from .stored_rows import STORE_SCHEMA
 from .transactions import BinlogTransaction, Statement, TransactionAssembler
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class MySqlConnector(ChangeConnector):
         self.column_types = column_types
         self.source = f"mysql:{options.host}:{options.port}"
         self._base: BinlogOffset | None = None
-        self._assembler = TransactionAssembler()
+        self._assembler = TransactionAssembler(keys)
         self._tracker = SchemaTracker(SchemaState())
         self._read_to: BinlogPosition | GtidStart | None = None
         self._moved: set[str] = set()
@@ -127,6 +127,14 @@ class MySqlConnector(ChangeConnector):
         where = f"{options.host}:{options.port}:{options.server_id}|{','.join(options.tables)}"
         digest = hashlib.sha256(where.encode()).hexdigest()[:12]
         default = os.path.join(tempfile.gettempdir(), "spark-ckpt-mysql", digest)
+        self._stream_spill = (spill or Location(default)).child("stream")
+        self._retired: list[ChangeStore] = []
+        """Stores of earlier reads: deleted at a commit once nothing still to run reads them."""
+        self._batch_stores: dict[int, list[ChangeStore]] = {}
+        """The stores each planned batch not yet committed reads, by checkpoint id (Spark plans
+        batch N + 1 before it commits batch N, and N + 1 may hold transactions of an earlier
+        read)."""
+        self._spill_cleared = False
         self._snapshot = InitialSnapshot(
             options,
             keys,
@@ -144,6 +152,7 @@ class MySqlConnector(ChangeConnector):
                 (spill or Location(default)).child("chunks"),
                 column_types,
                 lambda: self._new_tracker(self._base or BinlogOffset(-1, 0, None)),
+                self._new_store,
                 info.identity or None,
             )
         self._reach: BinlogPosition | None = None  # read to here, nothing open (incremental)
@@ -265,7 +274,10 @@ class MySqlConnector(ChangeConnector):
     def _start_at(self, start: BinlogOffset) -> None:
         if self._base != start:
             self._base, self._units = start, []
-            self._assembler = TransactionAssembler(gtid_state=start.gtid)
+            self._retire(self._assembler.store)
+            self._assembler = TransactionAssembler(
+                self.keys, self._new_store(), gtid_state=start.gtid
+            )
             self._read_to = self._read_start(start)
             self._tracker = self._new_tracker(start)
 
@@ -307,6 +319,8 @@ class MySqlConnector(ChangeConnector):
             # of the last read is read again whole.
             self._assembler.discard_open()
             self._tracker.rollback()
+            self._retire(self._assembler.store)
+            self._assembler.store = self._new_store()
             for found in read_transactions(
                 self.options,
                 connection_settings(self.options),
@@ -320,6 +334,7 @@ class MySqlConnector(ChangeConnector):
                 else:
                     self._units.append(found)
             self._read_to = self._assembler.passed or self._read_to
+            self._log_spill(self._assembler.store)
         self._lag_seconds = lag_seconds(self._units, time.time())
         # Everything up to the binlog's end as it was before this read has been read: whole
         # transactions only (a transaction's events are written together), so it is a place
@@ -339,7 +354,7 @@ class MySqlConnector(ChangeConnector):
         if offset.incremental is not None and not self._units:
             idle = self._snapshot_batch(offset, [], offset.checkpoint + 1) or idle
         return Plan(
-            [len(t.changes) for t in self._units],
+            [t.size for t in self._units],
             reason,
             held,
             idle=idle,
@@ -428,6 +443,7 @@ class MySqlConnector(ChangeConnector):
         assert base is not None
         assert cut.at_boundary
         txns = self._units[: cut.unit + 1]
+        self._batch_stores[checkpoint_id] = _stores(txns)
         if base.incremental is not None:
             planned = self._snapshot_batch(base, txns, checkpoint_id)
             assert planned is not None  # it has transactions
@@ -443,16 +459,45 @@ class MySqlConnector(ChangeConnector):
     def _stream_partitions(self, txns: list[BinlogTransaction], first_order: int) -> list[object]:
         """Transactions numbered from ``first_order``, in partitions (driver, per batch).
 
-        A partition holds about ``changes_per_partition`` changes, in whole transactions.
+        A partition holds about ``changes_per_partition`` changes, in whole transactions but
+        for one larger than that, which is split (:mod:`.rows`).
         """
-        sizes = [len(t.changes) for t in txns]
-        starts = [0, *(i + 1 for i in split_after(sizes, self.changes_per_partition))]
-        bounds = [*starts, len(txns)]
-        return [
-            pack(self.source, txns[lo:hi], first_order + lo, self.keys)
-            for lo, hi in itertools.pairwise(bounds)
-            if hi > lo
-        ]
+        return partitions(self.source, txns, first_order, self.changes_per_partition)
+
+    def _new_store(self) -> ChangeStore:
+        """A change store for one read of the binlog (driver, per read).
+
+        Its memory is what ``streamBufferSize`` leaves of the stores still kept (transactions
+        not yet taken or committed are in them), so the bound holds across reads.
+        """
+        if not self._spill_cleared:
+            # Chunks an earlier run spilled (a killed driver never discarded them). Not at
+            # construction: Spark also builds sources in processes that read nothing.
+            self._stream_spill.delete_tree()
+            self._spill_cleared = True
+        kept = [*self._retired]
+        if all(self._assembler.store is not store for store in kept):
+            kept.append(self._assembler.store)
+        held = sum(store.inline_bytes for store in kept)
+        limit = max(0, self.options.stream_buffer_size - held)
+        return ChangeStore(STORE_SCHEMA, self._stream_spill, limit)
+
+    def _log_spill(self, store: ChangeStore) -> None:
+        if store.spilled_chunks:
+            _log.info(
+                "mysql %s: %d of %d chunks of read changes spilled to %s "
+                "(streamBufferSize %d bytes)",
+                self.source,
+                store.spilled_chunks,
+                len(store.chunks),
+                store.spill_directory.url,
+                self.options.stream_buffer_size,
+            )
+
+    def _retire(self, store: ChangeStore) -> None:
+        """A read's store is done with: it goes at a commit once nothing read is in it."""
+        if all(store is not kept for kept in self._retired):
+            self._retired.append(store)
 
     def _planned(
         self, base: BinlogOffset, txns: list[BinlogTransaction], checkpoint_id: int
@@ -509,6 +554,9 @@ class MySqlConnector(ChangeConnector):
         """
         tracker = self._new_tracker(first)
         txns: list[BinlogTransaction] = []
+        store = self._new_store()
+        self._retire(store)  # read by the re-run batch only
+        self._batch_stores[last.checkpoint] = [store]
         # On another server the batch is read from its start's GTID state to its end's.
         read_from = self._read_start(first)
         by_position = isinstance(read_from, BinlogPosition) or last.gtid is None
@@ -516,7 +564,7 @@ class MySqlConnector(ChangeConnector):
             self.options,
             connection_settings(self.options),
             read_from,
-            TransactionAssembler(gtid_state=first.gtid),
+            TransactionAssembler(self.keys, store, gtid_state=first.gtid),
             tracker,
             last.at if by_position else GtidStart(str(last.gtid)),
         ):
@@ -546,6 +594,22 @@ class MySqlConnector(ChangeConnector):
             self._snapshot.done()
             if self._incremental is not None:
                 self._incremental.committed(offset)
+        # Batches up to this one are done: a store of an earlier read that no later planned
+        # batch reads and no transaction still to be taken is in is read by none.
+        for checkpoint in [c for c in self._batch_stores if c <= offset.checkpoint]:
+            del self._batch_stores[checkpoint]
+        live = [self._assembler.store, *_stores(self._units)]
+        live += [store for stores in self._batch_stores.values() for store in stores]
+        for store in list(self._retired):
+            if all(store is not kept for kept in live):
+                store.discard()
+                self._retired.remove(store)
+
+    def stop(self) -> None:
+        """Delete the changes spilled by reads (driver, once)."""
+        for store in [*self._retired, self._assembler.store, *(t.store for t in self._units)]:
+            store.discard()
+        self._retired, self._units, self._batch_stores = [], [], {}
 
     def status(self) -> dict[str, Any] | None:
         """Where the binlog is read, for progress events (driver, per trigger)."""
@@ -577,7 +641,7 @@ class MySqlConnector(ChangeConnector):
         if isinstance(partition, ChunkEmitPartition):
             return emit_rows(partition)
         assert isinstance(partition, MySqlPartition)
-        return unpack(partition, self.column_types)
+        return rows(partition, self.column_types)
 
 
 def _ends_at(txn: BinlogTransaction, start: BinlogPosition | GtidStart, last: BinlogOffset) -> bool:
@@ -593,6 +657,15 @@ def _ends_at(txn: BinlogTransaction, start: BinlogPosition | GtidStart, last: Bi
 def _at_or_past(read_to: BinlogPosition | GtidStart, target: BinlogPosition) -> bool:
     """Whether a read has reached ``target`` (a GTID start has read nothing yet)."""
     return isinstance(read_to, BinlogPosition) and read_to >= target
+
+
+def _stores(txns: list[BinlogTransaction]) -> list[ChangeStore]:
+    """The stores ``txns`` are in, each once."""
+    found: list[ChangeStore] = []
+    for txn in txns:
+        if all(txn.store is not seen for seen in found):
+            found.append(txn.store)
+    return found
 
 
 def lag_seconds(pending: list[BinlogTransaction], now: float) -> float:

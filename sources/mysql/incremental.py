@@ -27,15 +27,16 @@ from .binlog_offset import BinlogOffset, BinlogPosition
 from .catalog import estimated_rows, table_columns
 from .chunks import ChunkReadPartition, next_chunk
 from .incremental_plan import ChunkPlanner, Window, WindowChange
-from .rows import change_keys
 from .schemas import ColumnsSignature, SchemaTracker, columns_signature, schema_signature
 from .server import connect, connection_settings
+from .stored_rows import OLD_KEY
 from .transactions import BinlogTransaction, TransactionAssembler
 from .types import types_json
 
 if TYPE_CHECKING:
     from spark_ckpt.model.schema_changes import TableSchema
 
+    from ..change_store import ChangeStore
     from .options import MySqlOptions
 
 __all__ = ["IncrementalSnapshot", "check_windows_kept"]
@@ -63,6 +64,8 @@ class IncrementalSnapshot:
         Add ``column_types`` to emitted rows.
     tracker
         A schema tracker for reading a window of the binlog again.
+    store
+        A change store for one read of a window (the connector's kind).
     server
         The server's identity, recorded in the offsets the snapshot's batches end at.
     """
@@ -75,6 +78,7 @@ class IncrementalSnapshot:
         directory: Location,
         column_types: bool,
         tracker: Callable[[], SchemaTracker],
+        store: Callable[[], ChangeStore],
         server: str | None,
     ) -> None:
         self.options = options
@@ -82,6 +86,7 @@ class IncrementalSnapshot:
         self.keys = keys
         self.directory = directory
         self._tracker = tracker
+        self._store = store
         self._types: dict[str, str] = {}  # per table, as first emitted by this run
         self._emitted: dict[str, list[PendingChunk]] = {}  # by end position, until commit
         self._rows_estimated: int | None = None
@@ -132,26 +137,30 @@ class IncrementalSnapshot:
         at_end = tracker.state.tables
         if since >= upto:
             return Window(found, _signatures(at_end))
-        for txn in read_transactions(
-            self.options,
-            connection_settings(self.options),
-            start,
-            TransactionAssembler(),
-            tracker,
-            stop,
-        ):
-            if not isinstance(txn, BinlogTransaction) or txn.end.ordinal > upto:
-                continue  # a statement (DDL), or past the window
-            at_end = tracker.committed.tables
-            for change in txn.changes:
-                if change.op == "s":
-                    # The table's chunks read before it are read again; its columns' types as
-                    # emitted rows carry them are looked up again.
-                    found.append((txn.end.ordinal, change.table, None, None))
-                    self._types.pop(change.table, None)
-                else:
-                    key, old = change_keys(change, self.keys[change.table])
-                    found.append((txn.end.ordinal, change.table, key, old))
+        store = self._store()
+        try:
+            for txn in read_transactions(
+                self.options,
+                connection_settings(self.options),
+                start,
+                TransactionAssembler(self.keys, store),
+                tracker,
+                stop,
+            ):
+                if not isinstance(txn, BinlogTransaction) or txn.end.ordinal > upto:
+                    continue  # a statement (DDL), or past the window
+                at_end = tracker.committed.tables
+                for change in txn.rows():
+                    table = str(change["table"])
+                    if change["op"] == "s":
+                        # The table's chunks read before it are read again; its columns' types
+                        # as emitted rows carry them are looked up again.
+                        found.append((txn.end.ordinal, table, None, None))
+                        self._types.pop(table, None)
+                    else:
+                        found.append((txn.end.ordinal, table, change["key"], change[OLD_KEY]))
+        finally:
+            store.discard()
         return Window(found, _signatures(at_end))
 
     def _catalog_columns(self, table: str) -> ColumnsSignature:

@@ -13,6 +13,7 @@ from ..options import (
     SNAPSHOT_CHUNK_ROWS,
     SNAPSHOT_DIR,
     SNAPSHOT_PARALLELISM,
+    STREAM_BUFFER_SIZE,
     ConnectorOptions,
 )
 
@@ -87,6 +88,9 @@ class MySqlOptions(ConnectorOptions):
         Where the snapshot spills its rows (None: the driver's temp directory).
     snapshot_chunk_rows, snapshot_parallelism
         ``snapshot=incremental``: rows per chunk, chunks read at once.
+    stream_buffer_size
+        Compressed bytes of read changes the driver keeps in memory; beyond it they spill
+        (``snapshotDir/stream``, :mod:`..change_store`).
     """
 
     OPTIONS: ClassVar[tuple[OptionSpec[Any], ...]] = (
@@ -100,6 +104,7 @@ class MySqlOptions(ConnectorOptions):
         SNAPSHOT_DIR,
         SNAPSHOT_CHUNK_ROWS,
         SNAPSHOT_PARALLELISM,
+        STREAM_BUFFER_SIZE,
     )
     CHANGES_PER_PARTITION: ClassVar[int] = 20_000
 
@@ -113,6 +118,7 @@ class MySqlOptions(ConnectorOptions):
     snapshot_dir: str | None = declared(SNAPSHOT_DIR)
     snapshot_chunk_rows: int = declared(SNAPSHOT_CHUNK_ROWS)
     snapshot_parallelism: int = declared(SNAPSHOT_PARALLELISM)
+    stream_buffer_size: int = declared(STREAM_BUFFER_SIZE)
 
     def __repr__(self) -> str:
         # Options end up in logs and errors: never show the password.
@@ -122,7 +128,8 @@ class MySqlOptions(ConnectorOptions):
             f"tables={self.tables!r}, snapshot={self.snapshot!r}, "
             f"snapshot_dir={self.snapshot_dir!r}, "
             f"snapshot_chunk_rows={self.snapshot_chunk_rows!r}, "
-            f"snapshot_parallelism={self.snapshot_parallelism!r})"
+            f"snapshot_parallelism={self.snapshot_parallelism!r}, "
+            f"stream_buffer_size={self.stream_buffer_size!r})"
         )
 
     @classmethod

@@ -4,7 +4,9 @@ The binlog client's events arrive here reduced to what a transaction needs (:cla
 :class:`Rows`, :class:`Commit`, :class:`Statement`), in binlog order; the assembler yields each
 transaction once its commit event is read, with the coordinates just after that event (where
 the next transaction starts). A transaction touching no captured table still moves the position
-(:attr:`TransactionAssembler.passed`). Pure Python; runs on the driver.
+(:attr:`TransactionAssembler.passed`). Each change goes to the assembler's change store as it
+arrives (:mod:`.stored_rows`), so a transaction of millions of rows is never held as a list: a
+transaction is its place in the store. Runs on the driver.
 
 Per server (MySQL's and MariaDB's replication documentation): MySQL writes a ``GTID`` (or
 ``ANONYMOUS_GTID``) event, then ``QUERY BEGIN``, the row events, ``XID``; MariaDB writes a
@@ -16,15 +18,18 @@ MySQL's implicit commit).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .binlog_offset import BinlogPosition
 from .gtid import advance
+from .stored_rows import in_memory_store, stored_row, stored_rows_of
 
 if TYPE_CHECKING:
     from spark_ckpt.model.schema_changes import SchemaEvent
 
+    from ..change_store import ChangeStore
     from .schemas import SchemaState
 
 __all__ = [
@@ -90,25 +95,47 @@ class Statement:
 
 @dataclass(frozen=True)
 class BinlogTransaction:
-    """A committed transaction's captured changes, and where the binlog continues after it."""
+    """A committed transaction's captured changes, and where the binlog continues after it.
+
+    Its changes are positions ``first .. first + size - 1`` of ``store``.
+    """
 
     gtid: str | None
     commit_ts_us: int
-    changes: tuple[RowChange, ...]
     end: BinlogPosition
+    store: ChangeStore = field(compare=False, repr=False)
+    first: int
+    size: int
     schemas: SchemaState | None = None
     """The captured tables' schemas as delivered up to this transaction's end."""
     gtid_state: str | None = None
     """The server's GTID state just after this transaction (:mod:`.gtid`), where it has GTIDs."""
 
+    @property
+    def txn_id(self) -> str:
+        """Its ``txn_id``: the GTID, or the position after it on a server without GTIDs."""
+        return self.gtid or str(self.end)
+
+    def rows(self) -> Iterator[dict[str, str | None]]:
+        """Its changes as the store keeps them, read back a chunk at a time (driver: windows)."""
+        return stored_rows_of(self.store.spans(self.first, self.size))
+
 
 @dataclass
 class TransactionAssembler:
-    """Groups events into transactions (driver, per event read)."""
+    """Groups events into transactions (driver, per event read).
 
+    ``keys`` are the captured tables' key columns (a change's ``key`` text); ``store`` where
+    the changes go (a read gives each its own, see :mod:`.stored_rows`).
+    """
+
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    store: ChangeStore = field(default_factory=in_memory_store)
     open_gtid: str | None = None
     is_open: bool = False
-    pending: list[RowChange] = field(default_factory=list)
+    pending: int = 0
+    """Changes of the open transaction in the store (from :attr:`first`)."""
+    first: int = 0
     passed: BinlogPosition | None = None
     """The coordinates after the last commit read, captured or not."""
     gtid_state: str | None = None
@@ -118,25 +145,41 @@ class TransactionAssembler:
     def begin(self, event: Begin) -> None:
         """A transaction opens (a second BEGIN without a commit keeps the first open)."""
         if not self.is_open:
-            self.is_open, self.open_gtid, self.pending = True, event.gtid, []
+            self.is_open, self.open_gtid, self.pending = True, event.gtid, 0
 
     def rows(self, event: Rows) -> None:
-        """Changes of the open transaction (row events open one when no BEGIN came first)."""
+        """Changes of the open transaction (row events open one when no BEGIN came first).
+
+        Raises
+        ------
+        KeyError
+            When a change's table is not among :attr:`keys` (not captured).
+        """
         if not self.is_open:
             self.begin(Begin())
-        self.pending.extend(event.changes)
+        for change in event.changes:
+            position = self.store.append(stored_row(change, self.keys[change.table]))
+            if not self.pending:
+                self.first = position
+            self.pending += 1
 
     def commit(self, event: Commit) -> BinlogTransaction | None:
         """The open transaction, committed; None when it captured nothing."""
-        changes, gtid = tuple(self.pending), self.open_gtid
-        self.is_open, self.open_gtid, self.pending = False, None, []
+        size, gtid = self.pending, self.open_gtid
+        self.is_open, self.open_gtid, self.pending = False, None, 0
         self.passed = event.end
         if gtid is not None:
             self.gtid_state = advance(self.gtid_state, gtid)
-        if not changes:
+        if not size:
             return None
         return BinlogTransaction(
-            gtid, event.timestamp * 1_000_000, changes, event.end, gtid_state=self.gtid_state
+            gtid,
+            event.timestamp * 1_000_000,
+            event.end,
+            self.store,
+            self.first,
+            size,
+            gtid_state=self.gtid_state,
         )
 
     def statement(self, event: Statement) -> None:
@@ -150,10 +193,13 @@ class TransactionAssembler:
             self.open_gtid = None
 
     def discard_open(self) -> None:
-        """Forget a transaction still open: the next read starts at :attr:`passed`, before it."""
-        self.is_open, self.open_gtid, self.pending = False, None, []
+        """Forget a transaction still open: the next read starts at :attr:`passed`, before it.
+
+        What it put in the store stays there, unreferenced (the store goes as a whole).
+        """
+        self.is_open, self.open_gtid, self.pending = False, None, 0
 
     @property
     def held_changes(self) -> int:
         """Changes read of a transaction whose commit is not read yet."""
-        return len(self.pending)
+        return self.pending

@@ -133,7 +133,16 @@ def test_a_live_workload_lands_whole_once_in_order_through_a_server_crash_and_re
 ) -> None:
     server, database = mariadb_server, mariadb_database
     workload.create_tables(server, database)
-    options = _options(server, database)
+    # A 1 kB driver buffer spills every chunk of read changes to files, and partitions of 100
+    # changes cut the 300-row transaction into parts: each still lands whole in one version.
+    spill = tmp_path / "spill"
+    options = _options(
+        server,
+        database,
+        streamBufferSize="1k",
+        changesPerPartition="100",
+        snapshotDir=str(spill),
+    )
     first = [
         [
             "INSERT INTO orders VALUES (2, 'ann', 10.50, '2026-11-28 10:00:00.123456'), "
@@ -204,6 +213,9 @@ def test_a_live_workload_lands_whole_once_in_order_through_a_server_crash_and_re
     finally:
         query.stop()
     assert len(delta_txn_ids(table)) == expected, "a row of the TRUNCATE's batch was published"
+    stream_spill = spill / "stream"
+    assert stream_spill.exists(), "the 1 kB buffer spilled nothing"
+    assert not any(stream_spill.iterdir()), "spilled changes outlived the query"
 
 
 def _check_log(rows: list[dict[str, Any]], expected: int, database: str) -> None:

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from spark_ckpt.errors import InvalidOptionError, LogRewrittenError, UnsupportedChangeError
 from spark_ckpt.model.options import OptionReader
+from spark_ckpt.sources import change_store
 from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
 from spark_ckpt.sources.mysql.connector import MySqlConnector, lag_seconds
 from spark_ckpt.sources.mysql.options import MySqlOptions
-from spark_ckpt.sources.mysql.rows import pack, unpack
+from spark_ckpt.sources.mysql.rows import MySqlPartition, partitions, rows
 from spark_ckpt.sources.mysql.schemas import SchemaState, SchemaTracker
 from spark_ckpt.sources.mysql.server import ServerInfo
+from spark_ckpt.sources.mysql.stored_rows import STORE_SCHEMA
 from spark_ckpt.sources.mysql.transactions import (
     Begin,
     Commit,
@@ -28,6 +31,9 @@ from spark_ckpt.sources.mysql.transactions import (
     Statement,
     TransactionAssembler,
 )
+from spark_ckpt.state.storage import Location
+
+_KEYS = {"shop.orders": ("id",)}
 
 
 def _at(pos: int) -> BinlogPosition:
@@ -35,7 +41,7 @@ def _at(pos: int) -> BinlogPosition:
 
 
 def test_transactions_close_at_xid_or_commit_and_statements_only_move_the_position() -> None:
-    assembler = TransactionAssembler()
+    assembler = TransactionAssembler(_KEYS)
     change = RowChange("shop.orders", "c", None, {"id": 1})
     # MariaDB: a GTID event opens the transaction (no BEGIN), XID closes it.
     assembler.begin(Begin("0-1-7"))
@@ -43,7 +49,7 @@ def test_transactions_close_at_xid_or_commit_and_statements_only_move_the_positi
     assert assembler.held_changes == 2
     txn = assembler.commit(Commit(_at(500), 1_700_000_000))
     assert txn is not None
-    assert (txn.gtid, len(txn.changes), txn.end, txn.commit_ts_us) == (
+    assert (txn.gtid, txn.size, txn.end, txn.commit_ts_us) == (
         "0-1-7",
         2,
         _at(500),
@@ -62,11 +68,13 @@ def test_transactions_close_at_xid_or_commit_and_statements_only_move_the_positi
     assembler.rows(Rows((change,)))
     closed = assembler.commit(Commit(_at(800), 3))
     assert closed is not None
-    assert closed.changes == (change,)
+    assert [(r["op"], r["key"], r["after"]) for r in closed.rows()] == [
+        ("c", '{"id":1}', '{"id":1}')
+    ]
 
 
 def test_a_statement_inside_an_open_transaction_does_not_move_the_position() -> None:
-    assembler = TransactionAssembler()
+    assembler = TransactionAssembler(_KEYS)
     assembler.begin(Begin("0-1-1"))
     assembler.statement(Statement("SAVEPOINT a", "shop", _at(300), 1))
     assert assembler.passed is None
@@ -74,7 +82,7 @@ def test_a_statement_inside_an_open_transaction_does_not_move_the_position() -> 
 
 def test_a_transaction_open_at_the_end_of_a_read_is_read_again_whole() -> None:
     """The next read starts after the last commit: what was read of an open one is dropped."""
-    assembler = TransactionAssembler()
+    assembler = TransactionAssembler(_KEYS)
     change = RowChange("shop.orders", "c", None, {"id": 1})
     assembler.begin(Begin("0-1-1"))
     assembler.rows(Rows((change,)))
@@ -83,7 +91,8 @@ def test_a_transaction_open_at_the_end_of_a_read_is_read_again_whole() -> None:
     assembler.rows(Rows((change, change)))
     txn = assembler.commit(Commit(_at(400), 1))
     assert txn is not None
-    assert len(txn.changes) == 2
+    assert txn.size == 2
+    assert len(list(txn.rows())) == 2
 
 
 def test_offsets_round_trip_in_a_fixed_key_order_and_refuse_another_connectors() -> None:
@@ -123,22 +132,23 @@ def test_options_default_from_their_declarations_and_never_show_the_password() -
 def test_rows_are_numbered_keyed_and_carry_both_images() -> None:
     update = RowChange("shop.orders", "u", {"id": 3, "v": "a"}, {"id": 200, "v": "a"})
     delete = RowChange("shop.orders", "d", {"id": 5, "v": "b"}, None)
-    assembler = TransactionAssembler()
+    assembler = TransactionAssembler(_KEYS)
     assembler.begin(Begin("0-1-5"))
     assembler.rows(Rows((update, delete)))
     txn = assembler.commit(Commit(_at(900), 10))
     assert txn is not None
-    partition = pack("mysql:h:3306", [txn], 7, {"shop.orders": ("id",)})
-    (batch,) = list(unpack(partition, column_types=True))
-    rows = pa.Table.from_batches([batch]).to_pylist()
-    assert [r["txn_order"] for r in rows] == [7, 7]
-    assert [r["event_index"] for r in rows] == [0, 1]
-    assert [r["key"] for r in rows] == ['{"id":200}', '{"id":5}']
-    assert json.loads(rows[0]["before"]) == {"id": 3, "v": "a"}
-    assert rows[1]["after"] is None
-    assert {r["txn_id"] for r in rows} == {"0-1-5"}
-    assert rows[0]["column_types"] is None
-    assert rows[0]["commit_ts"] == datetime(1970, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
+    (partition,) = partitions("mysql:h:3306", [txn], 7, 100)
+    assert isinstance(partition, MySqlPartition)
+    (batch,) = list(rows(partition, column_types=True))
+    rows_ = pa.Table.from_batches([batch]).to_pylist()
+    assert [r["txn_order"] for r in rows_] == [7, 7]
+    assert [r["event_index"] for r in rows_] == [0, 1]
+    assert [r["key"] for r in rows_] == ['{"id":200}', '{"id":5}']
+    assert json.loads(rows_[0]["before"]) == {"id": 3, "v": "a"}
+    assert rows_[1]["after"] is None
+    assert {r["txn_id"] for r in rows_} == {"0-1-5"}
+    assert rows_[0]["column_types"] is None
+    assert rows_[0]["commit_ts"] == datetime(1970, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
 
 
 def test_an_alter_table_is_followed_and_other_statements_on_captured_tables_stop_it() -> None:
@@ -169,7 +179,7 @@ def test_an_alter_table_is_followed_and_other_statements_on_captured_tables_stop
 
 
 def test_lag_is_the_age_of_the_oldest_transaction_not_yet_delivered() -> None:
-    assembler = TransactionAssembler()
+    assembler = TransactionAssembler(_KEYS)
     pending = []
     for second in (100, 130):
         assembler.rows(Rows((RowChange("shop.orders", "c", None, {"id": second}),)))
@@ -178,3 +188,63 @@ def test_lag_is_the_age_of_the_oldest_transaction_not_yet_delivered() -> None:
         pending.append(txn)
     assert lag_seconds(pending, 160.5) == 60.5
     assert lag_seconds([], 160.5) == 0.0
+
+
+def test_a_transaction_beyond_the_buffer_and_a_partition_is_spilled_split_and_read_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Changes go to the store as read: past its memory limit to spill files, read back whole.
+
+    A 7-change transaction with chunks of 3 and a 1-byte buffer: every chunk is a file, the
+    transaction is cut over two partitions of at most 4 changes, and its rows keep their
+    transaction's fields with event indexes counting through the whole transaction.
+    """
+    monkeypatch.setattr(change_store, "CHUNK_CHANGES", 3)
+    spill = tmp_path / "stream"
+    store = change_store.ChangeStore(STORE_SCHEMA, Location(str(spill)), 1)
+    assembler = TransactionAssembler(_KEYS, store)
+    txns = []
+    for gtid, size in (("0-1-1", 7), ("0-1-2", 1), ("0-1-3", 2)):
+        assembler.begin(Begin(gtid))
+        for _ in range(size):
+            assembler.rows(Rows((RowChange("shop.orders", "c", None, {"id": store.size}),)))
+        assert assembler.held_changes == size
+        txn = assembler.commit(Commit(_at(100 + store.size), 5))
+        assert txn is not None
+        txns.append(txn)
+    assert [t.size for t in txns] == [7, 1, 2]
+    parts = partitions("mysql:h:3306", txns, 10, 4)
+    assert [c.count for c in store.chunks] == [3, 3, 3, 1]
+    assert all(c.data is None for c in store.chunks), "over the 1-byte limit: all spilled"
+    assert len(list(spill.iterdir())) == 4
+    assert all(isinstance(p, MySqlPartition) and p.changes <= 4 for p in parts)
+    read = [
+        (r["txn_id"], r["txn_order"], r["txn_size"], r["event_index"], json.loads(r["key"])["id"])
+        for part in parts
+        for batch in rows(part, column_types=False)  # type: ignore[arg-type]
+        for r in batch.to_pylist()
+    ]
+    assert read == [
+        *(("0-1-1", 10, 7, i, i) for i in range(7)),
+        ("0-1-2", 11, 1, 0, 7),
+        ("0-1-3", 12, 2, 0, 8),
+        ("0-1-3", 12, 2, 1, 9),
+    ]
+    assert [r["key"] for r in txns[2].rows()] == ['{"id":8}', '{"id":9}']
+    store.discard()
+    assert not list(spill.iterdir())
+
+
+def test_a_primary_key_update_stores_the_old_key_for_windows_and_executors_drop_it() -> None:
+    assembler = TransactionAssembler(_KEYS)
+    assembler.rows(Rows((RowChange("shop.orders", "u", {"id": 1, "v": 1}, {"id": 2, "v": 1}),)))
+    assembler.rows(Rows((RowChange("shop.orders", "u", {"id": 3, "v": 1}, {"id": 3, "v": 2}),)))
+    txn = assembler.commit(Commit(_at(10), 1))
+    assert txn is not None
+    assert [(r["key"], r["old_key"]) for r in txn.rows()] == [
+        ('{"id":2}', '{"id":1}'),
+        ('{"id":3}', None),
+    ]
+    (partition,) = partitions("mysql:h:3306", [txn], 0, 10)
+    (batch,) = rows(partition, column_types=True)  # type: ignore[arg-type]
+    assert "old_key" not in batch.schema.names

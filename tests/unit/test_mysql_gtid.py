@@ -48,7 +48,7 @@ def test_a_mysql_state_is_a_set_of_intervals_merged_as_transactions_arrive() -> 
 
 def test_the_assembler_advances_the_state_by_every_commit_captured_or_not() -> None:
     """The offset's GTID state is exact: uncaptured transactions and DDL advance it too."""
-    assembler = TransactionAssembler(gtid_state="0-1-4,1-1-2")
+    assembler = TransactionAssembler({"shop.orders": ("id",)}, gtid_state="0-1-4,1-1-2")
     change = RowChange("shop.orders", "c", None, {"id": 1})
     assembler.begin(Begin("0-1-5"))
     assert assembler.commit(Commit(BinlogPosition("b.000001", 100), 1)) is None  # uncaptured

@@ -31,7 +31,7 @@ from spark_ckpt.errors import ChangeDecodeError
 from spark_ckpt.sources.mysql import table_map_reuse, time2
 from spark_ckpt.sources.mysql.binlog import TableMaps, feed, wanted_events
 from spark_ckpt.sources.mysql.binlog_offset import BinlogPosition
-from spark_ckpt.sources.mysql.rows import pack, unpack
+from spark_ckpt.sources.mysql.rows import MySqlPartition, partitions, rows
 from spark_ckpt.sources.mysql.schemas import SchemaState, SchemaTracker
 from spark_ckpt.sources.mysql.transactions import BinlogTransaction, TransactionAssembler
 from spark_ckpt.sources.mysql.types import FieldType, MySqlColumn, spark_type
@@ -102,13 +102,18 @@ def _replayed_events(
 
 
 def _transactions() -> list[BinlogTransaction]:
-    assembler, maps, tracker = TransactionAssembler(), TableMaps(), SchemaTracker(SchemaState())
+    assembler = TransactionAssembler({TABLE: ("id",)})
+    maps, tracker = TableMaps(), SchemaTracker(SchemaState())
     captured = frozenset({TABLE})
     found = [
         feed(assembler, event, BinlogPosition("mariadb-bin.000001", n), captured, maps, tracker)
         for n, event in enumerate(_replayed_events())
     ]
     return [txn for txn in found if isinstance(txn, BinlogTransaction)]
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def _row(**values: Any) -> dict[str, Any]:
@@ -190,8 +195,8 @@ UPDATED = ORDINARY | {"vc": "changed", "st": "c", "d": "-0.0001", "bu": 1}
 
 def test_every_type_decodes_from_the_binlog_to_the_value_mysql_prints() -> None:
     time2.install()
-    changes = [change for txn in _transactions() for change in txn.changes]
-    assert [(c.op, c.before, c.after) for c in changes] == [
+    changes = [change for txn in _transactions() for change in txn.rows()]
+    assert [(c["op"], _loads(c["before"]), _loads(c["after"])) for c in changes] == [
         ("c", None, LOW),
         ("c", None, HIGH),
         ("c", None, _row(id=3)),
@@ -199,7 +204,9 @@ def test_every_type_decodes_from_the_binlog_to_the_value_mysql_prints() -> None:
         ("u", ORDINARY, UPDATED),
         ("d", HIGH, None),
     ]
-    assert {json.dumps(json.loads(c.types or "")) for c in changes} == {json.dumps(COLUMNS)}
+    assert {json.dumps(json.loads(c["column_types"] or "")) for c in changes} == {
+        json.dumps(COLUMNS)
+    }
 
 
 def test_the_clients_own_time_decoding_is_what_install_corrects(
@@ -212,9 +219,8 @@ def test_the_clients_own_time_decoding_is_what_install_corrects(
     from pymysqlreplication.row_event import RowsEvent
 
     monkeypatch.setattr(RowsEvent, time2.CLIENT_READER, time2.client_reader())
-    changes = [change for txn in _transactions() for change in txn.changes]
-    assert changes[0].after is not None
-    assert changes[0].after["tm6"] == "-00:00:00.999999"
+    changes = [change for txn in _transactions() for change in txn.rows()]
+    assert _loads(changes[0]["after"])["tm6"] == "-00:00:00.999999"
 
 
 def test_a_table_map_read_again_reuses_its_decoding_and_decodes_the_same(
@@ -233,7 +239,7 @@ def test_a_table_map_read_again_reuses_its_decoding_and_decodes_the_same(
     own = list(_replayed_events(frozenset({TableMapEvent})))
     assert own[1].table_obj is not own[0].table_obj
     assert own[1].table_obj == own[0].table_obj == maps[0].table_obj
-    assert [t.changes for t in _transactions()] == [t.changes for t in reused]
+    assert [list(t.rows()) for t in _transactions()] == [list(t.rows()) for t in reused]
 
 
 def test_a_table_map_with_other_bytes_is_decoded_anew() -> None:
@@ -337,9 +343,10 @@ def test_text_in_a_character_set_python_cannot_decode_is_a_typed_error() -> None
 
 def test_rows_carry_their_column_types_only_when_asked() -> None:
     txn = _transactions()[0]
-    partition = pack("mysql:h:3306", [txn], 0, {TABLE: ("id",)})
-    (typed,) = list(unpack(partition, column_types=True))
-    (plain,) = list(unpack(partition, column_types=False))
+    (partition,) = partitions("mysql:h:3306", [txn], 0, 100)
+    assert isinstance(partition, MySqlPartition)
+    (typed,) = list(rows(partition, column_types=True))
+    (plain,) = list(rows(partition, column_types=False))
     assert json.loads(typed.column("column_types")[0].as_py()) == COLUMNS
     assert "column_types" not in plain.schema.names
     assert typed.num_rows == plain.num_rows == 1
