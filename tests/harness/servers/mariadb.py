@@ -183,8 +183,11 @@ class MariaDbServer:
         """Initialise (first time only), configure and start; return self once it accepts.
 
         On a workdir whose data directory exists (after ``stop()``, or a killed server) it
-        starts the server again on the same data, port and user.
+        starts the server again on the same data, port and user. A server already running is
+        left as it is (a second ``mariadbd`` on its data would be orphaned, never stopped).
         """
+        if self._process is not None and self._process.poll() is None:
+            return self
         fresh = not (self.data / "mysql").is_dir()
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self._as_root:
