@@ -6,7 +6,7 @@ set -euo pipefail
 export SPARK_CKPT_POSTGRES=1  # postgres_cdc needs PostgreSQL with wal2json (installed if missing)
 # The "test" extra brings moto, the S3-protocol server behind `--store s3`.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" test
-ALL=(source_throughput sink_throughput crash_matrix postgres_cdc pg_large_txn pg_incremental_crash debezium_vs_spark_json spark_batch_overhead postgres_vs_debezium mysql_vs_debezium kafka_vs_spark_kafka batch_latency freshness listener_cost)
+ALL=(source_throughput sink_throughput crash_matrix postgres_cdc pg_large_txn mysql_large_txn pg_incremental_crash debezium_vs_spark_json spark_batch_overhead postgres_vs_debezium mysql_vs_debezium kafka_vs_spark_kafka batch_latency freshness listener_cost)
 run() {
   local bench="$1"; shift
   [ -f "$ROOT/bench/$bench.py" ] || die "no benchmark bench/$bench.py (one of: ${ALL[*]})"
