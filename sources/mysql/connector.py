@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,16 +28,13 @@ from spark_ckpt.errors import (
     DataLossError,
     LogRewrittenError,
     RestoreError,
-    UnsupportedChangeError,
 )
 from spark_ckpt.model.availability import AVAILABLE, SnapshotAvailability
 from spark_ckpt.state.storage import Location
 
-from ..change_store import ChangeStore
 from ..chunk_spill import ChunkEmitPartition, emit_rows
 from ..chunks import IncrementalState
 from ..connector import ChangeConnector, Plan, PlannedBatch
-from ..debezium_format.mysql_ddl import altered_table
 from ..gate import Cut
 from ..snapshot_spill import SnapshotPartition, snapshot_rows
 from .binlog import read_transactions
@@ -48,6 +44,7 @@ from .chunks import ChunkReadPartition, run_chunk_read
 from .gtid import reached
 from .incremental import IncrementalSnapshot, check_windows_kept
 from .initial_snapshot import InitialSnapshot
+from .read_stores import ReadStores, stores_of
 from .rows import MySqlPartition, partitions, rows
 from .schemas import SchemaState, SchemaTracker, table_schema
 from .server import (
@@ -60,7 +57,7 @@ from .server import (
     current_position,
 )
 from .snapshot import SnapshotSpill
-from .stored_rows import STORE_SCHEMA
+from .statements import follow_statement
 from .transactions import BinlogTransaction, Statement, TransactionAssembler
 
 if TYPE_CHECKING:
@@ -127,14 +124,9 @@ class MySqlConnector(ChangeConnector):
         where = f"{options.host}:{options.port}:{options.server_id}|{','.join(options.tables)}"
         digest = hashlib.sha256(where.encode()).hexdigest()[:12]
         default = os.path.join(tempfile.gettempdir(), "spark-ckpt-mysql", digest)
-        self._stream_spill = (spill or Location(default)).child("stream")
-        self._retired: list[ChangeStore] = []
-        """Stores of earlier reads: deleted at a commit once nothing still to run reads them."""
-        self._batch_stores: dict[int, list[ChangeStore]] = {}
-        """The stores each planned batch not yet committed reads, by checkpoint id (Spark plans
-        batch N + 1 before it commits batch N, and N + 1 may hold transactions of an earlier
-        read)."""
-        self._spill_cleared = False
+        self._stores = ReadStores(
+            (spill or Location(default)).child("stream"), options.stream_buffer_size
+        )
         self._snapshot = InitialSnapshot(
             options,
             keys,
@@ -152,7 +144,7 @@ class MySqlConnector(ChangeConnector):
                 (spill or Location(default)).child("chunks"),
                 column_types,
                 lambda: self._new_tracker(self._base or BinlogOffset(-1, 0, None)),
-                self._new_store,
+                self._stores.new,
                 info.identity or None,
             )
         self._reach: BinlogPosition | None = None  # read to here, nothing open (incremental)
@@ -274,9 +266,9 @@ class MySqlConnector(ChangeConnector):
     def _start_at(self, start: BinlogOffset) -> None:
         if self._base != start:
             self._base, self._units = start, []
-            self._retire(self._assembler.store)
+            self._stores.retire(self._assembler.store)
             self._assembler = TransactionAssembler(
-                self.keys, self._new_store(), gtid_state=start.gtid
+                self.keys, self._stores.new(), gtid_state=start.gtid
             )
             self._read_to = self._read_start(start)
             self._tracker = self._new_tracker(start)
@@ -319,8 +311,8 @@ class MySqlConnector(ChangeConnector):
             # of the last read is read again whole.
             self._assembler.discard_open()
             self._tracker.rollback()
-            self._retire(self._assembler.store)
-            self._assembler.store = self._new_store()
+            self._stores.retire(self._assembler.store)
+            self._assembler.store = self._stores.new()
             for found in read_transactions(
                 self.options,
                 connection_settings(self.options),
@@ -330,11 +322,11 @@ class MySqlConnector(ChangeConnector):
                 target,
             ):
                 if isinstance(found, Statement):
-                    self._follow_statement(found, self._tracker)
+                    follow_statement(found, self.options.tables, self._tracker)
                 else:
                     self._units.append(found)
             self._read_to = self._assembler.passed or self._read_to
-            self._log_spill(self._assembler.store)
+            self._stores.report(self._assembler.store, self.source)
         self._lag_seconds = lag_seconds(self._units, time.time())
         # Everything up to the binlog's end as it was before this read has been read: whole
         # transactions only (a transaction's events are written together), so it is a place
@@ -396,35 +388,6 @@ class MySqlConnector(ChangeConnector):
         )
         return PlannedBatch(end.to_json(), [])
 
-    def _follow_statement(self, statement: Statement, tracker: SchemaTracker) -> None:
-        """Follow an ``ALTER TABLE`` of a captured table; stop at any other statement on one.
-
-        The tracker learns an ALTER's column renames (its table maps show the rest). A table
-        dropped, truncated, created again or renamed is a change the stream cannot carry as
-        rows, so the query stops rather than let a mirror differ.
-        """
-        altered = altered_table(statement.sql)
-        for name in self.options.tables:
-            database, table = name.split(".")
-            in_database = statement.database.lower() == database.lower()
-            if not _names(statement.sql, table) or not (
-                in_database or _names(statement.sql, database)
-            ):
-                continue
-            if altered is not None and not altered[2] and _is(altered, name, statement):
-                tracker.statement(name, statement.sql)
-                continue
-            if altered is not None and not _is(altered, name, statement):
-                continue  # another table's ALTER naming this one (a foreign key to it)
-            raise UnsupportedChangeError(
-                f"the binlog at {statement.end} holds a statement on captured table {name} "
-                f"that a change stream cannot carry as rows: {statement.sql[:200]!r}. The "
-                f"mysql connector follows ALTER TABLE (columns added, dropped, renamed, "
-                f"retyped); a table dropped, truncated, created again or renamed stops the "
-                f"query rather than let a mirror differ: start a new query (new "
-                f"checkpointLocation) after it"
-            )
-
     def availability(self, cut: Cut) -> SnapshotAvailability:
         """Available exactly between transactions."""
         if cut.at_boundary:
@@ -443,7 +406,7 @@ class MySqlConnector(ChangeConnector):
         assert base is not None
         assert cut.at_boundary
         txns = self._units[: cut.unit + 1]
-        self._batch_stores[checkpoint_id] = _stores(txns)
+        self._stores.planned(checkpoint_id, txns)
         if base.incremental is not None:
             planned = self._snapshot_batch(base, txns, checkpoint_id)
             assert planned is not None  # it has transactions
@@ -463,41 +426,6 @@ class MySqlConnector(ChangeConnector):
         for one larger than that, which is split (:mod:`.rows`).
         """
         return partitions(self.source, txns, first_order, self.changes_per_partition)
-
-    def _new_store(self) -> ChangeStore:
-        """A change store for one read of the binlog (driver, per read).
-
-        Its memory is what ``streamBufferSize`` leaves of the stores still kept (transactions
-        not yet taken or committed are in them), so the bound holds across reads.
-        """
-        if not self._spill_cleared:
-            # Chunks an earlier run spilled (a killed driver never discarded them). Not at
-            # construction: Spark also builds sources in processes that read nothing.
-            self._stream_spill.delete_tree()
-            self._spill_cleared = True
-        kept = [*self._retired]
-        if all(self._assembler.store is not store for store in kept):
-            kept.append(self._assembler.store)
-        held = sum(store.inline_bytes for store in kept)
-        limit = max(0, self.options.stream_buffer_size - held)
-        return ChangeStore(STORE_SCHEMA, self._stream_spill, limit)
-
-    def _log_spill(self, store: ChangeStore) -> None:
-        if store.spilled_chunks:
-            _log.info(
-                "mysql %s: %d of %d chunks of read changes spilled to %s "
-                "(streamBufferSize %d bytes)",
-                self.source,
-                store.spilled_chunks,
-                len(store.chunks),
-                store.spill_directory.url,
-                self.options.stream_buffer_size,
-            )
-
-    def _retire(self, store: ChangeStore) -> None:
-        """A read's store is done with: it goes at a commit once nothing read is in it."""
-        if all(store is not kept for kept in self._retired):
-            self._retired.append(store)
 
     def _planned(
         self, base: BinlogOffset, txns: list[BinlogTransaction], checkpoint_id: int
@@ -554,9 +482,8 @@ class MySqlConnector(ChangeConnector):
         """
         tracker = self._new_tracker(first)
         txns: list[BinlogTransaction] = []
-        store = self._new_store()
-        self._retire(store)  # read by the re-run batch only
-        self._batch_stores[last.checkpoint] = [store]
+        store = self._stores.new()
+        self._stores.retire(store)  # read by the re-run batch only
         # On another server the batch is read from its start's GTID state to its end's.
         read_from = self._read_start(first)
         by_position = isinstance(read_from, BinlogPosition) or last.gtid is None
@@ -569,12 +496,13 @@ class MySqlConnector(ChangeConnector):
             last.at if by_position else GtidStart(str(last.gtid)),
         ):
             if isinstance(found, Statement):
-                self._follow_statement(found, tracker)
+                follow_statement(found, self.options.tables, tracker)
             elif not isinstance(read_from, BinlogPosition) or found.end <= last.at:
                 # Read by position, the read may pass the end of a batch that snapshot chunks
                 # ended between transactions; read by GTID, positions are this server's and
                 # the logged end is another's (the read stops at its GTID state instead).
                 txns.append(found)
+        self._stores.planned(last.checkpoint, txns)
         if len(txns) != count or (ends_batch and not _ends_at(txns[-1], read_from, last)):
             raise LogRewrittenError(
                 f"reading the logged batch {last.checkpoint} again from {first.position} to "
@@ -594,22 +522,14 @@ class MySqlConnector(ChangeConnector):
             self._snapshot.done()
             if self._incremental is not None:
                 self._incremental.committed(offset)
-        # Batches up to this one are done: a store of an earlier read that no later planned
-        # batch reads and no transaction still to be taken is in is read by none.
-        for checkpoint in [c for c in self._batch_stores if c <= offset.checkpoint]:
-            del self._batch_stores[checkpoint]
-        live = [self._assembler.store, *_stores(self._units)]
-        live += [store for stores in self._batch_stores.values() for store in stores]
-        for store in list(self._retired):
-            if all(store is not kept for kept in live):
-                store.discard()
-                self._retired.remove(store)
+        # Batches up to this one are done: their reads' stores go once nothing else reads them.
+        live = [self._assembler.store, *stores_of(self._units)]
+        self._stores.committed(offset.checkpoint, live)
 
     def stop(self) -> None:
         """Delete the changes spilled by reads (driver, once)."""
-        for store in [*self._retired, self._assembler.store, *(t.store for t in self._units)]:
-            store.discard()
-        self._retired, self._units, self._batch_stores = [], [], {}
+        self._stores.discard_all()
+        self._units = []
 
     def status(self) -> dict[str, Any] | None:
         """Where the binlog is read, for progress events (driver, per trigger)."""
@@ -659,15 +579,6 @@ def _at_or_past(read_to: BinlogPosition | GtidStart, target: BinlogPosition) -> 
     return isinstance(read_to, BinlogPosition) and read_to >= target
 
 
-def _stores(txns: list[BinlogTransaction]) -> list[ChangeStore]:
-    """The stores ``txns`` are in, each once."""
-    found: list[ChangeStore] = []
-    for txn in txns:
-        if all(txn.store is not seen for seen in found):
-            found.append(txn.store)
-    return found
-
-
 def lag_seconds(pending: list[BinlogTransaction], now: float) -> float:
     """Age of the oldest transaction read but not yet delivered; 0 when caught up.
 
@@ -676,17 +587,6 @@ def lag_seconds(pending: list[BinlogTransaction], now: float) -> float:
     if not pending:
         return 0.0
     return max(0.0, now - pending[0].commit_ts_us / 1_000_000)
-
-
-def _is(altered: tuple[str | None, str, bool], name: str, statement: Statement) -> bool:
-    """Whether an ALTER's table (its database, else the statement's) is captured ``name``."""
-    database = altered[0] if altered[0] is not None else statement.database
-    return f"{database}.{altered[1]}".lower() == name.lower()
-
-
-def _names(sql: str, identifier: str) -> bool:
-    """Whether ``sql`` names ``identifier`` as a whole word (quoted or not, any case)."""
-    return re.search(rf"(?<![\w$]){re.escape(identifier)}(?![\w$])", sql, re.IGNORECASE) is not None
 
 
 def build(options: MySqlOptions, common: SourceOptions) -> MySqlConnector:

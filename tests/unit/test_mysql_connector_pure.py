@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -17,11 +18,12 @@ from spark_ckpt.errors import InvalidOptionError, LogRewrittenError, Unsupported
 from spark_ckpt.model.options import OptionReader
 from spark_ckpt.sources import change_store
 from spark_ckpt.sources.mysql.binlog_offset import BinlogOffset, BinlogPosition
-from spark_ckpt.sources.mysql.connector import MySqlConnector, lag_seconds
+from spark_ckpt.sources.mysql.connector import lag_seconds
 from spark_ckpt.sources.mysql.options import MySqlOptions
+from spark_ckpt.sources.mysql.read_stores import ReadStores, stores_of
 from spark_ckpt.sources.mysql.rows import MySqlPartition, partitions, rows
 from spark_ckpt.sources.mysql.schemas import SchemaState, SchemaTracker
-from spark_ckpt.sources.mysql.server import ServerInfo
+from spark_ckpt.sources.mysql.statements import follow_statement
 from spark_ckpt.sources.mysql.stored_rows import STORE_SCHEMA
 from spark_ckpt.sources.mysql.transactions import (
     Begin,
@@ -152,9 +154,7 @@ def test_rows_are_numbered_keyed_and_carry_both_images() -> None:
 
 
 def test_an_alter_table_is_followed_and_other_statements_on_captured_tables_stop_it() -> None:
-    connector = MySqlConnector(
-        _parse(tables="shop.orders"), ServerInfo("10.11", True), {}, 10, False
-    )
+    tables = _parse(tables="shop.orders").tables
     tracker = SchemaTracker(SchemaState())
     for harmless in (
         Statement("ALTER TABLE orders_archive ADD c int", "shop", _at(1), 1),
@@ -166,7 +166,7 @@ def test_an_alter_table_is_followed_and_other_statements_on_captured_tables_stop
         Statement("ALTER TABLE `orders` ADD c int", "shop", _at(1), 1),
         Statement("alter table shop.orders rename column c to d", "", _at(1), 1),
     ):
-        connector._follow_statement(harmless, tracker)
+        follow_statement(harmless, tables, tracker)
     assert tracker.state.renames == {"shop.orders": (("c", "d"),)}
     for changing in (
         Statement("ALTER TABLE shop.orders RENAME TO shop.old", "", _at(1), 1),
@@ -175,7 +175,7 @@ def test_an_alter_table_is_followed_and_other_statements_on_captured_tables_stop
         Statement("RENAME TABLE shop.orders TO shop.old", "mysql", _at(1), 1),
     ):
         with pytest.raises(UnsupportedChangeError, match=r"shop\.orders"):
-            connector._follow_statement(changing, tracker)
+            follow_statement(changing, tables, tracker)
 
 
 def test_lag_is_the_age_of_the_oldest_transaction_not_yet_delivered() -> None:
@@ -248,3 +248,49 @@ def test_a_primary_key_update_stores_the_old_key_for_windows_and_executors_drop_
     (partition,) = partitions("mysql:h:3306", [txn], 0, 10)
     (batch,) = rows(partition, column_types=True)  # type: ignore[arg-type]
     assert "old_key" not in batch.schema.names
+
+
+def test_a_reads_store_goes_only_once_no_planned_batch_or_untaken_transaction_reads_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Spark plans batch N + 1 before it commits N: a store N + 1 reads outlives N's commit."""
+    monkeypatch.setattr(change_store, "CHUNK_CHANGES", 2)
+    spill = tmp_path / "stream"
+    stores = ReadStores(Location(str(spill)), 1)  # every chunk spills
+    (spill / "left-by-a-killed-run.arrow").parent.mkdir(parents=True)
+    (spill / "left-by-a-killed-run.arrow").write_bytes(b"x")
+
+    def read(count: int) -> list[Any]:
+        """One read into a store of its own: ``count`` one-change transactions."""
+        assembler = TransactionAssembler(_KEYS, stores.new())
+        found = []
+        for _ in range(count):
+            assembler.rows(Rows((RowChange("shop.orders", "c", None, {"id": 1}),)))
+            txn = assembler.commit(Commit(_at(1), 1))
+            assert txn is not None
+            found.append(txn)
+        assembler.store.seal()
+        stores.retire(assembler.store)
+        return found
+
+    first = read(4)
+    assert not (spill / "left-by-a-killed-run.arrow").exists(), "a killed run's leftovers go"
+    stores.planned(1, first[:2])  # batch 1 takes two; two wait for a later batch
+    second = read(2)
+    stores.planned(2, [*first[2:], second[0]])  # planned before batch 1 commits
+    assert stores.committed(1, stores_of([second[1]])) == [], "batch 2 reads both stores"
+    assert stores.committed(2, stores_of([second[1]])) == [first[0].store]
+    assert stores.committed(3, []) == [second[0].store]
+    assert not list(spill.iterdir())
+
+
+def test_the_stores_of_reads_share_one_memory_bound(tmp_path: Path) -> None:
+    stores = ReadStores(Location(str(tmp_path / "stream")), 10_000)
+    first = stores.new()
+    assembler = TransactionAssembler(_KEYS, first)
+    for i in range(50):
+        assembler.rows(Rows((RowChange("shop.orders", "c", None, {"id": i}),)))
+    first.seal()
+    assert 0 < first.inline_bytes < 10_000
+    assert stores.new().memory_limit == 10_000 - first.inline_bytes
+    stores.discard_all()
