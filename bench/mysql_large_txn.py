@@ -16,7 +16,7 @@ Prints one JSON line per row count::
 
 The planner's peak should not grow with the rows (the changes are in the change store,
 compressed, spilled beyond ``streamBufferSize``). Linux only (``/proc``). Run:
-``scripts/bench.sh mysql_large_txn --rows 250000,1000000``.
+``scripts/bench.sh mysql_large_txn --rows 100000,1000000``.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def run_one(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--rows", default="250000,1000000", help="row counts, comma-separated")
+    parser.add_argument("--rows", default="100000,1000000", help="row counts, comma-separated")
     parser.add_argument("--buffer", default="16m", help="option streamBufferSize")
     args = parser.parse_args()
 
