@@ -99,6 +99,24 @@ class MemoryWatch(threading.Thread):
         }
 
 
+def measured_run(
+    spark: Any, control: Any, start: Callable[[], Any], table: str, rows: int, buffer: str
+) -> dict[str, Any]:
+    """Run the query that delivers the huge transaction, watched; check it landed whole.
+
+    Returns the result fields both benchmarks print (seconds, rate, versions, memory peaks).
+    """
+    seconds, peaks = watched_run(control, start)
+    return {
+        "rows": rows,
+        "seconds": round(seconds, 1),
+        "changes_per_s": round(rows / seconds),
+        "versions_with_txn": check_delivered_whole(spark, table, rows),
+        "stream_buffer_size": buffer,
+        "peak_rss_mb": peaks,
+    }
+
+
 def watched_run(control: Any, start: Callable[[], Any]) -> tuple[float, dict[str, float]]:
     """Start a query and wait for it under a :class:`MemoryWatch`: (seconds, peaks)."""
     watch = MemoryWatch()

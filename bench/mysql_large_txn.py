@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huge_transactions import check_delivered_whole, watched_run
+from huge_transactions import measured_run
 
 from harness.servers.mariadb import MariaDbServer
 
@@ -69,17 +69,8 @@ def run_one(
     if not control.await_termination(first, 600):
         raise SystemExit("the first run (the position) did not finish")
     server.execute("UPDATE big SET v = concat(md5(v), id)", DATABASE)
-    seconds, peaks = watched_run(control, query)
-    versions = check_delivered_whole(spark, str(table), rows)
-    return {
-        "bench": "mysql_large_txn",
-        "rows": rows,
-        "seconds": round(seconds, 1),
-        "changes_per_s": round(rows / seconds),
-        "versions_with_txn": versions,
-        "stream_buffer_size": buffer,
-        "peak_rss_mb": peaks,
-    }
+    measured = measured_run(spark, control, query, str(table), rows, buffer)
+    return {"bench": "mysql_large_txn", **measured}
 
 
 def main() -> None:

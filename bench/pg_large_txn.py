@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huge_transactions import check_delivered_whole, watched_run
+from huge_transactions import measured_run
 
 from harness.servers.postgres import PgCluster
 
@@ -68,18 +68,8 @@ def run_one(
         raise SystemExit("the first run (slot creation) did not finish")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE big SET v = md5(v) || id::text")
-    seconds, peaks = watched_run(control, query)
-    versions = check_delivered_whole(spark, str(table), rows)
-    return {
-        "bench": "pg_large_txn",
-        "plugin": plugin,
-        "rows": rows,
-        "seconds": round(seconds, 1),
-        "changes_per_s": round(rows / seconds),
-        "versions_with_txn": versions,
-        "stream_buffer_size": buffer,
-        "peak_rss_mb": peaks,
-    }
+    measured = measured_run(spark, control, query, str(table), rows, buffer)
+    return {"bench": "pg_large_txn", "plugin": plugin, **measured}
 
 
 def main() -> None:

@@ -71,11 +71,7 @@ class Chunk:
                     f"set option snapshotDir to an object-store URI (s3a://bucket/prefix) or a "
                     f"shared mount"
                 ) from e
-        return table.combine_chunks().to_batches()[0] if table.num_rows else _empty(table)
-
-
-def _empty(table: pa.Table) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=table.schema)
+        return table.combine_chunks().to_batches()[0]  # a chunk is never empty (seal)
 
 
 Span = tuple[Chunk, int, int]

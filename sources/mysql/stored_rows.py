@@ -120,7 +120,6 @@ class StoredColumns:
         self.before = part.column("before")
         self.after = part.column("after")
         self.column_types = part.column(TYPES_COLUMN)
-        self.old_key = part.column(OLD_KEY)
 
 
 def stored_rows_of(spans: list[Span]) -> Iterator[dict[str, str | None]]:
