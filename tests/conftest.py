@@ -15,23 +15,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from harness import schedule
+from harness.driver_options import interpret_drivers
 from harness.servers.s3 import S3Server
 
-# Every Spark driver the tests start (the test processes' sessions, the crash tests' drivers, the
-# Connect servers) runs expressions and plans interpreted: spark-submit passes SPARK_SUBMIT_OPTS
-# to the driver's JVM, and Spark's configuration takes the spark.* system properties. The tests'
-# batches are a few rows, where Spark spent more driver CPU generating Java and compiling it with
-# Janino (for each new projection, filter and plan) than on the rows. Measured side by side on
-# four integration modules (test_delta_2pc, test_txn_cdc_streaming, test_mirror,
-# test_supervisor; 36 tests, -n 2, alternating): driver JVM CPU 256-275 s -> 217-219 s, wall
-# 246-263 s -> 227-232 s. What Spark computes is the same either way (Spark's own suites run
-# both); bench/ and the demo keep Spark's defaults. (Not SPARK_CONF_DIR: it puts a directory on
-# the driver's class path, where the crash drivers' class-data-sharing archive refuses one.)
-INTERPRETED = ("spark.sql.codegen.wholeStage=false", "spark.sql.codegen.factoryMode=NO_CODEGEN")
-_submit_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
-os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-    [_submit_opts, *(f"-D{p}" for p in INTERPRETED if p.split("=")[0] not in _submit_opts)]
-).strip()
+# Every Spark driver the tests start runs expressions interpreted (harness.driver_options).
+interpret_drivers(os.environ)
 
 settings.register_profile(
     "ci",

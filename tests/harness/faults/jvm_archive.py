@@ -19,7 +19,8 @@ archive matches its JDK and class path and ignores one that does not, so a stale
 speed, never correctness. The archive goes to the driver JVM only (``SPARK_SUBMIT_OPTS``), not to
 the launcher JVM that ``spark-submit`` starts first, whose class path differs.
 
-Run ``python -m harness.faults.jvm_archive dump`` to (re)create it by hand;
+Run ``python -m harness.faults.jvm_archive dump`` to (re)create it by hand (``ensure``: only when
+missing, as the test command does before pytest starts);
 ``SPARK_CKPT_JVM_ARCHIVE=off`` runs the drivers without it.
 """
 
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 from harness import ROOT
+from harness.driver_options import interpret_drivers
 
 CACHE = Path(os.environ.get("SPARK_CKPT_JVM_CACHE", ROOT / ".cache" / "jvm"))
 C1_ONLY = "-XX:TieredStopAtLevel=1"
@@ -170,10 +172,14 @@ def main(argv: list[str]) -> int:
     if argv == ["workload"]:
         _workload()
         return 0
-    if argv == ["dump"]:
-        archive_path().unlink(missing_ok=True)
+    if argv in (["dump"], ["ensure"]):
+        if argv == ["dump"]:
+            archive_path().unlink(missing_ok=True)
+        # The drivers' options as in a test process (tests/conftest.py): the archive holds the
+        # classes of what they run.
+        interpret_drivers(os.environ)
         return 0 if ensure_archive() is not None else 1
-    print("usage: python -m harness.faults.jvm_archive dump", file=sys.stderr)
+    print("usage: python -m harness.faults.jvm_archive dump|ensure", file=sys.stderr)
     return 2
 
 
