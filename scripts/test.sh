@@ -17,6 +17,11 @@ if [ "${1:-}" = "--soak" ]; then SOAK=1; shift; fi
 # (a source install compiled them as well: 108 s of a fresh clone's 224 s of setup).
 RELEASE_WHEEL=0
 if [ "$SOAK" = 1 ] || { [ "$QUICK" = 0 ] && [ $# = 0 ]; }; then RELEASE_WHEEL=1; fi
+# Every process of the run caches the bytecode of what it imports, where PYTHONDONTWRITEBYTECODE
+# is set as on these machines: otherwise each crash driver, planner and worker compiles the
+# harness and its dependencies from source again, and pip would have to byte-compile every module
+# it installs, most of them never imported (setup.sh leaves that out when the variable is unset).
+unset PYTHONDONTWRITEBYTECODE
 
 # The Rust checks need only cargo and the sources, so they start first, in the background: they
 # compile on both cores while Debian's and pip's packages install, which is mostly downloading
@@ -28,18 +33,26 @@ CARGO_PID=""
 PACKAGES_PID=""
 WHEEL_PID=""
 DEBIAN_PID=""
+ARCHIVE_PID=""
 # Background jobs run in a session and process group of their own (setsid), so that an exit
 # before their wait stops everything they started (compilers, a JVM, apt-get).
 stop_background() {
     local pid
-    for pid in "$CARGO_PID" "$PACKAGES_PID" "$WHEEL_PID" "$DEBIAN_PID"; do
+    for pid in "$CARGO_PID" "$PACKAGES_PID" "$WHEEL_PID" "$DEBIAN_PID" "$ARCHIVE_PID"; do
         if [ -n "$pid" ]; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
     done
 }
 trap stop_background EXIT
+# The setup is CPU-bound, and its longest chain is the release wheel's build (about 280 s of its
+# 360 on a fresh clone, the last 90 s of them mostly one crate's compile and link, on one core),
+# then the type check. So the wheel's build runs at the normal priority and what waits for it
+# at a lower one, filling the cores it leaves: pip's install and the resolution of Spark's
+# packages (this shell, +5 from when the wheel's build has started), the Rust checks and Debian's
+# packages (+10). The lowered priority stays with this shell and what it starts, pytest too,
+# where nothing else competes.
 if command -v cargo >/dev/null 2>&1; then
     mkdir -p "$(dirname "$CARGO_LOG")"
-    setsid bash -c '
+    setsid nice -n 10 bash -c '
         set -e
         cargo fmt --manifest-path "$1" --all --check
         cargo clippy --quiet --manifest-path "$1" --workspace --all-targets -- -D warnings
@@ -70,8 +83,9 @@ if [ "$RELEASE_WHEEL" = 1 ]; then
     WHEEL_PID=$!
 fi
 DEBIAN_LOG="$SCRIPTS/../build/debian.log"
-setsid "$SCRIPTS/debian.sh" postgres mariadb >"$DEBIAN_LOG" 2>&1 </dev/null &
+setsid nice -n 10 "$SCRIPTS/debian.sh" postgres mariadb >"$DEBIAN_LOG" 2>&1 </dev/null &
 DEBIAN_PID=$!
+[ "$RELEASE_WHEEL" = 1 ] && renice -n 5 -p $$ >/dev/null
 SPARK_CKPT_SETUP_DEBIAN=0 SPARK_CKPT_SETUP_DEPENDENCIES_ONLY="$RELEASE_WHEEL" source "$SCRIPTS/setup.sh" test
 cd "$ROOT"
 [ -n "$CARGO_PID" ] && say "cargo fmt, clippy and test: started in the background before the setup (log: $CARGO_LOG)"
@@ -107,7 +121,34 @@ if [ "$RELEASE_WHEEL" = 1 ]; then
     build_wheel
     say "installing the wheel into .venv"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-        --force-reinstall "$SPARK_CKPT_TEST_WHEEL"
+        "${PIP_COMPILE[@]}" --force-reinstall "$SPARK_CKPT_TEST_WHEEL"
+fi
+
+# Every JVM the tests start (Spark drivers, executors and cluster daemons, Kafka, Kafka Connect,
+# Maven) compiles with C1 only and collects garbage serially: test JVMs live seconds to minutes on
+# two cores, where C2's compiler threads and the parallel collector's threads cost more CPU than
+# they give back. Measured side by side on four integration modules (26 tests, -n 2, two runs
+# each): 307 s -> 258 s wall (median), 598 -> 483 s of CPU; the whole main run barely moved
+# (2,657 s -> 2,616 s, one run each): its time is mostly the kill tests' driver restarts. Tests
+# only: bench/ and the demo run with the JVM's defaults. The java launcher notes the variable on
+# stderr.
+export JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
+if [ -n "$PACKAGES_PID" ]; then
+    say "Spark's packages: waiting for their resolution"
+    wait_for "$PACKAGES_PID" "$PACKAGES_LOG" "the resolution of Spark's packages"
+    PACKAGES_PID=""
+fi
+# The crash drivers' class-data-sharing archive (tests/harness/faults/jvm_archive.py: a small
+# driver run, about 35 s of CPU), dumped in the background from here, beside the type check and
+# the documentation's build, which use one core of two: the first crash test waits on the
+# archive's lock instead of dumping it in the middle of the run. A failed dump is dumped again
+# by that test, which fails if it fails again.
+ARCHIVE_LOG="$ROOT/build/jvm-archive.log"
+if [ "$RELEASE_WHEEL" = 1 ]; then
+    say "the crash drivers' JVM archive: dumping in the background (log: $ARCHIVE_LOG)"
+    PYTHONSAFEPATH=1 setsid "$VENV/bin/python" -m harness.faults.jvm_archive ensure \
+        >"$ARCHIVE_LOG" 2>&1 </dev/null &
+    ARCHIVE_PID=$!
 fi
 
 say "ruff"
@@ -135,20 +176,6 @@ say "the documentation site, built strictly (mkdocs build --strict)"
 NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/build/site"
 
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-# The tests' own modules byte-compiled once, as pip compiles what it installs: where
-# PYTHONDONTWRITEBYTECODE is set (as on these machines), Python never caches what it
-# compiles, and every driver, planner and worker process the tests start would compile the
-# harness from source again.
-"$VENV/bin/python" -m compileall -q "$ROOT/tests" >/dev/null
-# Every JVM the tests start (Spark drivers, executors and cluster daemons, Kafka, Kafka Connect,
-# Maven) compiles with C1 only and collects garbage serially: test JVMs live seconds to minutes on
-# two cores, where C2's compiler threads and the parallel collector's threads cost more CPU than
-# they give back. Measured side by side on four integration modules (26 tests, -n 2, two runs
-# each): 307 s -> 258 s wall (median), 598 -> 483 s of CPU; the whole main run barely moved
-# (2,657 s -> 2,616 s, one run each): its time is mostly the kill tests' driver restarts. Tests
-# only: bench/ and the demo run with the JVM's defaults. The java launcher notes the variable on
-# stderr.
-export JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 # Two pytest processes (pytest-xdist) share the tests: integration tests mostly wait on JVMs,
 # triggers and servers, so one process leaves a core idle much of the time. A test module is the
 # unit of distribution (--dist loadfile): a module's expensive fixtures (the cluster, the crash
@@ -163,11 +190,6 @@ PYTEST=("$VENV/bin/pytest" -p no:cacheprovider -n "${SPARK_CKPT_TEST_WORKERS:-2}
 # The slowest tests are printed at the end of every run, so growth is seen when it happens.
 DURATIONS=(--durations=10 --durations-min=1.0)
 
-if [ -n "$PACKAGES_PID" ]; then
-    say "Spark's packages: waiting for their resolution"
-    wait_for "$PACKAGES_PID" "$PACKAGES_LOG" "the resolution of Spark's packages"
-    PACKAGES_PID=""
-fi
 say "PostgreSQL and MariaDB: waiting for Debian's packages"
 wait_for "$DEBIAN_PID" "$DEBIAN_LOG" "scripts/debian.sh"
 DEBIAN_PID=""
