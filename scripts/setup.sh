@@ -61,12 +61,6 @@ fi
 SPEC="$ROOT"
 [ -n "$EXTRA" ] && SPEC="$ROOT[$EXTRA]"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-# pip byte-compiles every module it installs. Where Python caches the bytecode of what it imports
-# (PYTHONDONTWRITEBYTECODE unset: most machines, and the test command, which unsets it), that is
-# left to each module's first import: most modules of the test dependencies (botocore's and
-# moto's services, PySpark's pandas API and ML, mypy, Pygments' lexers) are never imported.
-PIP_COMPILE=()
-[ -z "${PYTHONDONTWRITEBYTECODE:-}" ] && PIP_COMPILE=(--no-compile)
 if [ "${SPARK_CKPT_SETUP_DEPENDENCIES_ONLY:-0}" = 1 ] && "$VENV/bin/python" -c 'import tomllib' 2>/dev/null; then
   # The caller installs spark-ckpt itself (the test command: the release wheel it builds, so the
   # native modules compile once, not once here and again for the wheel). The requirements are
@@ -76,11 +70,11 @@ if [ "${SPARK_CKPT_SETUP_DEPENDENCIES_ONLY:-0}" = 1 ] && "$VENV/bin/python" -c '
   mkdir -p "$ROOT/build"
   REQUIREMENTS="$ROOT/build/requirements${EXTRA:+-$EXTRA}.txt"
   "$VENV/bin/python" "$ROOT/scripts/requirements.py" ${EXTRA:+"$EXTRA"} >"$REQUIREMENTS"
-  "${PIP[@]}" install --quiet "${PIP_COMPILE[@]}" -r "$REQUIREMENTS"
+  "${PIP[@]}" install --quiet -r "$REQUIREMENTS"
 else
   say "installing spark-ckpt${EXTRA:+ [$EXTRA]} into .venv (first run downloads PySpark, Delta, pyarrow)"
   # A local directory is always rebuilt and reinstalled, so the venv runs the checkout's code.
-  "${PIP[@]}" install --quiet "${PIP_COMPILE[@]}" "$SPEC"
+  "${PIP[@]}" install --quiet "$SPEC"
 fi
 
 # --- the test harness on sys.path --------------------------------------------------------------

@@ -17,11 +17,6 @@ if [ "${1:-}" = "--soak" ]; then SOAK=1; shift; fi
 # (a source install compiled them as well: 108 s of a fresh clone's 224 s of setup).
 RELEASE_WHEEL=0
 if [ "$SOAK" = 1 ] || { [ "$QUICK" = 0 ] && [ $# = 0 ]; }; then RELEASE_WHEEL=1; fi
-# Every process of the run caches the bytecode of what it imports, where PYTHONDONTWRITEBYTECODE
-# is set as on these machines: otherwise each crash driver, planner and worker compiles the
-# harness and its dependencies from source again, and pip would have to byte-compile every module
-# it installs, most of them never imported (setup.sh leaves that out when the variable is unset).
-unset PYTHONDONTWRITEBYTECODE
 
 # The Rust checks need only cargo and the sources, so they start first, in the background: they
 # compile on both cores while Debian's and pip's packages install, which is mostly downloading
@@ -43,16 +38,9 @@ stop_background() {
     done
 }
 trap stop_background EXIT
-# The setup is CPU-bound, and its longest chain is the release wheel's build (about 280 s of its
-# 360 on a fresh clone, the last 90 s of them mostly one crate's compile and link, on one core),
-# then the type check. So the wheel's build runs at the normal priority and what waits for it
-# at a lower one, filling the cores it leaves: pip's install and the resolution of Spark's
-# packages (this shell, +5 from when the wheel's build has started), the Rust checks and Debian's
-# packages (+10). The lowered priority stays with this shell and what it starts, pytest too,
-# where nothing else competes.
 if command -v cargo >/dev/null 2>&1; then
     mkdir -p "$(dirname "$CARGO_LOG")"
-    setsid nice -n 10 bash -c '
+    setsid bash -c '
         set -e
         cargo fmt --manifest-path "$1" --all --check
         cargo clippy --quiet --manifest-path "$1" --workspace --all-targets -- -D warnings
@@ -83,9 +71,8 @@ if [ "$RELEASE_WHEEL" = 1 ]; then
     WHEEL_PID=$!
 fi
 DEBIAN_LOG="$SCRIPTS/../build/debian.log"
-setsid nice -n 10 "$SCRIPTS/debian.sh" postgres mariadb >"$DEBIAN_LOG" 2>&1 </dev/null &
+setsid "$SCRIPTS/debian.sh" postgres mariadb >"$DEBIAN_LOG" 2>&1 </dev/null &
 DEBIAN_PID=$!
-[ "$RELEASE_WHEEL" = 1 ] && renice -n 5 -p $$ >/dev/null
 SPARK_CKPT_SETUP_DEBIAN=0 SPARK_CKPT_SETUP_DEPENDENCIES_ONLY="$RELEASE_WHEEL" source "$SCRIPTS/setup.sh" test
 cd "$ROOT"
 [ -n "$CARGO_PID" ] && say "cargo fmt, clippy and test: started in the background before the setup (log: $CARGO_LOG)"
@@ -121,7 +108,7 @@ if [ "$RELEASE_WHEEL" = 1 ]; then
     build_wheel
     say "installing the wheel into .venv"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-        "${PIP_COMPILE[@]}" --force-reinstall "$SPARK_CKPT_TEST_WHEEL"
+        --force-reinstall "$SPARK_CKPT_TEST_WHEEL"
 fi
 
 # Every JVM the tests start (Spark drivers, executors and cluster daemons, Kafka, Kafka Connect,
@@ -176,6 +163,11 @@ say "the documentation site, built strictly (mkdocs build --strict)"
 NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/build/site"
 
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
+# The tests' own modules byte-compiled once, as pip compiles what it installs: where
+# PYTHONDONTWRITEBYTECODE is set (as on these machines), Python never caches what it
+# compiles, and every driver, planner and worker process the tests start would compile the
+# harness from source again.
+"$VENV/bin/python" -m compileall -q "$ROOT/tests" >/dev/null
 # Two pytest processes (pytest-xdist) share the tests: integration tests mostly wait on JVMs,
 # triggers and servers, so one process leaves a core idle much of the time. A test module is the
 # unit of distribution (--dist loadfile): a module's expensive fixtures (the cluster, the crash

