@@ -17,7 +17,9 @@ import contextlib
 import errno
 import io
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -36,6 +38,7 @@ __all__ = [
     "file_system",
     "not_found",
     "s3_endpoint",
+    "shared_file_system",
     "split_uri",
     "write_local_atomically",
 ]
@@ -110,6 +113,67 @@ def s3_endpoint(options: StorageOptions) -> str | None:
     return endpoint.rstrip("/")
 
 
+_AZURE = ("abfs", "abfss", "az")
+_SHARED_LIMIT = 16
+"""File systems :func:`shared_file_system` keeps per process (the most recently used)."""
+_shared: OrderedDict[tuple[object, ...], pafs.FileSystem] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def _forget_shared() -> None:
+    # A client's connections and threads do not survive a fork (Spark's Python workers are
+    # forked), and the lock may have been held by a thread the child does not have.
+    global _shared_lock
+    _shared.clear()
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_shared)
+
+
+def _azure_account(uri: str, options: StorageOptions) -> str | None:
+    account = options.get("AZURE_STORAGE_ACCOUNT_NAME")
+    _, rest = split_uri(uri)
+    if account is None and "@" in rest:
+        account = rest.partition("@")[2].split(".", 1)[0]
+    return account
+
+
+def _store_environment() -> tuple[tuple[str, str], ...]:
+    """The environment variables a client may read (endpoints, credentials), as a cache key."""
+    prefixes = ("AWS_", "GOOGLE_", "AZURE_")
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes)))
+
+
+def shared_file_system(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSystem:
+    """The file system serving ``uri``: one per store, options and environment in a process.
+
+    Runs wherever a location is first read or written (driver and executors), once per
+    :class:`~spark_ckpt.state.storage.Location` object. A pyarrow client holds a connection pool:
+    one client per location (a mirror's apply opens hundreds of files a batch) opened a
+    connection, on S3 with a TLS handshake, for every file. pyarrow's file systems are safe to
+    share between threads. Raises what :func:`file_system` raises.
+    """
+    key = (
+        scheme,
+        _azure_account(uri, options) if scheme in _AZURE else None,
+        options,
+        _store_environment(),
+    )
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is not None:
+            _shared.move_to_end(key)
+            return found
+    made = file_system(scheme, uri, options)
+    with _shared_lock:
+        found = _shared.setdefault(key, made)
+        _shared.move_to_end(key)
+        while len(_shared) > _SHARED_LIMIT:
+            _shared.popitem(last=False)
+    return found
+
+
 def file_system(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSystem:
     """The pyarrow file system serving ``uri`` (a :class:`Location`'s canonical ``scheme``).
 
@@ -132,11 +196,8 @@ def file_system(scheme: str, uri: str, options: StorageOptions) -> pafs.FileSyst
             return pafs.GcsFileSystem(
                 **({"endpoint_override": e} if (e := options.get("GOOGLE_ENDPOINT_URL")) else {})
             )
-        if scheme in ("abfs", "abfss", "az"):
-            _, rest = split_uri(uri)
-            account = options.get("AZURE_STORAGE_ACCOUNT_NAME")
-            if account is None and "@" in rest:
-                account = rest.partition("@")[2].split(".", 1)[0]
+        if scheme in _AZURE:
+            account = _azure_account(uri, options)
             if account is None:
                 raise ConfigError(
                     f"{uri!r} names no storage account: write abfss://container@account.dfs."

@@ -53,9 +53,9 @@ from spark_ckpt.state.file_systems import (
     create_local_exclusively,
     create_s3_object_exclusively,
     describe_error,
-    file_system,
     not_found,
     s3_endpoint,
+    shared_file_system,
     write_local_atomically,
 )
 from spark_ckpt.state.input_file import InputFile
@@ -187,10 +187,10 @@ class Location:
 
     @property
     def fs(self) -> pafs.FileSystem:
-        """The pyarrow file system serving this location (built once per process)."""
+        """The pyarrow file system serving this location (one per store and options per process)."""
         cached = self.__dict__.get("_fs")
         if cached is None:
-            cached = file_system(self.scheme, self.uri, self.options)
+            cached = shared_file_system(self.scheme, self.uri, self.options)
             object.__setattr__(self, "_fs", cached)
         return cached
 

@@ -6,6 +6,7 @@ Every behaviour is checked on both stores with the same test, so what spark-ckpt
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from harness.servers.s3 import SECRET_KEY, S3Server
 from spark_ckpt.errors import ConfigError, StorageError
+from spark_ckpt.state import file_systems
 from spark_ckpt.state.storage import Location, StorageOptions, iter_chunks, s3a_options
 
 
@@ -110,6 +112,34 @@ def test_a_location_pickles_without_its_client(root: Location) -> None:
         [sys.executable, "-c", code], input=payload, capture_output=True, timeout=60, check=True
     )
     assert out.stdout == b"from the driver"
+
+
+def test_locations_of_one_store_share_a_client_until_options_or_environment_differ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pyarrow client (one connection pool) per store, options and environment.
+
+    A forked process (Spark's Python workers are forked) starts with none of its parent's.
+    """
+    options = StorageOptions.of(
+        {
+            "AWS_ACCESS_KEY_ID": "key",
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        }
+    )
+    first = Location("s3://bucket/table/part-0.parquet", options).fs
+    assert Location("s3a://other-bucket/x", options).fs is first
+    assert Location("s3://bucket/t", StorageOptions.of({"AWS_REGION": "eu-west-1"})).fs is not first
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:10")
+    assert Location("s3://bucket/t", options).fs is not first
+    assert Location("/tmp/a").fs is Location("/var/b").fs
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's exit status is the assertion)
+        os._exit(0 if not file_systems._shared else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "a forked process kept its parent's clients"
 
 
 @pytest.mark.parametrize(
