@@ -16,6 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 
 import spark_ckpt
+from harness.delta_reads import count_delta
 from spark_ckpt.sinks.staging import parse_staged_name
 from spark_ckpt.state.checkpoint_dir import SparkCheckpoint
 from spark_ckpt.testing.debezium_log import GeneratedTxn, random_log, write_log
@@ -153,11 +154,7 @@ def test_stop_and_restart_publishes_everything_once(
     second = start()
     try:
         wait_until(
-            lambda: (
-                os.path.isdir(table / "_delta_log")
-                and spark.read.format("delta").load(str(table)).count()
-                >= len(expected_notes(expected))
-            ),
+            lambda: count_delta(str(table)) >= len(expected_notes(expected)),
             180,
             "the restarted query did not publish the whole log",
         )

@@ -12,6 +12,7 @@ import pytest
 from conftest import one_plugin, wait_until, workers_stderr
 
 import spark_ckpt
+from harness.delta_reads import count_delta
 from harness.workloads import postgres as pg_workload
 
 if TYPE_CHECKING:
@@ -49,10 +50,9 @@ def cdc_build(
     return build
 
 
-def txlog_rows(spark: SparkSession, table: Path) -> int:
-    if not (table / "_delta_log").exists():
-        return 0
-    return spark.read.format("delta").load(str(table)).where("`table` = 'public.txlog'").count()
+def txlog_rows(table: Path) -> int:
+    """The change rows of ``public.txlog`` published to the Delta table so far."""
+    return count_delta(str(table), "\"table\" = 'public.txlog'")
 
 
 # The quick tier runs it with one plugin (pgoutput, PostgreSQL's own); the full suite with both.
@@ -87,7 +87,7 @@ def test_snapshot_then_concurrent_stream_lands_exactly_once(
         committed = early.committed + late.committed
         expected = 1 + len(committed)  # the seed transaction and the workloads'
         wait_until(
-            lambda: txlog_rows(spark, table) >= expected,
+            lambda: txlog_rows(table) >= expected,
             240,
             f"the Delta table did not catch up with {expected} transactions",
         )
