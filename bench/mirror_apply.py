@@ -14,7 +14,9 @@ reads the same Debezium log through ``txn-cdc`` with the same batch cap:
   ``delta.enableDeletionVectors``, idempotent through ``spark.databricks.delta.write.txnAppId``
   / ``txnVersion``.
 
-The load runs first, untimed; then the change batches run, timed, to the last batch published.
+The load runs first, untimed: the first 1,000 rows through the pipeline (which creates its table
+as a user's does), the rest appended by Spark in files of 10,000 rows; then the change batches
+run, timed, to the last batch published.
 ``--hot-keys N`` sends 90% of the updates to the newest N keys (OLTP rows change while they are
 recent); by default keys are uniformly random, so every batch touches every file of the table.
 Each size of ``--sizes`` is measured ``--pairs`` times; every pipeline's seconds per batch (the
@@ -78,6 +80,66 @@ def _transaction(txn: str, changes: list[tuple[str, Any, Any]]) -> list[dict[str
     ]
 
 
+LOADED_BY_PIPELINE = 1_000
+"""The rows each pipeline's load log inserts through it (its table is created as a user's is);
+the rest of ``--rows`` are appended by Spark (:func:`bulk_load`), in the files of 10,000 rows a
+load batch of 10,000 inserts writes: 20M rows through the pipelines took hours."""
+
+
+def initial_row(key: int, seed: int) -> dict[str, Any]:
+    """Row ``key`` of the loaded table: a function of the key, as :func:`bulk_load` computes it.
+
+    Integer arithmetic only, so that Python here and Spark SQL there give the same text.
+    """
+    cents = (key * 7919 + seed * 104729) % 99999 + 1
+    return {
+        "id": key,
+        "amount": f"{cents // 100}.{cents % 100:02d}",
+        "sku": f"sku-{(key * 31 + seed) % 500 + 1}",
+        "note": "x" * ((key * 17 + seed) % 41),
+    }
+
+
+def bulk_load(spark: Any, table: Path, first: int, rows: int, seed: int) -> None:
+    """Append rows ``first`` to ``rows - 1`` (:func:`initial_row`) to the Delta table (driver).
+
+    One file per 10,000 consecutive keys, with delta-spark's statistics, as the load through a
+    pipeline at a cap of 10,000 changes writes them.
+    """
+    if rows <= first:
+        return
+    from pyspark.sql import functions as sf
+
+    columns = {
+        "id": "id",
+        "amount": "concat(cast(cents div 100 AS string), '.', "
+        "lpad(cast(cents % 100 AS string), 2, '0'))",
+        "sku": f"concat('sku-', cast((id * 31 + {seed}) % 500 + 1 AS string))",
+        "note": f"repeat('x', cast((id * 17 + {seed}) % 41 AS int))",
+    }
+    schema = spark.read.format("delta").load(str(table)).schema
+    if sorted(schema.fieldNames()) != sorted(columns):
+        raise SystemExit(f"{table} has columns {schema.fieldNames()}, not {sorted(columns)}")
+    files = -(-(rows - first) // 10_000)
+    frame = spark.range(first, rows, numPartitions=files).selectExpr(
+        "id", f"(id * 7919 + {seed * 104729}) % 99999 + 1 AS cents"
+    )
+    (
+        frame.selectExpr(*(f"{columns[f.name]} AS {f.name}" for f in schema.fields))
+        .select(*(sf.col(f.name).cast(f.dataType) for f in schema.fields))
+        .write.format("delta")
+        .mode("append")
+        .option("maxRecordsPerFile", 10_000)
+        .save(str(table))
+    )
+    probes = sorted({first, (first + rows) // 2, rows - 1})
+    stored = spark.read.format("delta").load(str(table)).where(sf.col("id").isin(probes))
+    if sorted((row.asDict() for row in stored.collect()), key=lambda r: r["id"]) != [
+        initial_row(key, seed) for key in probes
+    ]:
+        raise SystemExit(f"Spark's rows of {table} differ from initial_row's")
+
+
 def make_logs(
     load_dir: Path,
     change_dir: Path,
@@ -87,44 +149,50 @@ def make_logs(
     seed: int,
     hot_keys: int = 0,
 ) -> None:
-    """The load log (``rows`` inserts) and the change log (``batches`` x ``batch`` changes)."""
+    """The load log (the first :data:`LOADED_BY_PIPELINE` rows) and the change log.
+
+    The change log is ``batches`` x ``batch`` changes on the table of ``rows`` rows. Only the
+    rows it changes are held here; the others are :func:`initial_row`.
+    """
     rng = random.Random(seed)
-    state: dict[int, dict[str, Any]] = {}
     records: list[dict[str, Any]] = []
-    for start in range(0, rows, 1000):
-        changes = []
-        for key in range(start, min(rows, start + 1000)):
-            state[key] = {
-                "id": key,
-                "amount": f"{rng.randint(1, 99999) / 100:.2f}",
-                "sku": f"sku-{rng.randint(1, 500)}",
-                "note": "x" * rng.randint(0, 40),
-            }
-            changes.append(("c", None, dict(state[key])))
+    for start in range(0, min(rows, LOADED_BY_PIPELINE), 1000):
+        end = min(rows, LOADED_BY_PIPELINE, start + 1000)
+        changes = [("c", None, initial_row(key, seed)) for key in range(start, end)]
         records += _transaction(f"load-{start}", changes)
     write_log(str(load_dir), records, [])
     records = []
+    changed: dict[int, dict[str, Any] | None] = {}  # a changed key's row; None: deleted
+
+    def current(key: int) -> dict[str, Any] | None:
+        if key in changed:
+            return changed[key]
+        return initial_row(key, seed) if key < rows else None
+
     next_key = rows
     for number in range(batches * batch // 10):  # transactions of 10 changes
         changes = []
         for _ in range(10):
             roll = rng.random()
             if roll < 0.1:
-                state[next_key] = {"id": next_key, "amount": "1.00", "sku": "new", "note": ""}
-                changes.append(("c", None, dict(state[next_key])))
+                changed[next_key] = {"id": next_key, "amount": "1.00", "sku": "new", "note": ""}
+                changes.append(("c", None, dict(changed[next_key])))
                 next_key += 1
             elif roll < 0.15:
-                key = rng.choice(list(state))
-                changes.append(("d", state.pop(key), None))
+                key = rng.randrange(next_key)
+                while (row := current(key)) is None:  # a uniformly random live key
+                    key = rng.randrange(next_key)
+                changes.append(("d", row, None))
+                changed[key] = None
             else:
                 if hot_keys and rng.random() < 0.9:
                     key = next_key - 1 - rng.randrange(min(hot_keys, next_key))  # recent rows
                 else:
                     key = rng.randrange(next_key)
-                if key in state:
-                    old = dict(state[key])
-                    state[key] = {**old, "amount": f"{rng.randint(1, 99999) / 100:.2f}"}
-                    changes.append(("u", old, dict(state[key])))
+                old = current(key)
+                if old is not None:
+                    changed[key] = {**old, "amount": f"{rng.randint(1, 99999) / 100:.2f}"}
+                    changes.append(("u", old, dict(changed[key])))
         records += _transaction(f"chg-{number}", changes)
     write_log(str(change_dir), records, [])
 
@@ -228,13 +296,17 @@ def measure(
     batches: int,
     seed: int,
     hot_keys: int = 0,
+    pipelines: tuple[str, ...] = PIPELINES,
 ) -> dict[str, float]:
-    """Seconds for the change phase of each pipeline, at one table size."""
+    """Seconds for the change phase of each of ``pipelines``, at one table size.
+
+    Their tables are compared at the end: each must hold the same rows as the first's.
+    """
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         make_logs(work / "load", work / "changes", rows, batches, batch, seed, hot_keys)
-        for name in PIPELINES:
+        for name in pipelines:
             log = work / f"log-{name}"
             log.mkdir()
             _copy_files(work / "load", log, 0)
@@ -245,16 +317,23 @@ def measure(
                 else:
                     run_mirror(spark, control, path, work, cap, name)
 
-            run(log, 10_000)  # the load, untimed (files of at most 10k rows)
+            run(log, 10_000)  # the load, untimed: the pipeline creates its table
+            table = work / name if name == "merge_dv" else work / name / TABLE
+            bulk_load(spark, table, LOADED_BY_PIPELINE, rows, seed)
             _copy_files(work / "changes", log, 1)
             began = time.monotonic()
             run(log, batch)
             out[name] = time.monotonic() - began
-        merge = spark.read.format("delta").load(str(work / "merge_dv"))
-        for name in PIPELINES[:2]:
-            mirror = spark.read.format("delta").load(str(work / name / TABLE))
-            if mirror.exceptAll(merge).count() or merge.exceptAll(mirror).count():
-                raise SystemExit(f"{name} and merge_dv disagree at {rows} rows")
+
+        def table_of(name: str) -> Any:
+            path = work / name if name == "merge_dv" else work / name / TABLE
+            return spark.read.format("delta").load(str(path))
+
+        first = table_of(pipelines[0])
+        for name in pipelines[1:]:
+            other = table_of(name)
+            if other.exceptAll(first).count() or first.exceptAll(other).count():
+                raise SystemExit(f"{name} and {pipelines[0]} disagree at {rows} rows")
     return out
 
 
@@ -271,15 +350,31 @@ def main() -> None:
         help="send 90%% of updates to the newest N keys (recent rows, as OLTP updates them); "
         "0: uniformly random keys, every file of the table touched by every batch",
     )
+    parser.add_argument(
+        "--pipelines",
+        default=",".join(PIPELINES),
+        help="comma-separated, of " + ", ".join(PIPELINES) + " (mirror_cow rewrites every file "
+        "of a table of uniform keys each batch: minutes a batch at 20M rows)",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
+    pipelines = tuple(args.pipelines.split(","))
+    if not pipelines or set(pipelines) - set(PIPELINES):
+        parser.error(f"--pipelines takes names of {', '.join(PIPELINES)}")
     spark = spark_ckpt.local_session("bench-mirror-apply")
     control = spark_ckpt.install(spark)
-    samples: dict[str, dict[int, list[float]]] = {name: {} for name in PIPELINES}
+    samples: dict[str, dict[int, list[float]]] = {name: {} for name in pipelines}
     for pair in range(args.pairs):
         for rows in sizes:
             seconds = measure(
-                spark, control, rows, args.batch, args.batches, seed=pair, hot_keys=args.hot_keys
+                spark,
+                control,
+                rows,
+                args.batch,
+                args.batches,
+                seed=pair,
+                hot_keys=args.hot_keys,
+                pipelines=pipelines,
             )
             for name, value in seconds.items():
                 samples[name].setdefault(rows, []).append(value / args.batches)
@@ -289,7 +384,7 @@ def main() -> None:
         for name, by_size in samples.items()
     }
     for rows in sizes:
-        for name in PIPELINES:
+        for name in pipelines:
             line = {
                 "bench": "mirror_apply",
                 "pipeline": name,
@@ -302,21 +397,15 @@ def main() -> None:
             }
             print(json.dumps(line), flush=True)
     small, large = sizes[0], sizes[-1]
-    summary = {
-        "bench": "mirror_apply",
-        "summary": True,
-        "sizes": sizes,
-        "mirror_dv_over_merge_dv": {
-            str(rows): round(per_batch["merge_dv"][rows] / per_batch["mirror_dv"][rows], 2)
-            for rows in sizes
-        },
-        "mirror_dv_over_mirror_cow": {
-            str(rows): round(per_batch["mirror_cow"][rows] / per_batch["mirror_dv"][rows], 2)
-            for rows in sizes
-        },
-        "growth_largest_over_smallest": {
-            name: round(per_batch[name][large] / per_batch[name][small], 2) for name in PIPELINES
-        },
+    summary: dict[str, Any] = {"bench": "mirror_apply", "summary": True, "sizes": sizes}
+    for other in ("merge_dv", "mirror_cow"):
+        if {"mirror_dv", other} <= set(pipelines):
+            summary[f"mirror_dv_over_{other}"] = {
+                str(rows): round(per_batch[other][rows] / per_batch["mirror_dv"][rows], 2)
+                for rows in sizes
+            }
+    summary["growth_largest_over_smallest"] = {
+        name: round(per_batch[name][large] / per_batch[name][small], 2) for name in pipelines
     }
     spark.stop()
     print(json.dumps(summary), flush=True)
