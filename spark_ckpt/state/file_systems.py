@@ -2,7 +2,8 @@
 
 :class:`~spark_ckpt.state.storage.Location` is the one way spark-ckpt touches storage; this
 module holds what it is built on: which pyarrow file system serves a URI and how it is
-configured from :class:`StorageOptions` (:func:`file_system`), the local-disk writes that must
+configured from :class:`StorageOptions` (:func:`file_system`; one shared per store in a process,
+:func:`shared_file_system`), the local-disk writes that must
 be atomic or durable (:func:`write_local_atomically`, :func:`create_local_exclusively`,
 :class:`SyncedFile`), the object-store create-if-absent pyarrow lacks
 (:func:`create_s3_object_exclusively`), and what a store's
