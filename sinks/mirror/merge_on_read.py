@@ -20,13 +20,12 @@ file's row count.
 
 :func:`mark_file` is a pure function of (table, file, its DV, the batch's keys) with picklable
 arguments and result, so that it can run in Spark tasks later; today every call runs on the
-driver, in whichever process publishes batch N, :data:`MARK_THREADS` candidates at once.
+driver, in whichever process publishes batch N.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,14 +249,11 @@ def _plan(
         result.files = log_files(table, delta.version(), wanted)
     old_parts: list[pa.Table] = []
     rewrite: list[tuple[LogFile, DeletedRows]] = []
-    files = [result.files[str(entry["path"])] for entry in candidates]
-
-    def mark(file: LogFile) -> FileMarks | None:
-        return mark_file(
+    for entry in candidates:
+        file = result.files[str(entry["path"])]
+        marks = mark_file(
             table, file.path, file.deletion_vector, lookup, key_columns, with_rows, history
         )
-
-    for file, marks in zip(files, _each(mark, files), strict=True):
         result.files_read += 1
         if marks is None:
             continue
@@ -288,25 +284,6 @@ def _plan(
                 write_staged_file(table, staged_name(query_id, batch_id, sequence), kept)
             )
             sequence += 1
-
-
-MARK_THREADS = 8
-"""Candidate files read at once by a batch's apply. The reads wait on storage (on an object
-store, a request's latency each) and pyarrow reads without holding the GIL; a batch of random
-keys has a candidate in most files of its table."""
-
-
-def _each(
-    mark: Callable[[LogFile], FileMarks | None], files: list[LogFile]
-) -> list[FileMarks | None]:
-    """``mark`` of each of ``files``, in their order, up to :data:`MARK_THREADS` at once.
-
-    Runs on the driver, once per batch and table; the first error raised is raised here.
-    """
-    if len(files) < 2:
-        return [mark(file) for file in files]
-    with ThreadPoolExecutor(min(MARK_THREADS, len(files)), "spark-ckpt-mark") as pool:
-        return list(pool.map(mark, files))
 
 
 def _without(table: Location, file: LogFile, deleted: DeletedRows, schema: pa.Schema) -> pa.Table:
