@@ -272,9 +272,14 @@ def test_postgres_mirrors_equal_their_tables_typed_and_consistent(
         last["differences"] = found
         return not found
 
+    def snapshot_published() -> bool:
+        if query.exception() is not None:  # not 180 s of waiting for a query that is gone
+            raise AssertionError(f"the query failed: {query.exception()}")
+        return (root / "_checkpoints").exists()
+
     reader = threading.Thread(target=read_consistently, name="pg-consistent-reader", daemon=True)
     try:
-        wait_until(lambda: (root / "_checkpoints").exists(), 180, "the snapshot was not published")
+        wait_until(snapshot_published, 180, "the snapshot was not published")
         workload.start()
         reader.start()
         workload.join(300)
@@ -296,7 +301,8 @@ def test_postgres_mirrors_equal_their_tables_typed_and_consistent(
         )
     finally:
         done.set()
-        reader.join(timeout=60)
+        if reader.is_alive():
+            reader.join(timeout=60)
         query.stop()
     # 120 transactions at maxChangesPerTrigger=30 publish about 15 checkpoints while the reader
     # reads; a read through a fresh JVM's Spark takes up to 85 s on busy cores, so it may check
