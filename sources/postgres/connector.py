@@ -194,9 +194,16 @@ class PostgresConnector(ChangeConnector):
             self.slot.check(info)
 
     def initial_offset(self) -> dict[str, Any]:
-        """Where a new query starts: the snapshot, or the slot's position (created if missing)."""
+        """Where a new query starts: the snapshot, or the slot's position (created if missing).
+
+        Runs on the driver, once per run (the reader keeps the answer for Spark, which asks at
+        every trigger until it logs a first offset).
+        """
         if self.options.snapshot == "initial":
-            claim_snapshot_slot(self.slot, self.spill)
+            # Asked again once this source's snapshot has started, the slot is its own: the
+            # snapshot's thread creates the slot before it writes the manifest that proves so.
+            if not self.snapshot.claimed:
+                claim_snapshot_slot(self.slot, self.spill)
             return PgOffset(-1, 0, "snapshot", None).to_json()
         info = self.slot.info() or self.slot.create()
         state = IncrementalState() if self.options.snapshot == "incremental" else None

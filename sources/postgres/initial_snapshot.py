@@ -69,6 +69,15 @@ class InitialSnapshot:
         """The running (or finished) snapshot's progress; None before it started."""
         return None if self._task is None else self._task.progress()
 
+    @property
+    def claimed(self) -> bool:
+        """True once this instance claimed the slot and started its snapshot (driver).
+
+        From then on the slot is the snapshot's own, even before the spill's manifest says so:
+        the snapshot's thread creates the slot first and writes the manifest right after.
+        """
+        return self._task is not None
+
     def done(self) -> None:
         """The snapshot's batch committed: forget its task (driver, once)."""
         self._task = None

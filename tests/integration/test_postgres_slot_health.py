@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,12 @@ from test_postgres_cdc import captured_once, plain_query, restart_failure, sql
 
 import spark_ckpt
 from spark_ckpt.cli import main as cli_main
+from spark_ckpt.errors import ReplicationSlotError
+from spark_ckpt.sources.options import SourceOptions
+from spark_ckpt.sources.postgres.connector import PostgresConnector
+from spark_ckpt.sources.postgres.options import PostgresOptions
+from spark_ckpt.sources.postgres.snapshot import SnapshotManifest
+from spark_ckpt.state.storage import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -229,3 +236,55 @@ def test_an_invalidated_slot_fails_the_restart_with_a_typed_error(
     assert "snapshot=initial" in message
     assert DeltaTable.forPath(spark, table).history(1).collect()[0]["version"] == version
     assert spark.read.format("delta").load(table).count() == 1
+
+
+@one_plugin
+def test_the_initial_offset_asked_while_the_snapshot_starts_is_the_snapshots(
+    pg_dsn: str, pg_plugin: str, tmp_path: Path
+) -> None:
+    """Spark asks for the initial offset at every trigger until it plans a first batch.
+
+    The snapshot runs in a thread over many triggers, and creates its slot before it writes the
+    manifest that proves the slot its own. Asked in between (a suite run hit it: the query died
+    with "slot already exists"), the source answers with the snapshot's offset. The snapshot's
+    thread is held there by its first manifest write; the connector runs as on the driver.
+    """
+    sql(pg_dsn, "CREATE TABLE k (id int PRIMARY KEY)", "INSERT INTO k VALUES (1), (2)")
+    options = SourceOptions.parse(
+        {"connector": "postgres", "dsn": pg_dsn, "slot": "own_start", "tables": "public.k"}
+        | {"plugin": pg_plugin}
+    ).connector_options
+    assert isinstance(options, PostgresOptions)
+    connector = PostgresConnector(options, 1000, Location(str(tmp_path / "spill")))
+    created, release = threading.Event(), threading.Event()
+    write_manifest = connector.spill.write_manifest
+
+    def held_after_the_slot(manifest: SnapshotManifest) -> None:
+        if not created.is_set():
+            created.set()
+            release.wait(60)
+        write_manifest(manifest)
+
+    connector.spill.write_manifest = held_after_the_slot  # type: ignore[method-assign]
+    try:
+        connector.check()
+        first = connector.initial_offset()
+        connector.snapshot.plan(bounded=False)  # starts the snapshot's thread
+        assert created.wait(60), "the snapshot never created its slot"
+        assert connector.slot.info() is not None, "the slot exists, its manifest does not yet"
+        assert connector.spill.manifest() is None
+        assert connector.initial_offset() == first
+    finally:
+        release.set()
+    wait_until(
+        lambda: (manifest := connector.spill.manifest()) is not None and manifest.complete,
+        60,
+        "the snapshot did not finish",
+    )
+    assert connector.initial_offset() == first
+    connector.stop()
+    # Another source's slot of that name is still refused.
+    stranger = PostgresConnector(options, 1000, Location(str(tmp_path / "other-spill")))
+    with pytest.raises(ReplicationSlotError, match="already exists"):
+        stranger.initial_offset()
+    stranger.stop()
