@@ -114,6 +114,7 @@ class TxnCdcStreamReader(
         # The commit time of the newest transaction a batch of this run delivered (epoch ms).
         self._newest_commit_ms: int | None = None
         self._resumed = False
+        self._initial: dict[str, Any] | None = None  # the run's initial offset, once asked
         # The batch the last latestOffset planned, for Spark's partitions call that follows.
         self._planned: tuple[str, str, list[object]] | None = None
         # Serialises the connector between Spark's calls and the drain watcher's thread.
@@ -233,9 +234,20 @@ class TxnCdcStreamReader(
     # -- Spark's streaming reader API (driver) ------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """The connector's initial offset (driver, once for a new query)."""
+        """The connector's initial offset, asked once per run (driver).
+
+        Spark asks at every trigger until the query logs its first offset (the start of
+        ``MicroBatchExecution.getStartOffset``), and the first triggers may plan nothing (a
+        snapshot being read, a transaction still open, no data yet). Asked again, a connector
+        that resolves a moving position (Kafka's ``startingOffsets=latest``) would move the
+        start past what arrived in between, and postgres's snapshot slot would be asked to prove
+        itself while it was being created (a query failed so): the first answer is kept for the
+        run, as Spark's own Kafka source keeps its initial offsets.
+        """
         self._resumed = True  # a new query restores nothing
-        return self.connector.initial_offset()
+        if self._initial is None:
+            self._initial = self.connector.initial_offset()
+        return self._initial
 
     def _resume(self, start: dict[str, Any]) -> None:
         """Restore notification: the first start offset of a run is the restored checkpoint's end.

@@ -250,3 +250,30 @@ def test_an_idle_batch_moves_the_position_and_carries_its_work(tmp_path: Path) -
     report = reader.reportLatestOffset()
     assert report["status"] == {"lagBytes": 7}
     assert report["decline"] is None
+
+
+def test_the_initial_offset_is_asked_of_the_connector_once_per_run(tmp_path: Path) -> None:
+    """Spark asks at every trigger until it logs a first offset; the first answer stays.
+
+    A connector whose answer moves (Kafka's latest offsets, while records arrive), asked again
+    after a trigger that planned nothing, would skip what arrived in between. The file
+    connector's answer does not move, so the calls are counted.
+    """
+    log = tmp_path / "log"
+    write(log, "0001.jsonl", txn("a", 2)[:-1])  # END missing: the first trigger plans nothing
+    parsed = SourceOptions.parse(options(log))
+    connector = make_connector(parsed)
+    answers: list[dict[str, Any]] = []
+    resolve = connector.initial_offset
+
+    def moving() -> dict[str, Any]:
+        answers.append(resolve())
+        return answers[-1]
+
+    connector.initial_offset = moving  # type: ignore[method-assign]
+    reader = TxnCdcStreamReader(parsed, connector)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    write(log, "0002.jsonl", txn("b", 1))
+    assert reader.initialOffset() == start
+    assert len(answers) == 1
