@@ -242,12 +242,13 @@ def test_an_invalidated_slot_fails_the_restart_with_a_typed_error(
 def test_the_initial_offset_asked_while_the_snapshot_starts_is_the_snapshots(
     pg_dsn: str, pg_plugin: str, tmp_path: Path
 ) -> None:
-    """Spark asks for the initial offset at every trigger until it plans a first batch.
+    """Asked again while its snapshot starts, the connector answers with the snapshot's offset.
 
-    The snapshot runs in a thread over many triggers, and creates its slot before it writes the
-    manifest that proves the slot its own. Asked in between (a suite run hit it: the query died
-    with "slot already exists"), the source answers with the snapshot's offset. The snapshot's
-    thread is held there by its first manifest write; the connector runs as on the driver.
+    Spark asks at every trigger until it logs a first offset (the reader now keeps the first
+    answer), and the snapshot runs in a thread over many triggers: it creates its slot before it
+    writes the manifest that proves the slot its own. Asked in between, a suite run's query died
+    with "slot already exists". The snapshot's thread is held there by its first manifest write;
+    the connector runs as on the driver.
     """
     sql(pg_dsn, "CREATE TABLE k (id int PRIMARY KEY)", "INSERT INTO k VALUES (1), (2)")
     options = SourceOptions.parse(
