@@ -135,6 +135,11 @@ def test_locations_of_one_store_share_a_client_until_options_or_environment_diff
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:10")
     assert Location("s3://bucket/t", options).fs is not first
     assert Location("/tmp/a").fs is Location("/var/b").fs
+    parent = Location("s3://bucket/table", options)
+    assert parent.child("part-1.parquet").fs is parent.fs, "a child is served by its parent's"
+    local = Location("/tmp/a").fs
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    assert Location("/tmp/c").fs is local, "a local file system's key has no environment"
     child = os.fork()
     if child == 0:  # pragma: no cover (the child's exit status is the assertion)
         os._exit(0 if not file_systems._shared else 1)
