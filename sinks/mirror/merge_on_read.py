@@ -52,7 +52,9 @@ from .rewrite import (
     close_times,
     fill_missing,
     key_hits,
+    keys_in_range,
     old_keys,
+    sorted_lookup,
 )
 
 __all__ = ["FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
@@ -231,7 +233,7 @@ def _plan(
     if folded.num_rows and pc.any(pc.invert(pc.is_null(folded.column(FROM_KEY)))).as_py():
         keys = pa.concat_tables([keys, old_keys(folded, schema, key_columns)])
     lookup = keys.group_by(list(key_columns)).aggregate([])
-    first = sorted(v for v in lookup.column(key_columns[0]).to_pylist() if v is not None)
+    ordered, first = sorted_lookup(lookup, key_columns[0])
     if truncate:
         result.removes += [str(entry["path"]) for entry in live]
         candidates = []
@@ -251,8 +253,9 @@ def _plan(
     rewrite: list[tuple[LogFile, DeletedRows]] = []
     for entry in candidates:
         file = result.files[str(entry["path"])]
+        in_range = keys_in_range(entry, key_columns[0], ordered, first)
         marks = mark_file(
-            table, file.path, file.deletion_vector, lookup, key_columns, with_rows, history
+            table, file.path, file.deletion_vector, in_range, key_columns, with_rows, history
         )
         result.files_read += 1
         if marks is None:

@@ -46,8 +46,10 @@ __all__ = [
     "close_times",
     "fill_missing",
     "key_hits",
+    "keys_in_range",
     "old_keys",
     "rewrite_table",
+    "sorted_lookup",
 ]
 
 _ROW = "_spark_ckpt_row"
@@ -120,6 +122,38 @@ def candidate_files(
         except TypeError:
             found.append(entry)
     return found
+
+
+def sorted_lookup(lookup: pa.Table, key_column: str) -> tuple[pa.Table, list[Any]]:
+    """``lookup``'s rows in the order of ``key_column``'s values, and those values (nulls left out).
+
+    Sorted by Python's comparison, the one :func:`candidate_files` and :func:`keys_in_range`
+    bisect with, so that a file's keys are a slice of the rows. Runs on the driver, once per
+    batch and table.
+    """
+    values = lookup.column(key_column).to_pylist()
+    order = sorted((i for i, v in enumerate(values) if v is not None), key=values.__getitem__)
+    return lookup.take(pa.array(order, pa.int64())), [values[i] for i in order]
+
+
+def keys_in_range(
+    entry: dict[str, Any], first_key: str, ordered: pa.Table, first: Sequence[Any]
+) -> pa.Table:
+    """The rows of ``ordered`` (:func:`sorted_lookup`) that the file ``entry``'s range can hold.
+
+    A candidate file's key column is matched against these only: a batch of uniformly random
+    keys has one or two in a file's range, where hashing all of them for every candidate cost
+    more than reading the file's keys. All of them when the file has no statistics for the
+    column or they do not compare with the keys. Runs on the driver, once per candidate file.
+    """
+    low, high = entry.get(f"min.{first_key}"), entry.get(f"max.{first_key}")
+    if low is None or high is None:
+        return ordered
+    try:
+        start, end = bisect.bisect_left(first, low), bisect.bisect_right(first, high)
+    except TypeError:
+        return ordered
+    return ordered.slice(start, end - start)
 
 
 def _key_tuples(rows: pa.Table, key_columns: Sequence[str]) -> list[tuple[Any, ...]]:

@@ -15,6 +15,7 @@ import pyarrow as pa
 from test_mirror_apply import Mirror, by_id
 
 from spark_ckpt.sinks.mirror.dv_commit import has_deletion_vectors, log_files
+from spark_ckpt.sinks.mirror.rewrite import keys_in_range, sorted_lookup
 
 TABLE = "s.t"
 
@@ -158,3 +159,48 @@ def test_scd2_by_deletion_vectors_keeps_the_same_history_as_copy_on_write(tmp_pa
     assert dvs(by_dv), "current versions were marked"
     current = [r for r in by_dv.rows(TABLE) if r["__end_at"] is None]
     assert sorted(r["id"] for r in current) == sorted(present)
+
+
+def test_a_candidate_is_matched_against_the_keys_its_range_can_hold_only() -> None:
+    """The lookup's rows in a file's first-key range, nulls never; all without usable bounds."""
+    lookup = pa.table({"k": [25, None, 10, 5, 20, 15], "j": ["f", "n", "b", "a", "d", "c"]})
+    ordered, first = sorted_lookup(lookup, "k")
+    assert first == [5, 10, 15, 20, 25]
+    assert ordered.column("j").to_pylist()[:5] == ["a", "b", "c", "d", "f"]
+    in_range = keys_in_range({"min.k": 10, "max.k": 20}, "k", ordered, first)
+    assert in_range.to_pylist() == [
+        {"k": 10, "j": "b"},
+        {"k": 15, "j": "c"},
+        {"k": 20, "j": "d"},
+    ]
+    assert keys_in_range({"min.k": 21, "max.k": 24}, "k", ordered, first).num_rows == 0
+    assert keys_in_range({"min.k": None, "max.k": 20}, "k", ordered, first) is ordered
+    assert keys_in_range({"min.k": "a", "max.k": "z"}, "k", ordered, first) is ordered
+
+
+def test_a_composite_key_marks_only_rows_matching_every_key_column(tmp_path: Path) -> None:
+    """Files sharing a range of the first key column: the second column decides which row goes."""
+    mirror = Mirror(tmp_path / "root")
+    for tenant in (1, 2):  # two files, both holding ids 0..19 (same first-column range)
+        mirror.apply(
+            [
+                (TABLE, "c", {"id": i, "t": tenant}, None, {"id": i, "t": tenant, "v": "a"})
+                for i in range(20)
+            ]
+        )
+    mirror.apply(
+        [
+            (TABLE, "u", {"id": 7, "t": 2}, None, {"id": 7, "t": 2, "v": "b"}),
+            (TABLE, "d", {"id": 19, "t": 1}, {"id": 19, "t": 1}, None),
+        ]
+    )
+    assert last_apply(mirror) == {
+        "filesRead": 2,
+        "filesMarked": 2,
+        "rowsMarked": 2,
+        "filesRewritten": 0,
+    }
+    rows = {(r["id"], r["t"]): r["v"] for r in mirror.rows(TABLE)}
+    assert len(rows) == 39
+    assert (19, 1) not in rows and rows[(19, 2)] == "a"
+    assert rows[(7, 2)] == "b" and rows[(7, 1)] == "a"
