@@ -11,7 +11,9 @@ table's transaction version for the query, and commits batch N only when it is N
 publishers that race both put ``_delta_log/<v>.json`` with a conditional put (S3 ``If-None-Match``,
 an atomic create on local disks, ADLS and GCS), and delta-rs refuses to retry a commit over a
 concurrent one that carries the same ``txn`` app id. So the loser fails, re-reads the version and
-finds N published.
+finds N published. A mirror batch's first publisher claims it (:mod:`.publish_claim`) so that a
+second one waits for it instead of applying the batch again at the same time; the claim is
+advisory, and nothing waits for a claimant that is gone.
 
 Fencing a stale driver: each run of the query registers in ``delta_2pc/runs/`` at its first
 pre-commit, and a publisher acting for a run that is no longer the newest refuses with
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -43,6 +46,7 @@ from .manifest import Manifest, ManifestStore
 from .mirror.compaction import compact_after_batch
 from .mirror.precommit import discard_staging
 from .mirror.publish import apply_plan
+from .publish_claim import claim, release, wait_for_claimant
 from .snapshots import check_out, give_back
 from .staging import staged_location
 from .table import CONFLICT_ATTEMPTS, commit_manifest, conflict_backoff, load_table
@@ -155,6 +159,18 @@ def _tidy(store: ManifestStore, table: Location, batch_id: int, published: Manif
             doomed |= _plain(manifest)
     _delete_files(table, doomed - keep, batch_id)
     store.drop_intents(batch_id)
+    if published.mirror is not None:
+        release(store, batch_id)  # a claim of a publisher killed part way through
+
+
+def _holding(table: Location, query_id: str, batch_id: int) -> Callable[[], bool]:
+    """Whether ``table`` holds ``batch_id`` of ``query_id``, asked when called."""
+
+    def holds() -> bool:
+        version = published_version(table, query_id)
+        return version is not None and version >= batch_id
+
+    return holds
 
 
 def published_version(table: Location, query_id: str) -> int | None:
@@ -220,11 +236,21 @@ def _publish_from(
         manifest = _choose(store, table, batch_id, preferred)
         _check_fence(store, run, batch_id)
         crash_point("before_publish", batch_id)
+        claimed: int | None = None
         if manifest.mirror is not None:
-            # Before the change log's commit of N, which tells every publisher N is done.
-            apply_plan(manifest.mirror, checkpoint.options, query_id, batch_id)
+            if claim(store, batch_id, run):
+                claimed = batch_id
+            elif wait_for_claimant(store, batch_id, _holding(table, query_id, batch_id)):
+                delta = load_table(table)
+                now = None if delta is None else delta.transaction_version(query_id)
+                assert now is not None, "the claimant published the batch"
+                batch_id, lost = max(now, batch_id) + 1, 0
+                continue
         delta_version: int | None = None
         try:
+            if manifest.mirror is not None:
+                # Before the change log's commit of N, which tells every publisher N is done.
+                apply_plan(manifest.mirror, checkpoint.options, query_id, batch_id)
             # Against the snapshot that showed N - 1: a concurrent publish of N is a conflict.
             delta_version = commit_manifest(table, delta, manifest)
         except CommitFailedError as e:
@@ -244,6 +270,9 @@ def _publish_from(
                 continue
             batch_id, lost = now + 1, 0
             continue
+        finally:
+            if claimed is not None:
+                release(store, claimed)
         lost = 0
         crash_point("during_publish", batch_id)
         published.append(batch_id)
