@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from spark_ckpt.state.storage import Location, StorageError
+from spark_ckpt.errors import StorageError
+from spark_ckpt.state.storage import Location
 
 from .manifest import ManifestStore
 
