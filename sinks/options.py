@@ -120,6 +120,24 @@ DELETION_VECTORS: OptionSpec[bool] = OptionSpec(
     Boolean(),
     default=True,
 )
+
+
+def _non_negative(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+EXECUTOR_MARKS_MIN_FILES: OptionSpec[int] = OptionSpec(
+    "executorMarksMinFiles",
+    "`mode=mirror`, tables with deletion vectors: once a mirror has this many files, each write "
+    "task finds the stored rows its changes replace, on its executor, and the publisher reads "
+    "only the files added since; a smaller mirror's files are read by the publisher on the "
+    "driver. `0`: always on the executors",
+    Parsed(_non_negative, "a whole number, 0 or more"),
+    default=64,
+)
 TABLE_BEHAVIOR: OptionSpec[str] = OptionSpec(
     BEHAVIOR_PREFIX,
     "`mode=mirror`: `schemaChangeBehavior` for one source table, overriding the query's",
@@ -142,6 +160,7 @@ SINK_OPTIONS: tuple[OptionSpec[Any], ...] = (
     COMPACT_EVERY,
     COMPACT_DELETED_RATIO,
     COMPACT_MIN_FILES,
+    EXECUTOR_MARKS_MIN_FILES,
     TABLE_BEHAVIOR,
 )
 """Every ``delta-2pc`` option, documented: the reference's table and the accepted names."""
@@ -155,6 +174,7 @@ MIRROR_ONLY_OPTIONS = tuple(
         COMPACT_EVERY,
         COMPACT_DELETED_RATIO,
         COMPACT_MIN_FILES,
+        EXECUTOR_MARKS_MIN_FILES,
     )
 )
 """Options with a value only in ``mode=mirror`` (``changeLog`` has its own message)."""
@@ -200,6 +220,9 @@ class SinkOptions:
         (:mod:`~spark_ckpt.sinks.mirror.merge_on_read`).
     compact_every, compact_deleted_ratio, compact_min_files
         Mirror mode: the compaction policy (:meth:`compaction`).
+    executor_marks_min_files
+        Mirror mode: from how many files a mirror's replaced rows are found by the write tasks
+        (:mod:`~spark_ckpt.sinks.mirror.task_marks`).
     """
 
     path: str
@@ -217,6 +240,7 @@ class SinkOptions:
     compact_every: int = declared(COMPACT_EVERY)
     compact_deleted_ratio: float = declared(COMPACT_DELETED_RATIO)
     compact_min_files: int = declared(COMPACT_MIN_FILES)
+    executor_marks_min_files: int = declared(EXECUTOR_MARKS_MIN_FILES)
     table_behaviors: tuple[tuple[str, Behavior], ...] = ()
     """``(schema.table lower-cased, behavior)`` for the tables with their own behavior."""
 

@@ -35,7 +35,8 @@ def _key(table: Location) -> tuple[str, tuple[tuple[str, str], ...]]:
 def check_out(table: Location) -> DeltaTable | None:
     """The newest snapshot of ``table`` (None: no table yet), for this caller alone.
 
-    Runs on the driver (any process that publishes), once or more per batch. A kept snapshot is
+    Runs on the driver (any process that publishes), once or more per batch, and in a mirror's
+    write tasks (:mod:`.mirror.task_marks`), once per task and table. A kept snapshot is
     updated incrementally; without one, or when updating it fails, the table is loaded afresh.
 
     Raises

@@ -29,6 +29,7 @@ from spark_ckpt.testing.faults import crash_point, stall_point
 
 from .manifest import Manifest, ManifestStore
 from .mirror.precommit import discard_staging, plan_batch
+from .mirror.task_marks import TableMarks, combine, find_marks, key_sources
 from .options import SinkOptions
 from .places import SinkPlaces
 from .publisher import clean_orphans, discard_unlisted, precommit, publish_completed
@@ -50,6 +51,18 @@ class StagedFiles(WriterCommitMessage):
     files: list[StagedFile]
     attempt: str = ""
     """The run id of the query run whose task staged the files (the batch attempt)."""
+    marks: tuple[TableMarks, ...] = ()
+    """Mirror mode: per table, the stored rows the task's changes replace
+    (:mod:`.mirror.task_marks`)."""
+
+
+def _keeping_key_sources(
+    batches: Iterator[pa.RecordBatch], kept: list[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` as they are, keeping each one's key columns in ``kept`` (executor)."""
+    for batch in batches:
+        kept.append(key_sources(batch))
+        yield batch
 
 
 class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
@@ -146,10 +159,22 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             context.partitionId(),
             store.intents_dir(batch_id, attempt),
         )
+        mirror = self.places.mirror
+        sources: list[pa.RecordBatch] = []
+        if mirror is not None:
+            iterator = _keeping_key_sources(iterator, sources)
         files = staging.write(iterator)
+        marks: tuple[TableMarks, ...] = ()
+        if mirror is not None and sources:
+            marks = find_marks(
+                mirror,
+                pa.Table.from_batches(sources),
+                self.options.scd == 2,
+                self.options.executor_marks_min_files,
+            )
         crash_point("after_staging", batch_id)
         stall_point("after_staging", batch_id, context.attemptNumber())
-        return StagedFiles(batch_id, context.partitionId(), files, attempt)
+        return StagedFiles(batch_id, context.partitionId(), files, attempt, marks)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Pre-commit batch ``batchId`` and publish earlier complete batches (driver, per batch).
@@ -159,6 +184,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         """
         store = self._store()
         files: list[StagedFile] = []
+        found: list[TableMarks] = []
         attempts = set()
         for message in messages:
             if message is None:
@@ -167,6 +193,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
             if message.batch_id != batchId:
                 raise PublishError(f"commit message of batch {message.batch_id} in batch {batchId}")
             files += message.files
+            found += message.marks
             attempts.add(message.attempt)
         if len(attempts) > 1:
             raise PublishError(f"batch {batchId}'s tasks ran in several query runs: {attempts}")
@@ -215,6 +242,7 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
                 behavior_of=self.options.behavior_of,
                 deletion_vectors=self.options.deletion_vectors,
                 compaction=self.options.compaction(),
+                marks=combine(found),
             )
             manifest = dataclasses.replace(manifest, mirror=plan)
         precommit(store, manifest)

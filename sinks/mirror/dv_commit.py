@@ -59,6 +59,7 @@ __all__ = [
     "enable_deletion_vectors",
     "has_deletion_vectors",
     "log_files",
+    "paths_added",
     "staged_add",
     "unknown_features",
 ]
@@ -293,6 +294,34 @@ def log_files(table: Location, version: int, paths: Collection[str]) -> dict[str
             if add and add["path"] in wanted:
                 files[add["path"]] = LogFile.from_action(add)
     return files
+
+
+def paths_added(table: Location, after: int, upto: int) -> set[str] | None:
+    """Paths of data files added to the table after version ``after``, up to ``upto``.
+
+    Runs on the driver, once per batch whose write tasks found its marks at ``after``. A path
+    counts when a commit adds it without removing it: a new file (a batch's, a compaction's).
+    A file already there whose DV a commit changed is removed and added again in that commit,
+    and does not count. None when a commit in between is gone (cleaned up with the log).
+    """
+    log = table.child("_delta_log")
+    added: set[str] = set()
+    for commit in range(after + 1, upto + 1):
+        data = log.child(f"{commit:020d}.json").read_bytes()
+        if data is None:
+            return None
+        adds: set[str] = set()
+        removes: set[str] = set()
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                adds.add(action["add"]["path"])
+            elif "remove" in action:
+                removes.add(action["remove"]["path"])
+        added |= adds - removes
+    return added
 
 
 def _newest_checkpoint(log: Location, version: int) -> tuple[int | None, list[str]]:

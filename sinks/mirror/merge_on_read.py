@@ -4,10 +4,12 @@ A batch's apply reads and writes in proportion to its changes, not to the files 
 
 1. *Candidates*: files whose first key column's min/max statistics can hold a changed key (as
    the copy-on-write rewrite, :mod:`.rewrite`). Files the batch does not touch are never read.
-2. *Marks* (:func:`mark_file`, one call per candidate): the candidate's key columns are read
-   with their row positions; the live rows (those its current deletion vector does not delete)
+2. *Marks*: the live rows (those its current deletion vector does not delete) of each candidate
    whose key the batch changes (updates, deletes, a primary-key update's old key) are added to
-   its deletion vector (DV).
+   its deletion vector (DV). Where the batch's write tasks found them (:mod:`.task_marks`, on
+   the executors, against the table as it was then), their positions are taken as found
+   (:func:`mark_positions`), and only the files added to the table since are read; otherwise
+   each candidate's key columns are read here (:func:`mark_file`).
 3. *New versions*: the batch's upserts go to one new file.
 4. *One commit* (:func:`.dv_commit.commit_deletions`): per marked file a ``remove`` with its old
    DV and an ``add`` with the merged one, the new file, ``txn(query id, batch id)``.
@@ -18,9 +20,8 @@ compaction (:mod:`.compaction`), a commit of its own. Only a file whose statisti
 ``numRecords`` (written by another engine without them) is rewritten here, as a DV needs the
 file's row count.
 
-:func:`mark_file` is a pure function of (table, file, its DV, the batch's keys) with picklable
-arguments and result, so that it can run in Spark tasks later; today every call runs on the
-driver, in whichever process publishes batch N.
+:func:`mark_file` and :func:`mark_positions` run on the driver, in whichever process publishes
+batch N.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..staging import (
     write_staged_file,
 )
 from .deletion_vectors import DeletedRows, DeletionVectorDescriptor, read_deletion_vector
-from .dv_commit import LogFile, log_files
+from .dv_commit import LogFile, log_files, paths_added
 from .fold import ACTION, END_AT, FROM_KEY, MISSING
 from .rewrite import (
     align_rows,
@@ -57,7 +58,42 @@ from .rewrite import (
     sorted_lookup,
 )
 
-__all__ = ["FileMarks", "MergeOnRead", "mark_file", "merge_on_read"]
+__all__ = [
+    "MARK_PATH",
+    "MARK_POSITION",
+    "FileMarks",
+    "FoundMarks",
+    "MergeOnRead",
+    "mark_file",
+    "mark_positions",
+    "merge_on_read",
+]
+
+MARK_PATH = "_spark_ckpt_path"
+"""A found mark's file: its path as in the log."""
+MARK_POSITION = "_spark_ckpt_position"
+"""A found mark's row: its 0-based position in its file."""
+
+
+@dataclass(frozen=True)
+class FoundMarks:
+    """The stored rows holding a batch's keys, as its write tasks found them (:mod:`.task_marks`).
+
+    Attributes
+    ----------
+    version
+        The table's version they were found at: every file of it that can hold a changed key
+        was looked at.
+    rows
+        The key columns, :data:`MARK_PATH` and :data:`MARK_POSITION` of each row found (live
+        or not at ``version``).
+    files_read
+        Candidate files the tasks looked at.
+    """
+
+    version: int
+    rows: pa.Table
+    files_read: int
 
 
 @dataclass(frozen=True)
@@ -134,6 +170,34 @@ def mark_file(
     return FileMarks(path, deleted, int(positions.size), old_rows)
 
 
+def mark_positions(
+    table: Location,
+    path: str,
+    dv: DeletionVectorDescriptor | None,
+    positions: np.ndarray,
+    with_rows: bool = False,
+) -> FileMarks | None:
+    """The DV of the file ``path`` after deleting its rows at ``positions`` that are still live.
+
+    Runs on the driver, once per file the batch's write tasks found changed keys in (positions
+    that may repeat, and that ``dv`` may delete already). Reads the file's current DV and, with
+    ``with_rows``, the marked rows. None when ``dv`` deletes them all (a batch published after
+    the tasks' snapshot replaced them).
+    """
+    current = _current_dv(table, dv)
+    wanted = np.unique(positions.astype(np.int64))
+    if current:
+        wanted = wanted[~np.isin(wanted, current.indexes().astype(np.int64))]
+    if wanted.size == 0:
+        return None
+    old_rows = None
+    if with_rows:
+        old_rows = staged_location(table, path).read_parquet(rows=wanted.tolist())
+    return FileMarks(
+        path, current.union(DeletedRows.from_indexes(wanted)), int(wanted.size), old_rows
+    )
+
+
 @dataclass
 class MergeOnRead:
     """One batch's changes to one mirror table with DVs, ready for one commit.
@@ -149,7 +213,9 @@ class MergeOnRead:
     files
         The ``add`` of every file in ``deletions`` and ``removes`` at the snapshot read.
     files_read
-        Files whose key columns were read (candidates by statistics).
+        Files whose key columns were read here (candidates by statistics).
+    files_read_by_tasks
+        Files whose key columns the write tasks read (0 when their marks were not used).
     rows_marked
         Stored rows the batch deleted by DV.
     files_rewritten
@@ -161,6 +227,7 @@ class MergeOnRead:
     adds: list[StagedFile] = field(default_factory=list)
     files: dict[str, LogFile] = field(default_factory=dict)
     files_read: int = 0
+    files_read_by_tasks: int = 0
     rows_marked: int = 0
     files_rewritten: int = 0
 
@@ -179,14 +246,17 @@ def merge_on_read(
     query_id: str,
     batch_id: int,
     history: bool = False,
+    found: FoundMarks | None = None,
 ) -> MergeOnRead:
     """Mark and stage what applies ``folded`` to the mirror at ``table`` (snapshot ``delta``).
 
     Runs on the driver, once per batch and table with DVs. With ``history`` (SCD type 2),
     ``folded`` holds row versions (:meth:`.fold.FoldedTable.history_arrow`): a changed key's
     current version is marked, and goes to the new file closed (its :data:`~.fold.END_AT`
-    set) beside the batch's versions; its history is never touched. Nothing is committed; on
-    error the files written so far are deleted.
+    set) beside the batch's versions; its history is never touched. ``found``: the marks the
+    batch's write tasks found (used unless the log since their version cannot be read, or their
+    keys are not the table's). Nothing is committed; on error the files written so far are
+    deleted.
     """
     result = MergeOnRead()
     try:
@@ -200,6 +270,7 @@ def merge_on_read(
             schema,
             (query_id, batch_id),
             history,
+            found,
         )
     except BaseException:
         result.discard(table)
@@ -217,6 +288,7 @@ def _plan(
     schema: pa.Schema,
     names: tuple[str, int],
     history: bool,
+    found: FoundMarks | None,
 ) -> None:
     import pyarrow.compute as pc  # lazily: 0.1 s per process, unused by append commits
 
@@ -246,6 +318,17 @@ def _plan(
         upserts.num_rows > 0
         and bool(pc.any(pc.invert(pc.is_null(upserts.column(MISSING)))).as_py())
     )
+    tasks = None
+    if found is not None and delta is not None and candidates:
+        tasks = _tasks_marks(table, delta.version(), found, lookup, key_columns)
+    if tasks is not None:
+        result.files_read_by_tasks = found.files_read if found is not None else 0
+        # Files the tasks found none of the batch's keys in are not read, nor looked up.
+        candidates = [
+            e
+            for e in candidates
+            if str(e["path"]) in tasks.positions or str(e["path"]) in tasks.new
+        ]
     wanted = [str(entry["path"]) for entry in candidates] + result.removes
     if delta is not None and wanted:
         result.files = log_files(table, delta.version(), wanted)
@@ -253,11 +336,15 @@ def _plan(
     rewrite: list[tuple[LogFile, DeletedRows]] = []
     for entry in candidates:
         file = result.files[str(entry["path"])]
-        in_range = keys_in_range(entry, key_columns[0], ordered, first)
-        marks = mark_file(
-            table, file.path, file.deletion_vector, in_range, key_columns, with_rows, history
-        )
-        result.files_read += 1
+        if tasks is not None and file.path not in tasks.new:
+            found_at = tasks.positions[file.path]
+            marks = mark_positions(table, file.path, file.deletion_vector, found_at, with_rows)
+        else:
+            in_range = keys_in_range(entry, key_columns[0], ordered, first)
+            marks = mark_file(
+                table, file.path, file.deletion_vector, in_range, key_columns, with_rows, history
+            )
+            result.files_read += 1
         if marks is None:
             continue
         result.rows_marked += marks.marked
@@ -287,6 +374,50 @@ def _plan(
                 write_staged_file(table, staged_name(query_id, batch_id, sequence), kept)
             )
             sequence += 1
+
+
+@dataclass(frozen=True)
+class _TasksMarks:
+    """:class:`FoundMarks` made ready for one publish.
+
+    The batch's positions per file the tasks found keys in, and the files added to the table
+    after the tasks' version (read by the publisher).
+    """
+
+    positions: dict[str, np.ndarray]
+    new: frozenset[str]
+
+
+def _tasks_marks(
+    table: Location,
+    version: int,
+    found: FoundMarks,
+    lookup: pa.Table,
+    key_columns: Sequence[str],
+) -> _TasksMarks | None:
+    """The tasks' marks of ``lookup``'s keys, per file, at the table's ``version``.
+
+    Runs on the driver, once per batch and table whose tasks found marks. None when they cannot
+    be used: found at a version after ``version`` (a table made anew since), with other key
+    columns or types than the batch's keys, or when the log between the two versions is gone.
+    """
+    if found.version > version:
+        return None
+    names = list(key_columns)
+    try:
+        rows = found.rows.join(lookup, names, join_type="left semi")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
+        return None
+    new = paths_added(table, found.version, version)
+    if new is None:
+        return None
+    by_path: dict[str, list[int]] = {}
+    for path, position in zip(
+        rows.column(MARK_PATH).to_pylist(), rows.column(MARK_POSITION).to_pylist(), strict=True
+    ):
+        by_path.setdefault(path, []).append(position)
+    positions = {path: np.array(found_at, dtype=np.int64) for path, found_at in by_path.items()}
+    return _TasksMarks(positions, frozenset(new))
 
 
 def _without(table: Location, file: LogFile, deleted: DeletedRows, schema: pa.Schema) -> pa.Table:

@@ -45,6 +45,13 @@ class TablePlan:
         index.
     copy_from
         A finished rebuild: the table becomes a copy of this shadow table (one overwrite).
+    marks
+        The stored rows the batch's write tasks found holding its keys
+        (:mod:`.task_marks`), a file relative to the root; None when they did not look.
+    marks_version
+        The table's version they looked at.
+    marks_files_read
+        Files whose key columns they read.
     """
 
     table: str
@@ -59,6 +66,9 @@ class TablePlan:
     rewrite_all: bool = False
     shadow: bool = False
     copy_from: str | None = None
+    marks: str | None = None
+    marks_version: int | None = None
+    marks_files_read: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Render for the manifest."""
@@ -76,6 +86,9 @@ class TablePlan:
             "rewriteAll": self.rewrite_all,
             "shadow": self.shadow,
             "copyFrom": self.copy_from,
+            "marks": self.marks,
+            "marksVersion": self.marks_version,
+            "marksFilesRead": self.marks_files_read,
         }
 
     @classmethod
@@ -95,6 +108,9 @@ class TablePlan:
             bool(value.get("rewriteAll", False)),
             bool(value.get("shadow", False)),
             value.get("copyFrom"),
+            value.get("marks"),
+            value.get("marksVersion"),
+            int(value.get("marksFilesRead", 0)),
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 from deltalake import Schema
@@ -31,6 +31,7 @@ from .fold import END_AT, START_AT, FoldedTable, fold_changes, row_position
 from .plan import MirrorPlan, TablePlan
 from .publish import mirror_columns, table_schema
 from .rebuild import RebuildState, rebuilding_at, shadow_directory, split_rebuilds
+from .task_marks import TableMarks
 from .types import arrow_type, canonical_type
 
 __all__ = ["discard_staging", "plan_batch"]
@@ -144,6 +145,7 @@ def plan_batch(
     behavior_of: Callable[[str], Behavior] = lambda table: "evolve",
     deletion_vectors: bool = True,
     compaction: CompactionPolicy | None = None,
+    marks: Mapping[str, TableMarks] | None = None,
 ) -> MirrorPlan:
     """Fold, type and check batch N's changes; stage them for the publish (driver, per batch).
 
@@ -151,7 +153,8 @@ def plan_batch(
     every row version (SCD type 2); ``behavior_of`` gives each table's schema change behavior;
     ``deletion_vectors``: mirror tables the batch creates get them (merge-on-read);
     ``compaction``: the policy the publisher compacts by after the batch (the defaults when
-    None).
+    None); ``marks``: per table, the stored rows the write tasks found holding the batch's keys
+    (:func:`.task_marks.combine`), staged beside its folded changes.
 
     Raises
     ------
@@ -195,7 +198,10 @@ def plan_batch(
     for name in sorted({*folded, *shadows}):
         behavior = behavior_of(name)
         if name in folded:
-            plans.append(_plan_table(root, folded[name], batch_id, attempt, history, behavior))
+            found = None if marks is None else marks.get(name)
+            plans.append(
+                _plan_table(root, folded[name], batch_id, attempt, history, behavior, found=found)
+            )
         if name not in shadows:
             continue
         if name in begun:
@@ -253,11 +259,13 @@ def _plan_table(
     behavior: Behavior,
     directory: str | None = None,
     fresh: bool = False,
+    found: TableMarks | None = None,
 ) -> TablePlan:
     """One table's part of batch N's plan, its folded rows staged (driver, per table).
 
     ``directory`` is where the rows go, when not the table's mirror (a rebuild's shadow);
-    ``fresh``: a new shadow, whose first schema event is the rebuild's begin.
+    ``fresh``: a new shadow, whose first schema event is the rebuild's begin; ``found``: the
+    marks the write tasks found in the table's mirror, staged when the publish can use them.
     """
     name = table.name
     directory = directory or table_directory(name)
@@ -293,6 +301,17 @@ def _plan_table(
     relative = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{stem}.parquet"
     _staging(root, batch_id, attempt).make_dirs()
     write_staged_file(root, relative, rows)
+    marks = None
+    if (
+        found is not None
+        and found.rows is not None
+        and found.version is not None
+        and found.directory == directory
+        and found.key_columns == table.key_columns
+        and not (rewrite_all or table.truncated)
+    ):
+        marks = f"{STAGING_DIR}/staging/{batch_id}/{attempt}/{stem}.marks.parquet"
+        write_staged_file(root, marks, found.rows)
     if rewrite_all:
         _log.info(
             "mirror %s: batch %d follows a schema change that rewrites the table (%s)",
@@ -311,4 +330,7 @@ def _plan_table(
         history,
         projection if rewrite_all else None,
         rewrite_all,
+        marks=marks,
+        marks_version=None if marks is None or found is None else found.version,
+        marks_files_read=0 if marks is None or found is None else found.files_read,
     )

@@ -58,7 +58,7 @@ from .fold import (
     META_COLUMNS,
     empty_folded,
 )
-from .merge_on_read import merge_on_read
+from .merge_on_read import FoundMarks, merge_on_read
 from .plan import MirrorPlan, TablePlan
 from .rebuild import (
     REBUILDING_KEY,
@@ -173,7 +173,14 @@ def _apply_table_once(
     key_columns = plan.key_columns or tuple(schema.names[:1])
     if _merges_on_read(location, delta, plan, deletion_vectors):
         return _apply_merge_on_read(
-            location, delta, folded, key_columns, plan, schema, query_id, batch_id
+            location,
+            delta,
+            folded,
+            key_columns,
+            plan,
+            schema,
+            (query_id, batch_id),
+            _found_marks(root, plan),
         )
     dvs = None
     if delta is not None and has_deletion_vectors(delta):
@@ -256,14 +263,36 @@ def _merges_on_read(
     return deletion_vectors and location.creates_exclusively
 
 
-def _apply_info(read: int, marked: int, rows: int, rewritten: int) -> dict[str, str]:
-    """``commitInfo`` entries saying what the apply read and changed (in Delta's history)."""
+def _apply_info(
+    read: int, marked: int, rows: int, rewritten: int, read_by_tasks: int = 0
+) -> dict[str, str]:
+    """``commitInfo`` entries saying what the apply read and changed (in Delta's history).
+
+    ``filesRead`` counts the files whose keys the publisher read, ``filesReadByTasks`` those the
+    batch's write tasks read on the executors (:mod:`.task_marks`).
+    """
     return {
         "spark-ckpt.mirror.filesRead": str(read),
+        "spark-ckpt.mirror.filesReadByTasks": str(read_by_tasks),
         "spark-ckpt.mirror.filesMarked": str(marked),
         "spark-ckpt.mirror.rowsMarked": str(rows),
         "spark-ckpt.mirror.filesRewritten": str(rewritten),
     }
+
+
+def _found_marks(root: Location, plan: TablePlan) -> FoundMarks | None:
+    """The marks the batch's write tasks found for ``plan``'s table, if they looked (driver).
+
+    None when the file is gone: a concurrent publisher finished the batch and deleted its
+    staging (the commit then finds the batch published), so reading every candidate is right.
+    """
+    if plan.marks is None or plan.marks_version is None:
+        return None
+    try:
+        rows = root.child(*plan.marks.split("/")).read_parquet()
+    except StorageNotFoundError:
+        return None
+    return FoundMarks(plan.marks_version, rows, plan.marks_files_read)
 
 
 def _apply_merge_on_read(
@@ -273,16 +302,19 @@ def _apply_merge_on_read(
     key_columns: tuple[str, ...],
     plan: TablePlan,
     schema: pa.Schema,
-    query_id: str,
-    batch_id: int,
+    names: tuple[str, int],
+    found: FoundMarks | None,
 ) -> int | None:
     """Batch N's merge-on-read apply to one table, one commit (driver, per table and try).
+
+    ``names``: the query id and N; ``found``: what N's write tasks found (:mod:`.task_marks`).
 
     Raises
     ------
     CommitFailedError
         Another publisher's commit landed first and the table does not hold N yet.
     """
+    query_id, batch_id = names
     applied = merge_on_read(
         location,
         delta,
@@ -293,9 +325,14 @@ def _apply_merge_on_read(
         query_id,
         batch_id,
         plan.history,
+        found,
     )
     info = _apply_info(
-        applied.files_read, len(applied.deletions), applied.rows_marked, applied.files_rewritten
+        applied.files_read,
+        len(applied.deletions),
+        applied.rows_marked,
+        applied.files_rewritten,
+        applied.files_read_by_tasks,
     )
     commit = DeletionCommit(
         query_id,

@@ -69,7 +69,12 @@ class ShopProducer(threading.Thread):
 
 
 def _mirror_query(spark: SparkSession, log: Path, root: Path, ckpt: Path) -> StreamingQuery:
-    """A streaming mirror-mode query whose publisher compacts every third batch's tables."""
+    """A streaming mirror-mode query whose publisher compacts every third batch's tables.
+
+    Its write tasks find the stored rows each batch replaces, however small the mirrors
+    (``executorMarksMinFiles=0``): while the listener publishes the batch before, and while
+    compactions replace files.
+    """
     return (
         spark.readStream.format("txn-cdc")
         .option("connector", "debezium-json")
@@ -81,6 +86,7 @@ def _mirror_query(spark: SparkSession, log: Path, root: Path, ckpt: Path) -> Str
         .option("checkpointLocation", str(ckpt))
         .option("compactEvery", "3")
         .option("compactMinFiles", "3")
+        .option("executorMarksMinFiles", "0")
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -221,6 +227,12 @@ def test_mirror_tables_track_the_source_and_read_consistently(
         h["operation"] for n in (ORDERS, ITEMS) for h in DeltaTable(str(root / n)).history()
     ]
     assert "OPTIMIZE" in operations, operations
+    by_tasks = [
+        int(h.get("spark-ckpt.mirror.filesReadByTasks", 0))
+        for n in (ORDERS, ITEMS)
+        for h in DeltaTable(str(root / n)).history()
+    ]
+    assert sum(by_tasks) > 0, "the write tasks never found a batch's replaced rows"
 
 
 def test_a_changed_column_type_stops_the_query_before_publishing(

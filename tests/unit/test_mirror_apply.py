@@ -11,6 +11,7 @@ import datetime as dt
 import itertools
 import json
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ from hypothesis import strategies as st
 from harness.delta_reads import read_delta
 from spark_ckpt.errors import MirrorChangeError, MirrorSchemaError
 from spark_ckpt.sinks.mirror.fold import fold_changes
+from spark_ckpt.sinks.mirror.plan import MirrorPlan
 from spark_ckpt.sinks.mirror.precommit import plan_batch
 from spark_ckpt.sinks.mirror.publish import apply_plan
+from spark_ckpt.sinks.mirror.task_marks import combine, find_marks, key_sources
 from spark_ckpt.sinks.mirror.types import arrow_type, parse_pg_array, to_arrow
 from spark_ckpt.sinks.staging import staged_name, write_staged_file
 from spark_ckpt.sources.postgres.types import spark_type
@@ -72,16 +75,32 @@ def change_rows(
 
 
 class Mirror:
-    """A mirror root on local disk, fed batch by batch as the sink feeds it."""
+    """A mirror root on local disk, fed batch by batch as the sink feeds it.
 
-    def __init__(self, root: Path, history: bool = False, deletion_vectors: bool = True) -> None:
+    ``marks``: who finds the stored rows a batch replaces. ``publisher``: the publish reads the
+    candidate files. ``tasks``: two write tasks (each half of the batch's changes) find them
+    first (:mod:`~spark_ckpt.sinks.mirror.task_marks`). ``tasks-behind``: as the sink runs when
+    the listener publishes late, the tasks of batch N look before N - 1 is published (N - 1 is
+    planned, then N's tasks run, then N - 1 is published and N planned).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        history: bool = False,
+        deletion_vectors: bool = True,
+        marks: str = "publisher",
+    ) -> None:
+        assert marks in ("publisher", "tasks", "tasks-behind")
         self.history = history
         self.deletion_vectors = deletion_vectors
+        self.marks = marks
         self.seconds = 0
         self.root = Location(str(root))
         self.changelog = self.root.child("_changes")
         self.query_id = str(uuid.uuid4())
         self.batch = 0
+        self.pending: tuple[MirrorPlan, int] | None = None
 
     def apply(self, changes: list[Change], types: dict[str, str] | None = None) -> None:
         self.apply_rows(changes, types)
@@ -90,11 +109,34 @@ class Mirror:
         self,
         changes: list[tuple[str, str, Any, Any, Any]],
         types: dict[str, str] | None = None,
+        meanwhile: Callable[[], object] | None = None,
     ) -> None:
-        """One batch; an image given as text (a schema change's ``after``) is kept as it is."""
+        """One batch; an image given as text (a schema change's ``after``) is kept as it is.
+
+        ``meanwhile`` runs after the write tasks looked and before the batch is planned (a
+        compaction, say, committed in between).
+        """
         rows = change_rows(changes, types, self.seconds)
         self.seconds += len(changes)
         staged = write_staged_file(self.changelog, staged_name(self.query_id, self.batch, 0), rows)
+        found = None
+        if self.marks != "publisher":
+            half = rows.num_rows // 2
+            tasks = [rows.slice(0, half), rows.slice(half)]
+            found = combine(
+                mark
+                for task in tasks
+                if task.num_rows
+                for mark in find_marks(
+                    self.root,
+                    pa.Table.from_batches([key_sources(b) for b in task.to_batches()]),
+                    self.history,
+                    min_files=0,
+                )
+            )
+        self.flush()
+        if meanwhile is not None:
+            meanwhile()
         plan = plan_batch(
             self.root,
             self.changelog,
@@ -104,14 +146,26 @@ class Mirror:
             "a",
             self.history,
             deletion_vectors=self.deletion_vectors,
+            marks=found,
         )
-        apply_plan(plan, self.root.options, self.query_id, self.batch)
+        self.pending = (plan, self.batch)
+        if self.marks != "tasks-behind":
+            self.flush()
         self.batch += 1
 
+    def flush(self) -> None:
+        """Publish the batch planned and not yet published, if any."""
+        if self.pending is not None:
+            plan, batch_id = self.pending
+            self.pending = None
+            apply_plan(plan, self.root.options, self.query_id, batch_id)
+
     def rows(self, table: str) -> list[dict[str, Any]]:
+        self.flush()
         return read_delta(f"{self.root.path}/{table}").to_pylist()
 
     def table(self, table: str) -> DeltaTable:
+        self.flush()
         return DeltaTable(f"{self.root.path}/{table}")
 
 
@@ -316,14 +370,23 @@ _OPS = st.lists(
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batches=st.lists(_OPS, min_size=1, max_size=4), history=st.booleans())
+@given(
+    batches=st.lists(_OPS, min_size=1, max_size=4),
+    history=st.booleans(),
+    marks=st.sampled_from(["publisher", "tasks", "tasks-behind"]),
+)
 def test_any_change_history_leaves_the_mirror_equal_to_the_source(
     tmp_path_factory: pytest.TempPathFactory,
     batches: list[list[tuple[str, int, int, bool]]],
     history: bool,
+    marks: str,
 ) -> None:
-    """SCD 1: the mirror is the source. SCD 2: its current versions are, and versions chain."""
-    mirror = Mirror(tmp_path_factory.mktemp("mirror"), history)
+    """SCD 1: the mirror is the source. SCD 2: its current versions are, and versions chain.
+
+    Whoever finds the rows a batch replaces: the publisher, the write tasks, or the write tasks
+    against the table before the previous batch was published.
+    """
+    mirror = Mirror(tmp_path_factory.mktemp("mirror"), history, marks=marks)
     source: dict[int, dict[str, Any]] = {}
     counter = 0
     for ops in batches:
@@ -353,6 +416,7 @@ def test_any_change_history_leaves_the_mirror_equal_to_the_source(
             mirror.apply(changes)
     if not mirror.batch:
         return
+    mirror.flush()
     rows = mirror.rows("s.t") if (Path(mirror.root.path) / "s.t").exists() else []
     if not history:
         assert by_id(rows) == source

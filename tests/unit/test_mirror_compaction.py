@@ -278,3 +278,38 @@ def test_a_table_where_commits_cannot_be_created_only_if_absent_is_skipped_unrea
     result = compact_table(Location("gs://bucket/mirror/s.t"), CompactionPolicy(), KEYS)
     assert result.outcome == "skipped"
     assert "local disks and S3 only, not on gs" in result.reason
+
+
+def test_a_compaction_after_the_write_tasks_looked_leaves_its_new_file_to_the_publisher(
+    tmp_path: Path,
+) -> None:
+    """The tasks found the changed keys in files a compaction then replaced by one new file.
+
+    Their marks name files the table no longer has; the publisher reads the compaction's file
+    (added after the tasks looked) and marks the keys there.
+    """
+    mirror = Mirror(tmp_path / "root", marks="tasks")
+    for batch in range(10):  # ten small files of 20 keys each
+        mirror.apply(
+            [
+                (TABLE, "c", {"id": k}, None, {"id": k, "v": "a"})
+                for k in range(batch * 20, batch * 20 + 20)
+            ]
+        )
+    results: list[CompactionResult] = []
+    mirror.apply_rows(
+        [
+            (TABLE, "u", {"id": 5}, None, {"id": 5, "v": "b"}),
+            (TABLE, "d", {"id": 150}, {"id": 150}, None),
+        ],
+        meanwhile=lambda: results.append(compact(mirror, CompactionPolicy(min_files=10))),
+    )
+    assert [r.outcome for r in results] == ["committed"]
+    (info,) = mirror.table(TABLE).history(1)
+    assert info["spark-ckpt.mirror.filesRead"] == "1", "the compaction's file"
+    assert info["spark-ckpt.mirror.filesReadByTasks"] == "2"
+    assert info["spark-ckpt.mirror.rowsMarked"] == "2"
+    rows = model_rows(mirror)
+    assert len(rows) == 199
+    assert rows[5]["v"] == "b"
+    assert 150 not in rows

@@ -16,6 +16,7 @@ from test_mirror_apply import Mirror, by_id
 
 from spark_ckpt.sinks.mirror.dv_commit import has_deletion_vectors, log_files
 from spark_ckpt.sinks.mirror.rewrite import keys_in_range, sorted_lookup
+from spark_ckpt.sinks.mirror.task_marks import combine, find_marks
 
 TABLE = "s.t"
 
@@ -202,5 +203,99 @@ def test_a_composite_key_marks_only_rows_matching_every_key_column(tmp_path: Pat
     }
     rows = {(r["id"], r["t"]): r["v"] for r in mirror.rows(TABLE)}
     assert len(rows) == 39
-    assert (19, 1) not in rows and rows[(19, 2)] == "a"
-    assert rows[(7, 2)] == "b" and rows[(7, 1)] == "a"
+    assert (19, 1) not in rows
+    assert rows[(19, 2)] == "a"
+    assert rows[(7, 2)] == "b"
+    assert rows[(7, 1)] == "a"
+
+
+def read_by_tasks(mirror: Mirror) -> int:
+    (info,) = mirror.table(TABLE).history(1)
+    return int(info["spark-ckpt.mirror.filesReadByTasks"])
+
+
+def test_marks_the_write_tasks_found_spare_the_publisher_reading_any_file(
+    tmp_path: Path,
+) -> None:
+    """The same batch as the first test, its stored rows found by the write tasks."""
+    mirror = Mirror(tmp_path / "root", marks="tasks")
+    for first in (0, 100, 200):
+        load(mirror, first, 50)
+    mirror.apply(
+        [
+            (TABLE, "u", {"id": 120}, None, {"id": 120, "v": "b"}),
+            (TABLE, "d", {"id": 30}, {"id": 30}, None),
+            (TABLE, "c", {"id": 999}, None, {"id": 999, "v": "new"}),
+        ]
+    )
+    assert last_apply(mirror) == {
+        "filesRead": 0,
+        "filesMarked": 2,
+        "rowsMarked": 2,
+        "filesRewritten": 0,
+    }
+    assert read_by_tasks(mirror) == 2, "each task read the one file its key can be in"
+    rows = by_id(mirror.rows(TABLE))
+    assert len(rows) == 150
+    assert 30 not in rows
+    assert rows[120]["v"] == "b"
+
+
+def test_tasks_that_looked_before_the_last_batch_was_published_are_completed_by_the_publisher(
+    tmp_path: Path,
+) -> None:
+    """Batch B's tasks ran before batch A (which changed key 120) was published.
+
+    They found 120 in the loaded file, where A's publish marked it since; A's new version of
+    120 is in a file added after their look, which the publisher reads (and marks 120 there).
+    """
+    mirror = Mirror(tmp_path / "root", marks="tasks-behind")
+    for first in (0, 100, 200):
+        load(mirror, first, 50)
+    mirror.apply([(TABLE, "u", {"id": 120}, None, {"id": 120, "v": "a"})])  # A, not published
+    mirror.apply(
+        [
+            (TABLE, "u", {"id": 120}, None, {"id": 120, "v": "b"}),
+            (TABLE, "d", {"id": 30}, {"id": 30}, None),
+        ]
+    )  # B: its tasks look, then A is published, then B is planned (and published below)
+    rows = by_id(mirror.rows(TABLE))
+    assert last_apply(mirror) == {
+        "filesRead": 1,  # A's new file, added after B's tasks looked
+        "filesMarked": 2,  # 30's file (the tasks' mark) and A's file (the publisher's)
+        "rowsMarked": 2,  # 120's loaded version was marked by A already: not again
+        "filesRewritten": 0,
+    }
+    assert read_by_tasks(mirror) == 2
+    assert len(rows) == 149
+    assert rows[120]["v"] == "b"
+    assert 30 not in rows
+    assert sorted(dvs(mirror).values()) == [1, 1], "30 and 120's loaded version"
+    assert len(paths(mirror)) == 4, "the three loaded files and B's; A's held only 120"
+
+
+def test_a_table_some_task_could_not_mark_is_left_to_the_publisher(tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "root")
+    load(mirror, 0, 50)
+    rows = pa.table(
+        {
+            "table": [TABLE, TABLE],
+            "op": ["u", "u"],
+            "key": ['{"id": 3}', '{"id": 4}'],
+            "before": [None, None],
+        }
+    )
+    found = find_marks(mirror.root, rows, history=False, min_files=0)
+    (marks,) = found
+    assert marks.rows is not None
+    assert marks.version is not None
+    assert marks.rows.column("id").to_pylist() == [3, 4]
+    assert combine(found)[TABLE].rows is not None
+    (small,) = find_marks(mirror.root, rows, history=False, min_files=2)
+    assert small.rows is None
+    assert small.reason == "small", "one file: the publisher reads it"
+    assert combine([*found, small]) == {}, "one task did not mark: nobody's marks are used"
+    (other,) = find_marks(mirror.root, rows.slice(0, 1), history=False, min_files=0)
+    assert TABLE in combine([marks, other])
+    none = find_marks(mirror.root, rows.set_column(0, "table", pa.array(["s.new"] * 2)), False, 0)
+    assert none[0].reason == "no table"
