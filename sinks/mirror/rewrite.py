@@ -46,6 +46,7 @@ __all__ = [
     "close_times",
     "fill_missing",
     "key_hits",
+    "key_range",
     "keys_in_range",
     "old_keys",
     "rewrite_table",
@@ -143,17 +144,26 @@ def keys_in_range(
 
     A candidate file's key column is matched against these only: a batch of uniformly random
     keys has one or two in a file's range, where hashing all of them for every candidate cost
-    more than reading the file's keys. All of them when the file has no statistics for the
+    about as much as reading the file's keys. All of them when the file has no statistics for the
     column or they do not compare with the keys. Runs on the driver, once per candidate file.
+    """
+    start, end = key_range(entry, first_key, first)
+    return ordered.slice(start, end - start)
+
+
+def key_range(entry: dict[str, Any], first_key: str, first: Sequence[Any]) -> tuple[int, int]:
+    """Where the keys the file ``entry``'s range can hold are in ``first`` (sorted): a slice.
+
+    All of them when the file has no statistics for the column or they do not compare with the
+    keys. Runs wherever candidates are matched, once per candidate file.
     """
     low, high = entry.get(f"min.{first_key}"), entry.get(f"max.{first_key}")
     if low is None or high is None:
-        return ordered
+        return 0, len(first)
     try:
-        start, end = bisect.bisect_left(first, low), bisect.bisect_right(first, high)
+        return bisect.bisect_left(first, low), bisect.bisect_right(first, high)
     except TypeError:
-        return ordered
-    return ordered.slice(start, end - start)
+        return 0, len(first)
 
 
 def _key_tuples(rows: pa.Table, key_columns: Sequence[str]) -> list[tuple[Any, ...]]:

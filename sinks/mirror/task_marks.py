@@ -45,7 +45,7 @@ from .dv_commit import has_deletion_vectors
 from .fold import END_AT
 from .merge_on_read import MARK_PATH, MARK_POSITION
 from .publish import table_schema
-from .rewrite import candidate_files, key_hits, keys_in_range, sorted_lookup
+from .rewrite import candidate_files, key_hits, key_range, keys_in_range, sorted_lookup
 from .types import to_arrow
 
 __all__ = [
@@ -139,23 +139,63 @@ def _changed_keys(
     return found
 
 
+@dataclass(frozen=True)
+class _FileKeys:
+    """A data file's key columns as a task looks them up (kept per Python worker).
+
+    For a single integer key column, also its values sorted and their positions in that order,
+    so that a file is searched for the batch's keys in its range without Arrow calls (a batch
+    on a large table looks in a thousand files or more).
+    """
+
+    table: pa.Table
+    sorted_keys: np.ndarray | None
+    order: np.ndarray | None
+
+    @classmethod
+    def of(cls, table: pa.Table, key_columns: Sequence[str]) -> _FileKeys:
+        if len(key_columns) == 1 and pa.types.is_integer(table.schema.field(key_columns[0]).type):
+            column = table.column(key_columns[0])
+            if column.null_count == 0:
+                values = column.to_numpy()
+                order = np.argsort(values, kind="stable")
+                return cls(table, values[order], order)
+        return cls(table, None, None)
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.order is None or self.sorted_keys is None else self.order.nbytes * 2
+        return int(self.table.nbytes) + extra
+
+    def positions(self, wanted: np.ndarray) -> np.ndarray:
+        """Positions of the rows whose (single integer) key is in ``wanted``."""
+        assert self.sorted_keys is not None
+        assert self.order is not None
+        low = np.searchsorted(self.sorted_keys, wanted, side="left")
+        high = np.searchsorted(self.sorted_keys, wanted, side="right")
+        spans = [self.order[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True) if b > a]
+        return np.concatenate(spans) if spans else np.empty(0, dtype=np.int64)
+
+
 class _KeyCache:
     """Key columns of data files, by file URL and columns, least recently used out first."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.used = 0
-        self.entries: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
+        self.entries: OrderedDict[tuple[str, tuple[str, ...]], _FileKeys] = OrderedDict()
         self.lock = threading.Lock()
 
-    def read(self, file: Location, columns: tuple[str, ...]) -> pa.Table:
+    def read(
+        self, file: Location, columns: tuple[str, ...], key_columns: Sequence[str]
+    ) -> _FileKeys:
         key = (file.url, columns)
         with self.lock:
             found = self.entries.get(key)
             if found is not None:
                 self.entries.move_to_end(key)
                 return found
-        read = file.read_parquet(list(columns))
+        read = _FileKeys.of(file.read_parquet(list(columns)), key_columns)
         with self.lock:
             if key not in self.entries and read.nbytes <= self.budget:
                 self.entries[key] = read
@@ -232,32 +272,61 @@ def _table_marks(
     ordered, first = sorted_lookup(lookup, key_columns[0])
     candidates = candidate_files(live.to_pylist(), key_columns[0], first)
     read = (*key_columns, END_AT) if history else tuple(key_columns)
+    wanted_all = _integer_keys(ordered, key_columns)
     parts = []
     for entry in candidates:
-        in_range = keys_in_range(entry, key_columns[0], ordered, first)
         path = str(entry["path"])
-        stored = _CACHE.read(staged_location(location, path), read)
-        mask = key_hits(stored.select(list(key_columns)), in_range, key_columns)
-        hits = mask.to_numpy(zero_copy_only=False)
-        if history:
-            hits = hits & stored.column(END_AT).is_null().to_numpy(zero_copy_only=False)
-        positions = np.flatnonzero(hits)
+        stored = _CACHE.read(staged_location(location, path), read, key_columns)
+        if wanted_all is not None and stored.sorted_keys is not None:
+            start, end = key_range(entry, key_columns[0], first)
+            positions = stored.positions(wanted_all[start:end])
+        else:
+            in_range = keys_in_range(entry, key_columns[0], ordered, first)
+            mask = key_hits(stored.table.select(list(key_columns)), in_range, key_columns)
+            positions = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if history and positions.size:
+            current = stored.table.column(END_AT).is_null().to_numpy(zero_copy_only=False)
+            positions = positions[current[positions]]
         if positions.size:
-            part = stored.select(list(key_columns)).take(pa.array(positions))
-            parts.append(
-                part.append_column(
-                    MARK_PATH, pa.array([path] * positions.size, pa.string())
-                ).append_column(MARK_POSITION, pa.array(positions, pa.int64()))
-            )
-    rows = _concat(parts, lookup.schema)
+            parts.append((path, np.sort(positions), stored.table))
+    rows = _marks_table(parts, key_columns, lookup.schema)
     return TableMarks(table, directory, version, key_columns, rows, len(candidates))
 
 
-def _concat(parts: Sequence[pa.Table], keys: pa.Schema) -> pa.Table:
-    if parts:
-        return pa.concat_tables(parts)
+def _integer_keys(ordered: pa.Table, key_columns: Sequence[str]) -> np.ndarray | None:
+    """The lookup's keys as a sorted array, for a single integer key column without nulls."""
+    if len(key_columns) != 1:
+        return None
+    column = ordered.column(key_columns[0])
+    if not pa.types.is_integer(column.type) or column.null_count:
+        return None
+    return np.asarray(column.to_numpy())
+
+
+def _marks_table(
+    parts: Sequence[tuple[str, np.ndarray, pa.Table]],
+    key_columns: Sequence[str],
+    keys: pa.Schema,
+) -> pa.Table:
+    """One table of the marks found: each row's key, file and position."""
     fields = [*keys, pa.field(MARK_PATH, pa.string()), pa.field(MARK_POSITION, pa.int64())]
-    return pa.schema(fields).empty_table()
+    if not parts:
+        return pa.schema(fields).empty_table()
+    columns = [
+        pa.concat_arrays(
+            [
+                stored.column(c).take(pa.array(positions)).combine_chunks()
+                for _, positions, stored in parts
+            ]
+        )
+        for c in key_columns
+    ]
+    paths = [path for path, positions, _ in parts for _ in range(positions.size)]
+    found = np.concatenate([positions for _, positions, _ in parts])
+    return pa.Table.from_arrays(
+        [*columns, pa.array(paths, pa.string()), pa.array(found, pa.int64())],
+        schema=pa.schema(fields),
+    )
 
 
 def combine(found: Iterable[TableMarks]) -> dict[str, TableMarks]:
