@@ -63,6 +63,7 @@ __all__ = [
     "live_rows",
     "merge_deletions",
     "read_deletion_vector",
+    "read_deletion_vectors",
     "write_deletion_vectors",
     "z85_decode",
     "z85_encode",
@@ -497,25 +498,57 @@ def read_deletion_vector(table: Location, descriptor: DeletionVectorDescriptor) 
     StateFormatError
         When its bytes are not the DV the log describes.
     """
-    if descriptor.storage_type == "i":
-        rows = DeletedRows.deserialize(
-            z85_decode(descriptor.path_or_inline_dv, descriptor.size_in_bytes),
-            f"the inline deletion vector {descriptor.unique_id}",
-        )
-        return _checked(rows, descriptor, "the inline deletion vector")
-    file = descriptor.file(table)
-    assert file is not None
-    offset = 1 if descriptor.offset is None else descriptor.offset
-    where = f"the deletion vector at byte {offset} of {file.url}"
-    with file.open_input() as handle:
-        version = handle.read(1)
-        handle.seek(offset)
-        framed = handle.read(8 + descriptor.size_in_bytes)
-    if version != bytes([FILE_FORMAT_VERSION]):
-        raise StateFormatError(
-            f"{file.url} starts with {version!r}, not the DV file format version "
-            f"{FILE_FORMAT_VERSION}: it is not a Delta deletion vector file"
-        )
+    return read_deletion_vectors(table, [descriptor])[descriptor.unique_id]
+
+
+def read_deletion_vectors(
+    table: Location, descriptors: Sequence[DeletionVectorDescriptor]
+) -> dict[str, DeletedRows]:
+    """The rows each of ``descriptors`` deletes, by its :attr:`~DeletionVectorDescriptor.unique_id`.
+
+    Runs on the driver, once per batch for the files whose DVs it merges: each DV file is opened
+    once for all the DVs in it (a commit writes every DV it makes to one file), where opening it
+    per DV took a third of a large table's apply. Checks each DV as :func:`read_deletion_vector`.
+
+    Raises
+    ------
+    StorageNotFoundError
+        When a DV file is not there.
+    StateFormatError
+        When bytes are not the DV the log describes.
+    """
+    found: dict[str, DeletedRows] = {}
+    by_file: dict[str, tuple[Location, list[DeletionVectorDescriptor]]] = {}
+    for descriptor in descriptors:
+        if descriptor.storage_type == "i":
+            rows = DeletedRows.deserialize(
+                z85_decode(descriptor.path_or_inline_dv, descriptor.size_in_bytes),
+                f"the inline deletion vector {descriptor.unique_id}",
+            )
+            found[descriptor.unique_id] = _checked(rows, descriptor, "the inline deletion vector")
+            continue
+        file = descriptor.file(table)
+        assert file is not None  # a "u" or "p" descriptor always has a file
+        by_file.setdefault(file.url, (file, []))[1].append(descriptor)
+    for file, in_file in by_file.values():
+        with file.open_input() as handle:
+            version = handle.read(1)
+            if version != bytes([FILE_FORMAT_VERSION]):
+                raise StateFormatError(
+                    f"{file.url} starts with {version!r}, not the DV file format version "
+                    f"{FILE_FORMAT_VERSION}: it is not a Delta deletion vector file"
+                )
+            for descriptor in in_file:
+                offset = 1 if descriptor.offset is None else descriptor.offset
+                handle.seek(offset)
+                framed = handle.read(8 + descriptor.size_in_bytes)
+                where = f"the deletion vector at byte {offset} of {file.url}"
+                found[descriptor.unique_id] = _framed(framed, descriptor, where)
+    return found
+
+
+def _framed(framed: bytes, descriptor: DeletionVectorDescriptor, where: str) -> DeletedRows:
+    """One DV from its bytes in a DV file: size, bitmap, CRC-32, each checked."""
     if len(framed) != 8 + descriptor.size_in_bytes:
         raise StateFormatError(
             f"{where} is cut short: {len(framed)} bytes where the log says "

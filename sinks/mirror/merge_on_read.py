@@ -43,7 +43,12 @@ from ..staging import (
     staged_name,
     write_staged_file,
 )
-from .deletion_vectors import DeletedRows, DeletionVectorDescriptor, read_deletion_vector
+from .deletion_vectors import (
+    DeletedRows,
+    DeletionVectorDescriptor,
+    read_deletion_vector,
+    read_deletion_vectors,
+)
 from .dv_commit import LogFile, log_files, paths_added
 from .fold import ACTION, END_AT, FROM_KEY, MISSING
 from .rewrite import (
@@ -176,15 +181,17 @@ def mark_positions(
     dv: DeletionVectorDescriptor | None,
     positions: np.ndarray,
     with_rows: bool = False,
+    current: DeletedRows | None = None,
 ) -> FileMarks | None:
     """The DV of the file ``path`` after deleting its rows at ``positions`` that are still live.
 
     Runs on the driver, once per file the batch's write tasks found changed keys in (positions
-    that may repeat, and that ``dv`` may delete already). Reads the file's current DV and, with
-    ``with_rows``, the marked rows. None when ``dv`` deletes them all (a batch published after
-    the tasks' snapshot replaced them).
+    that may repeat, and that ``dv`` may delete already). Reads the file's current DV (unless
+    ``current`` holds its rows already) and, with ``with_rows``, the marked rows. None when the
+    DV deletes them all (a batch published after the tasks' snapshot replaced them).
     """
-    current = _current_dv(table, dv)
+    if current is None:
+        current = _current_dv(table, dv)
     wanted = np.unique(positions.astype(np.int64))
     if current:
         wanted = wanted[~np.isin(wanted, current.indexes().astype(np.int64))]
@@ -332,13 +339,30 @@ def _plan(
     wanted = [str(entry["path"]) for entry in candidates] + result.removes
     if delta is not None and wanted:
         result.files = log_files(table, delta.version(), wanted)
+    current: dict[str, DeletedRows] = {}
+    if tasks is not None:
+        # Every DV of the files the tasks' marks go to, each DV file opened once.
+        dvs = [
+            result.files[path].deletion_vector
+            for path in (str(e["path"]) for e in candidates)
+            if path not in tasks.new
+        ]
+        current = read_deletion_vectors(table, [dv for dv in dvs if dv is not None])
     old_parts: list[pa.Table] = []
     rewrite: list[tuple[LogFile, DeletedRows]] = []
     for entry in candidates:
         file = result.files[str(entry["path"])]
         if tasks is not None and file.path not in tasks.new:
             found_at = tasks.positions[file.path]
-            marks = mark_positions(table, file.path, file.deletion_vector, found_at, with_rows)
+            dv = file.deletion_vector
+            marks = mark_positions(
+                table,
+                file.path,
+                dv,
+                found_at,
+                with_rows,
+                DeletedRows() if dv is None else current[dv.unique_id],
+            )
         else:
             in_range = keys_in_range(entry, key_columns[0], ordered, first)
             marks = mark_file(

@@ -25,6 +25,7 @@ from spark_ckpt.sinks.mirror.deletion_vectors import (
     dv_file_bytes,
     merge_deletions,
     read_deletion_vector,
+    read_deletion_vectors,
     write_deletion_vectors,
     z85_decode,
     z85_encode,
@@ -175,6 +176,32 @@ def test_written_file_reads_back_per_descriptor(tmp_path: Path) -> None:
         assert descriptor.cardinality == len(rows)
         assert read_deletion_vector(table, descriptor) == rows
         assert DeletionVectorDescriptor.from_json(descriptor.to_json()) == descriptor
+
+
+def test_many_descriptors_read_together_each_get_their_rows(tmp_path: Path) -> None:
+    """Two DV files and an inline DV in one call: each file opened once, every DV checked."""
+    table = Location(str(tmp_path / "t"))
+    first = [DeletedRows.from_indexes(range(i, 500, 3 + i)) for i in range(3)]
+    second = [DeletedRows.from_indexes([7, 9])]
+    descriptors = [
+        *write_deletion_vectors(table, first),
+        *write_deletion_vectors(table, second),
+        DeletionVectorDescriptor.inline(DeletedRows.from_indexes([4])),
+    ]
+    found = read_deletion_vectors(table, descriptors)
+    assert [found[d.unique_id] for d in descriptors] == [
+        *first,
+        *second,
+        DeletedRows.from_indexes([4]),
+    ]
+    assert read_deletion_vectors(table, []) == {}
+    file = descriptors[1].file(table)
+    assert file is not None
+    data = bytearray(file.read_bytes() or b"")
+    data[(descriptors[1].offset or 0) + 6] ^= 1  # in the second DV's bitmap
+    file.write_bytes(bytes(data))
+    with pytest.raises(StateFormatError, match=rf"at byte {descriptors[1].offset} of .*CRC-32"):
+        read_deletion_vectors(table, descriptors)
 
 
 def test_merge_is_the_union_with_the_files_current_dv(tmp_path: Path) -> None:
