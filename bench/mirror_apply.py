@@ -5,7 +5,10 @@ One table (``public.items``) is loaded with ``--rows`` rows, then changed by bat
 reads the same Debezium log through ``txn-cdc`` with the same batch cap:
 
 - **mirror_dv**: ``delta-2pc`` ``mode=mirror`` as it is by default: the table has deletion vectors
-  and each batch marks the rows it replaces (merge-on-read);
+  and each batch marks the rows it replaces (merge-on-read), found by the write tasks on the
+  executors once the table has ``executorMarksMinFiles`` (64) files;
+- **mirror_dv_driver**: the same with every candidate file read by the publisher on the driver
+  (``executorMarksMinFiles`` past any table's file count), to compare the two side by side;
 - **mirror_cow**: the same with ``deletionVectors=false``: each file holding a changed key is
   rewritten (copy-on-write);
 - **merge_dv**: what users write today: ``foreachBatch`` that keeps each key's last change of
@@ -219,7 +222,8 @@ def run_mirror(
         _source(spark, log, cap)
         .writeStream.format("delta-2pc")
         .option("mode", "mirror")
-        .option("deletionVectors", str(name == "mirror_dv").lower())
+        .option("deletionVectors", str(name != "mirror_cow").lower())
+        .option("executorMarksMinFiles", str(1 << 30) if name == "mirror_dv_driver" else "64")
         .option("path", str(work / name))
         .option("checkpointLocation", str(work / f"{name}-ckpt"))
         .trigger(availableNow=True)
@@ -285,7 +289,8 @@ def _copy_files(source: Path, log: Path, first: int) -> None:
         (log / f"{number:08d}.jsonl").write_bytes(path.read_bytes())
 
 
-PIPELINES = ("mirror_dv", "mirror_cow", "merge_dv")
+PIPELINES = ("mirror_dv", "mirror_dv_driver", "mirror_cow", "merge_dv")
+DEFAULT_PIPELINES = ("mirror_dv", "mirror_cow", "merge_dv")
 
 
 def measure(
@@ -296,7 +301,7 @@ def measure(
     batches: int,
     seed: int,
     hot_keys: int = 0,
-    pipelines: tuple[str, ...] = PIPELINES,
+    pipelines: tuple[str, ...] = DEFAULT_PIPELINES,
 ) -> dict[str, float]:
     """Seconds for the change phase of each of ``pipelines``, at one table size.
 
@@ -352,7 +357,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--pipelines",
-        default=",".join(PIPELINES),
+        default=",".join(DEFAULT_PIPELINES),
         help="comma-separated, of " + ", ".join(PIPELINES) + " (mirror_cow rewrites every file "
         "of a table of uniform keys each batch: minutes a batch at 20M rows)",
     )
@@ -398,7 +403,7 @@ def main() -> None:
             print(json.dumps(line), flush=True)
     small, large = sizes[0], sizes[-1]
     summary: dict[str, Any] = {"bench": "mirror_apply", "summary": True, "sizes": sizes}
-    for other in ("merge_dv", "mirror_cow"):
+    for other in ("merge_dv", "mirror_cow", "mirror_dv_driver"):
         if {"mirror_dv", other} <= set(pipelines):
             summary[f"mirror_dv_over_{other}"] = {
                 str(rows): round(per_batch[other][rows] / per_batch["mirror_dv"][rows], 2)
