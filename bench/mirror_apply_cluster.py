@@ -45,8 +45,11 @@ PIPELINES = ("mirror_dv", "mirror_dv_driver")
 def _tasks(event_dir: Path, began_ms: int, ended_ms: int) -> list[dict[str, Any]]:
     """Every task that ran between the two times, from the application's event log."""
     tasks = []
-    for log in event_dir.iterdir():
+    # Spark 4 writes an application's log as a directory of rolled files (eventlog_v2_<app>).
+    for log in sorted(p for p in event_dir.rglob("*") if p.is_file()):
         for line in log.read_text().splitlines():
+            if not line.startswith("{"):
+                continue
             event = json.loads(line)
             if event.get("Event") != "SparkListenerTaskEnd":
                 continue
@@ -96,11 +99,12 @@ def main() -> None:
                 **cluster.driver_conf(),
                 "spark.eventLog.enabled": "true",
                 "spark.eventLog.dir": str(events),
+                "spark.eventLog.compress": "false",  # Spark 4 compresses it by default
             }
             spark = spark_ckpt.local_session("bench-mirror-cluster", master=cluster.url, conf=conf)
             control = spark_ckpt.install(spark)
             make_logs(work / "load", work / "changes", args.rows, args.batches, args.batch, 0, 0)
-            lines = []
+            windows: dict[str, tuple[float, float, list[dict[str, int]]]] = {}
             for name in PIPELINES:
                 log = work / f"log-{name}"
                 log.mkdir()
@@ -112,32 +116,32 @@ def main() -> None:
                 _copy_files(work / "changes", log, 1)
                 began = time.time()
                 run_mirror(spark, control, log, work, args.batch, name)
-                ended = time.time()
-                spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(60_000)  # type: ignore[union-attr]
-                tasks = _tasks(events, int(began * 1000), int(ended * 1000))
-                applies = _applies(table, loaded)
-                by_executor: dict[str, int] = {}
-                for task in tasks:
-                    by_executor[task["executor"]] = by_executor.get(task["executor"], 0) + 1
-                lines.append(
-                    {
-                        "bench": "mirror_apply_cluster",
-                        "pipeline": name,
-                        "rows": args.rows,
-                        "batches": args.batches,
-                        "batch_changes": args.batch,
-                        "seconds_per_batch": round((ended - began) / args.batches, 3),
-                        "tasks_by_executor": by_executor,
-                        "task_run_s": round(sum(t["run_ms"] for t in tasks) / 1000, 2),
-                        "task_cpu_s": round(sum(t["cpu_ms"] for t in tasks) / 1000, 2),
-                        "files_read_on_driver": [a["driver"] for a in applies],
-                        "files_read_by_tasks": [a["tasks"] for a in applies],
-                    }
-                )
-                print(json.dumps(lines[-1]), flush=True)
-            spark.stop()
+                windows[name] = (began, time.time(), _applies(table, loaded))
+            spark.stop()  # the event log is complete (and flushed) once the application ends
         finally:
             cluster.stop()
+        lines = []
+        for name, (began, ended, applies) in windows.items():
+            tasks = _tasks(events, int(began * 1000), int(ended * 1000))
+            by_executor: dict[str, int] = {}
+            for task in tasks:
+                by_executor[task["executor"]] = by_executor.get(task["executor"], 0) + 1
+            lines.append(
+                {
+                    "bench": "mirror_apply_cluster",
+                    "pipeline": name,
+                    "rows": args.rows,
+                    "batches": args.batches,
+                    "batch_changes": args.batch,
+                    "seconds_per_batch": round((ended - began) / args.batches, 3),
+                    "tasks_by_executor": by_executor,
+                    "task_run_s": round(sum(t["run_ms"] for t in tasks) / 1000, 2),
+                    "task_cpu_s": round(sum(t["cpu_ms"] for t in tasks) / 1000, 2),
+                    "files_read_on_driver": [a["driver"] for a in applies],
+                    "files_read_by_tasks": [a["tasks"] for a in applies],
+                }
+            )
+            print(json.dumps(lines[-1]), flush=True)
     by_name = {line["pipeline"]: line for line in lines}
     summary = {
         "bench": "mirror_apply_cluster",
