@@ -42,6 +42,7 @@ from deltalake import DeltaTable, Schema
 
 from harness.delta_reads import read_delta
 from harness.servers.s3 import S3Server
+from spark_ckpt.sinks import publisher
 from spark_ckpt.sinks.manifest import Manifest, ManifestStore
 from spark_ckpt.sinks.mirror.precommit import plan_batch
 from spark_ckpt.sinks.publisher import precommit, publish_completed
@@ -180,7 +181,15 @@ class SlowLink:
 def _publisher(
     base: str, options: dict[str, str], jobs: Queue[int | None], done: Queue[str]
 ) -> None:
-    """Publish each batch id ``jobs`` brings as soon as it comes (a process of its own)."""
+    """Publish each batch id ``jobs`` brings as soon as it comes (a process of its own).
+
+    Without the publish claim (:mod:`spark_ckpt.sinks.publish_claim`): with it, the publisher
+    that comes second waits for the first instead of racing it, and the late reader's link holds
+    its reads until the other's deletion, which waits for the late reader: the race this test
+    exists for is the one publishers run when no claim holds them apart (a claimant gone, a
+    store without create-if-absent), and the race must stay safe then.
+    """
+    publisher.claim = lambda store, batch_id, run: False  # type: ignore[attr-defined]
     storage = StorageOptions.of(options)
     store = ManifestStore(SparkCheckpoint(f"{base}/ckpt", storage))
     table = Location(f"{base}/table", storage)
