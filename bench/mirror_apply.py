@@ -6,9 +6,10 @@ reads the same Debezium log through ``txn-cdc`` with the same batch cap:
 
 - **mirror_dv**: ``delta-2pc`` ``mode=mirror`` as it is by default: the table has deletion vectors
   and each batch marks the rows it replaces (merge-on-read), found by the write tasks on the
-  executors once the table has ``executorMarksMinFiles`` (64) files;
-- **mirror_dv_driver**: the same with every candidate file read by the publisher on the driver
-  (``executorMarksMinFiles`` past any table's file count), to compare the two side by side;
+  executors once the table has ``executorMarksMinFiles`` (1,000) files;
+- **mirror_dv_tasks**, **mirror_dv_driver**: the same with the rows found by the write tasks
+  whatever the table's size (``executorMarksMinFiles=0``), or by the publisher on the driver
+  (past any table's file count), to compare the two side by side;
 - **mirror_cow**: the same with ``deletionVectors=false``: each file holding a changed key is
   rewritten (copy-on-write);
 - **merge_dv**: what users write today: ``foreachBatch`` that keeps each key's last change of
@@ -223,7 +224,7 @@ def run_mirror(
         .writeStream.format("delta-2pc")
         .option("mode", "mirror")
         .option("deletionVectors", str(name != "mirror_cow").lower())
-        .option("executorMarksMinFiles", str(1 << 30) if name == "mirror_dv_driver" else "64")
+        .options(**_MARKS.get(name, {}))
         .option("path", str(work / name))
         .option("checkpointLocation", str(work / f"{name}-ckpt"))
         .trigger(availableNow=True)
@@ -289,7 +290,12 @@ def _copy_files(source: Path, log: Path, first: int) -> None:
         (log / f"{number:08d}.jsonl").write_bytes(path.read_bytes())
 
 
-PIPELINES = ("mirror_dv", "mirror_dv_driver", "mirror_cow", "merge_dv")
+PIPELINES = ("mirror_dv", "mirror_dv_tasks", "mirror_dv_driver", "mirror_cow", "merge_dv")
+_MARKS = {
+    "mirror_dv_tasks": {"executorMarksMinFiles": "0"},
+    "mirror_dv_driver": {"executorMarksMinFiles": str(1 << 30)},
+}
+"""Where the pipelines find the rows a batch replaces, when not where the sink decides."""
 DEFAULT_PIPELINES = ("mirror_dv", "mirror_cow", "merge_dv")
 
 
@@ -406,7 +412,7 @@ def main() -> None:
             print(json.dumps(line), flush=True)
     small, large = sizes[0], sizes[-1]
     summary: dict[str, Any] = {"bench": "mirror_apply", "summary": True, "sizes": sizes}
-    for other in ("merge_dv", "mirror_cow", "mirror_dv_driver"):
+    for other in ("merge_dv", "mirror_cow", "mirror_dv_driver", "mirror_dv_tasks"):
         if {"mirror_dv", other} <= set(pipelines):
             summary[f"mirror_dv_over_{other}"] = {
                 str(rows): round(per_batch[other][rows] / per_batch["mirror_dv"][rows], 2)

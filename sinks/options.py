@@ -136,7 +136,9 @@ EXECUTOR_MARKS_MIN_FILES: OptionSpec[int] = OptionSpec(
     "only the files added since; a smaller mirror's files are read by the publisher on the "
     "driver. `0`: always on the executors",
     Parsed(_non_negative, "a whole number, 0 or more"),
-    default=64,
+    # Measured (docs/benchmarks.md): even with the publisher at 2,000 files, twice as slow at
+    # 200 on the tests' cluster, where the executors share the driver's cores.
+    default=1000,
 )
 TABLE_BEHAVIOR: OptionSpec[str] = OptionSpec(
     BEHAVIOR_PREFIX,
