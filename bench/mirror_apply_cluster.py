@@ -45,7 +45,7 @@ PIPELINES = ("mirror_dv_tasks", "mirror_dv_driver")
 def _tasks(event_dir: Path, began_ms: int, ended_ms: int) -> list[dict[str, Any]]:
     """Every task that ran between the two times, from the application's event log."""
     tasks = []
-    # Spark 4 writes an application's log as a directory of rolled files (eventlog_v2_<app>).
+    # Spark 4 rolls event logs by default: a directory of files per application (eventlog_v2_*).
     for log in sorted(p for p in event_dir.rglob("*") if p.is_file()):
         for line in log.read_text().splitlines():
             if not line.startswith("{"):
@@ -99,7 +99,7 @@ def main() -> None:
                 **cluster.driver_conf(),
                 "spark.eventLog.enabled": "true",
                 "spark.eventLog.dir": str(events),
-                "spark.eventLog.compress": "false",  # Spark 4 compresses it by default
+                "spark.eventLog.compress": "false",  # plain JSON lines, whatever the default
             }
             spark = spark_ckpt.local_session("bench-mirror-cluster", master=cluster.url, conf=conf)
             control = spark_ckpt.install(spark)
