@@ -136,7 +136,11 @@ class Delta2pcStreamWriter(DataSourceStreamArrowWriter):
         return ManifestStore(self.places.checkpoint)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
-        """Stage this task's rows as Parquet files (executor, once per task per batch)."""
+        """Stage this task's rows as Parquet files (executor, once per task per batch).
+
+        In mirror mode the task also finds the stored rows its changes replace, in the mirrors
+        large enough for it (:mod:`.mirror.task_marks`), and returns them with its files.
+        """
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         query_id = context.getLocalProperty("sql.streaming.queryId")
