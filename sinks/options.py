@@ -27,6 +27,7 @@ from .mirror.compaction_policy import (
     COMPACT_MIN_FILES,
     TARGET_FILE_SIZE,
     CompactionPolicy,
+    non_negative_int,
 )
 
 __all__ = ["MIRROR_ONLY_OPTIONS", "SINK_OPTIONS", "SinkOptions"]
@@ -122,20 +123,13 @@ DELETION_VECTORS: OptionSpec[bool] = OptionSpec(
 )
 
 
-def _non_negative(text: str) -> int:
-    value = int(text.strip())
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
 EXECUTOR_MARKS_MIN_FILES: OptionSpec[int] = OptionSpec(
     "executorMarksMinFiles",
     "`mode=mirror`, tables with deletion vectors: once a mirror has this many files, each write "
     "task finds the stored rows its changes replace, on its executor, and the publisher reads "
     "only the files added since; a smaller mirror's files are read by the publisher on the "
     "driver. `0`: always on the executors",
-    Parsed(_non_negative, "a whole number, 0 or more"),
+    Parsed(non_negative_int, "a whole number, 0 or more"),
     # Measured (docs/benchmarks.md): even with the publisher at 2,000 files, twice as slow at
     # 200 on the tests' cluster, where the executors share the driver's cores.
     default=1000,

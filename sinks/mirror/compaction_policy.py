@@ -14,10 +14,12 @@ __all__ = [
     "COMPACT_MIN_FILES",
     "TARGET_FILE_SIZE",
     "CompactionPolicy",
+    "non_negative_int",
 ]
 
 
-def _batches(text: str) -> int:
+def non_negative_int(text: str) -> int:
+    """A whole number, 0 or more (an option's parser; ValueError otherwise)."""
     value = int(text.strip())
     if value < 0:
         raise ValueError(text)
@@ -44,7 +46,7 @@ COMPACT_EVERY: OptionSpec[int] = OptionSpec(
     "`mode=mirror`: after every N-th batch, compact the mirror tables it touched where they need "
     "it (deletion vectors past `compactDeletedRatio`, `compactMinFiles` small files), as a "
     "commit of its own; `0`: never",
-    Parsed(_batches, "0 or a positive number of batches"),
+    Parsed(non_negative_int, "0 or a positive number of batches"),
     default=10,
 )
 COMPACT_DELETED_RATIO: OptionSpec[float] = OptionSpec(
