@@ -328,14 +328,14 @@ def _plan(
     tasks = None
     if found is not None and delta is not None and candidates:
         tasks = _tasks_marks(table, delta.version(), found, lookup, key_columns)
-    if tasks is not None:
-        result.files_read_by_tasks = found.files_read if found is not None else 0
-        # Files the tasks found none of the batch's keys in are not read, nor looked up.
-        candidates = [
-            e
-            for e in candidates
-            if str(e["path"]) in tasks.positions or str(e["path"]) in tasks.new
-        ]
+        if tasks is not None:
+            result.files_read_by_tasks = found.files_read
+            # Files the tasks found none of the batch's keys in are not read, nor looked up.
+            candidates = [
+                e
+                for e in candidates
+                if str(e["path"]) in tasks.positions or str(e["path"]) in tasks.new
+            ]
     wanted = [str(entry["path"]) for entry in candidates] + result.removes
     if delta is not None and wanted:
         result.files = log_files(table, delta.version(), wanted)
