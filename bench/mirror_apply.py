@@ -370,12 +370,20 @@ def main() -> None:
         help="comma-separated, of " + ", ".join(PIPELINES) + " (mirror_cow rewrites every file "
         "of a table of uniform keys each batch: minutes a batch at 20M rows)",
     )
+    parser.add_argument(
+        "--driver-memory",
+        default="6g",
+        help="the session's driver heap, for every pipeline alike (MERGE's broadcast of a "
+        "2M-row table's keys failed in 2g)",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     pipelines = tuple(args.pipelines.split(","))
     if not pipelines or set(pipelines) - set(PIPELINES):
         parser.error(f"--pipelines takes names of {', '.join(PIPELINES)}")
-    spark = spark_ckpt.local_session("bench-mirror-apply")
+    spark = spark_ckpt.local_session(
+        "bench-mirror-apply", conf={"spark.driver.memory": args.driver_memory}
+    )
     control = spark_ckpt.install(spark)
     samples: dict[str, dict[int, list[float]]] = {name: {} for name in pipelines}
     for pair in range(args.pairs):
