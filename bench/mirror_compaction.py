@@ -7,7 +7,10 @@ mirrors side by side, planned and published as the sink's publisher does (``plan
 
 - **policy**: the sink's default compaction policy (after every 10th batch: files whose DVs
   delete a fifth of their rows purged, 10 or more small files packed);
-- **none**: ``compactEvery=0``: DVs and each batch's small file accumulate.
+- **none**: ``compactEvery=0``: DVs and each batch's small file accumulate;
+- **strict**: what a user sets whose readers must never pay for a DV (``compactEvery=1``,
+  ``compactDeletedRatio`` at its least): every file a batch gave a DV is purged right after it,
+  and small files packed once there are 10 (the default).
 
 After each batch of the last compaction cycle (the last 10 batches: right after a compaction, and
 each batch until the next), the same rows are written to a third table (**fresh**: one pass,
@@ -45,6 +48,8 @@ from spark_ckpt.state.storage import Location
 
 TABLE = "public.items"
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+STRICT = 1e-9
+"""``compactDeletedRatio`` for **strict**: any file with a deleted row is past it."""
 
 
 def change_rows(batch: int, changes: list[tuple[str, int, dict[str, Any] | None]]) -> pa.Table:
@@ -163,6 +168,7 @@ def main() -> None:
         mirrors = {
             "policy": Mirror(work / "policy", CompactionPolicy()),
             "none": Mirror(work / "none", CompactionPolicy(every=0)),
+            "strict": Mirror(work / "strict", CompactionPolicy(every=1, deleted_ratio=STRICT)),
         }
         load = change_rows(0, [("c", k, value(k, 0)) for k in range(args.rows)])
         for mirror in mirrors.values():
@@ -170,8 +176,8 @@ def main() -> None:
         keys = list(range(args.rows))
         next_key = args.rows
         apply_seconds: dict[str, list[float]] = {name: [] for name in mirrors}
-        ratios: dict[str, list[float]] = {"policy": [], "none": []}
-        layout: dict[str, list[tuple[int, int]]] = {"policy": [], "none": []}
+        ratios: dict[str, list[float]] = {name: [] for name in mirrors}
+        layout: dict[str, list[tuple[int, int]]] = {name: [] for name in mirrors}
         cycle = CompactionPolicy().every
         for batch in range(1, args.batches + 1):
             changes: list[tuple[str, int, dict[str, Any] | None]] = []
@@ -207,6 +213,7 @@ def main() -> None:
                 "cycle_batches": cycle,
                 "scan_ratio_policy_over_fresh": _spread(ratios["policy"]),
                 "scan_ratio_none_over_fresh": _spread(ratios["none"]),
+                "scan_ratio_strict_over_fresh": _spread(ratios["strict"]),
                 "apply_s_per_batch": {
                     name: round(statistics.median(values), 4)
                     for name, values in apply_seconds.items()
