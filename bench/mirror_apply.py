@@ -373,8 +373,8 @@ def main() -> None:
     parser.add_argument(
         "--driver-memory",
         default="6g",
-        help="the session's driver heap, for every pipeline alike (MERGE's broadcast of a "
-        "2M-row table's keys failed in 2g)",
+        help="the session's driver heap, for every pipeline alike (MERGE ran out of a 2g heap "
+        "at 2M rows, building a broadcast hash join's relation)",
     )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]

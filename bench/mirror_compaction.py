@@ -17,7 +17,7 @@ each batch until the next), the same rows are written to a third table (**fresh*
 sorted by key, no DV), and each table is read whole (delta-rs ``QueryBuilder``, every column,
 DVs applied) ``--scans`` times, interleaved: each mirror's median over fresh's median is that
 point's ratio. Reported: the ratios' median, least and greatest over the cycle, and the apply's
-seconds per batch (compaction included for **policy**). Prints one JSON line.
+seconds per batch (compaction included for **policy** and **strict**). Prints one JSON line.
 Run: ``.venv/bin/python bench/mirror_compaction.py [--rows 200000] [--batches 100]``.
 """
 
