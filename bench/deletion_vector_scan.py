@@ -22,11 +22,11 @@ import json
 import random
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from deltalake import DeltaTable, write_deltalake
+from mirror_compaction import scan, value
 
 from spark_ckpt.sinks.mirror.deletion_vectors import DeletedRows
 from spark_ckpt.sinks.mirror.dv_commit import (
@@ -38,16 +38,8 @@ from spark_ckpt.state.storage import Location
 
 
 def rows_between(low: int, high: int) -> pa.Table:
-    """Rows ``low`` to ``high`` (exclusive), with bench/mirror_compaction.py's columns."""
-    keys = range(low, high)
-    return pa.table(
-        {
-            "id": pa.array(keys, pa.int64()),
-            "qty": pa.array([key % 97 for key in keys], pa.int64()),
-            "note": pa.array([f"item {key} v0" for key in keys]),
-            "price": pa.array([key * 0.5 for key in keys]),
-        }
-    )
+    """Rows ``low`` to ``high`` (exclusive), as bench/mirror_compaction.py loads its table."""
+    return pa.Table.from_pylist([value(key, 0) for key in range(low, high)])
 
 
 def make_table(root: Path, rows: int, files: int, deleted: float, seed: int) -> str:
@@ -61,20 +53,11 @@ def make_table(root: Path, rows: int, files: int, deleted: float, seed: int) -> 
         rng = random.Random(seed)
         names = [path.rsplit("/", 1)[-1] for path in DeltaTable(uri).file_uris()]
         marks = {
-            name: DeletedRows.from_indexes(sorted(rng.sample(range(step), int(step * deleted))))
+            name: DeletedRows.from_indexes(rng.sample(range(step), int(step * deleted)))
             for name in names
         }
         commit_deletions(Location(uri), DeltaTable(uri), DeletionCommit("bench", 0, marks))
     return uri
-
-
-def scan(uri: str) -> float:
-    """Seconds to read every column of every live row."""
-    started = time.perf_counter()
-    reader = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t")
-    for _ in reader:
-        pass
-    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -96,7 +79,7 @@ def main() -> None:
         seconds: dict[str, list[float]] = {name: [] for name in tables}
         for _ in range(args.scans):
             for name, uri in tables.items():
-                seconds[name].append(scan(uri))
+                seconds[name].append(scan(uri)[0])
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     base = medians["1_files_plain"]
     print(
