@@ -1,27 +1,29 @@
-"""Reading the binlog over the replication protocol: the client's events as transactions.
+"""Reading the binlog over the replication protocol: the server's events as transactions.
 
-``mysql-replication`` (PyPI; built on PyMySQL) registers as a replica with the options' server
-id, asks for the binlog from a file and position (``COM_BINLOG_DUMP``, non-blocking: the server
-sends what it has, then end-of-file) and decodes the row events with the table map's full
-metadata (``binlog_row_metadata=FULL``), so each row is decoded with the columns it was written
-with. Both servers are read by file and position, or from a GTID state on a server that did not
-write the offset (MariaDB: ``@slave_connect_state``; MySQL: ``COM_BINLOG_DUMP_GTID``); the GTID
-each transaction carries advances the offset's GTID state. Runs on the driver, once per trigger
-(a connection per read).
+``mysql-replication`` (PyPI; built on PyMySQL) connects: it registers as a replica with the
+options' server id and asks for the binlog from a file and position (``COM_BINLOG_DUMP``,
+non-blocking: the server sends what it has, then end-of-file), or from a GTID state on a server
+that did not write the offset (MariaDB: ``@slave_connect_state``; MySQL:
+``COM_BINLOG_DUMP_GTID``). The stream's bytes then go to the native decoder
+(:mod:`._native`, ``sources/mysql/native``: the events as ``mysql_common`` reads them, each row
+rendered as the change store keeps it), and the client's own ``TableMapEvent`` describes each
+table map the decoder meets (:mod:`.table_map_columns`, with ``binlog_row_metadata=FULL``), so
+each row is decoded with the columns it was written with. The GTID each transaction carries
+advances the offset's GTID state. Runs on the driver, once per trigger (a connection per read).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from spark_ckpt.errors import DataLossError, SourceConnectionError
 
-from . import table_map_reuse, time2
 from .binlog_offset import BinlogPosition, GtidStart
 from .gtid import is_mariadb_state, reached
 from .schemas import SchemaTracker
+from .table_map_columns import TableMapColumns, text_codec
 from .transactions import (
     Begin,
     BinlogTransaction,
@@ -32,20 +34,20 @@ from .transactions import (
     TransactionAssembler,
 )
 from .types import MySqlColumn, types_json
-from .values import row_values
+from .values import decoded_text
 
 if TYPE_CHECKING:
+    from ._native import BinlogDecoder, Described
     from .options import MySqlOptions
 
-__all__ = ["TableMaps", "feed", "read_transactions", "wanted_events"]
+__all__ = ["StreamEvents", "read_transactions"]
 
 _GTID_NOT_FOUND = 1236
 """``ER_MASTER_FATAL_ERROR_READING_BINLOG``: what a server answers a replica whose start (file,
 or GTID state) is not in its binlog: purged, or another history."""
 
-_MARIADB_STANDALONE = 0x01
-"""MariaDB's GTID event flag ``FL_STANDALONE``: the event group is one statement (DDL), with no
-``XID`` or ``COMMIT`` after it (MariaDB's ``log_event.h``)."""
+_READ_SIZE = 1 << 18
+"""Bytes asked of the connection per read: whatever of it has arrived comes back at once."""
 
 
 def read_transactions(
@@ -74,13 +76,8 @@ def read_transactions(
         When the server does not have the binlog from a GTID ``start`` on (purged, or another
         GTID history).
     """
-    import pymysql
     from pymysqlreplication import BinLogStreamReader
 
-    time2.install()
-    table_map_reuse.install()
-    captured = frozenset(options.tables)
-    table_maps = TableMaps()
     where: dict[str, Any] = (
         {"auto_position": start.gtid, "is_mariadb": is_mariadb_state(start.gtid)}
         if isinstance(start, GtidStart)
@@ -92,60 +89,92 @@ def read_transactions(
         resume_stream=True,
         blocking=False,
         **where,
-        only_events=wanted_events(),
-        only_schemas=sorted({name.split(".")[0] for name in captured}),
         enable_logging=False,
     )
     try:
+        connection = _connected(stream, options, start)
+        events = StreamEvents(
+            frozenset(options.tables),
+            assembler,
+            tracker,
+            TableMapColumns(stream._ctl_connection),
+            bool(stream._BinLogStreamReader__use_checksum),
+        )
+        if isinstance(stop, BinlogPosition):
+            events.decoder.set_stop(stop.file, stop.pos)
         while True:
-            try:
-                event = stream.fetchone()
-            except pymysql.MySQLError as e:
-                if isinstance(start, GtidStart) and e.args and e.args[0] == _GTID_NOT_FOUND:
-                    raise DataLossError(
-                        f"the checkpoint resumes after GTID {start.gtid}, but "
-                        f"{options.host}:{options.port} cannot send its binlog from there "
-                        f"({e.args[-1]}): the changes after the checkpoint were purged from "
-                        f"its binlog, or it does not have the GTID history of the server the "
-                        f"checkpoint was written on. Start over with a new checkpointLocation; "
-                        f"fail over only to a replica with log_slave_updates and the same GTIDs"
-                    ) from None
-                raise SourceConnectionError(
-                    f"reading the binlog of {options.host}:{options.port} from {start} failed: "
-                    f"{e.args[-1] if e.args else e}"
-                ) from None
-            if event is None:
-                return
-            end = BinlogPosition(stream.log_file, stream.log_pos)
-            found = feed(assembler, event, end, captured, table_maps, tracker)
-            if found is not None:
-                yield found
-            if isinstance(stop, BinlogPosition) and end >= stop:
-                return
-            if isinstance(stop, GtidStart) and found is not None and _reached(assembler, stop):
-                return
+            items = events.decoder.next_items()
+            if not items:
+                if events.decoder.ended:
+                    return
+                events.decoder.push(_received(connection, options, start))
+                continue
+            for item in items:
+                found = events.handle(item, options, start)
+                if found is not None:
+                    yield found
+                    if isinstance(stop, GtidStart) and _reached(assembler, stop):
+                        return
     finally:
         stream.close()
 
 
+def _connected(stream: Any, options: MySqlOptions, start: BinlogPosition | GtidStart) -> Any:
+    """The client's replication connection, registered and dumping from ``start``."""
+    import pymysql
+
+    try:
+        # What the client's own fetchone does before its first packet (mysql-replication 1.0).
+        stream._BinLogStreamReader__connect_to_stream()
+        stream._BinLogStreamReader__connect_to_ctl()
+    except AttributeError:
+        raise ImportError(
+            "mysql-replication's BinLogStreamReader connects differently than the version "
+            "spark-ckpt was written for; install the version spark-ckpt's mysql extra names "
+            "(pip install 'spark-ckpt[mysql]')"
+        ) from None
+    except pymysql.MySQLError as e:
+        raise _read_error(
+            e.args[0] if e.args else 0, str(e.args[-1] if e.args else e), options, start
+        ) from None
+    return stream._stream_connection
+
+
+def _received(connection: Any, options: MySqlOptions, start: BinlogPosition | GtidStart) -> bytes:
+    """The next bytes the server sent (blocks until some arrive; the read timeout bounds it)."""
+    try:
+        data = connection._rfile.read1(_READ_SIZE)
+    except OSError as e:
+        raise SourceConnectionError(
+            f"reading the binlog of {options.host}:{options.port} from {start} failed: {e}"
+        ) from None
+    if not data:
+        raise SourceConnectionError(
+            f"{options.host}:{options.port} closed the replication connection while sending "
+            f"the binlog from {start}"
+        )
+    return bytes(data)
+
+
+def _read_error(
+    code: int, message: str, options: MySqlOptions, start: BinlogPosition | GtidStart
+) -> Exception:
+    if isinstance(start, GtidStart) and code == _GTID_NOT_FOUND:
+        return DataLossError(
+            f"the checkpoint resumes after GTID {start.gtid}, but "
+            f"{options.host}:{options.port} cannot send its binlog from there "
+            f"({message}): the changes after the checkpoint were purged from "
+            f"its binlog, or it does not have the GTID history of the server the "
+            f"checkpoint was written on. Start over with a new checkpointLocation; "
+            f"fail over only to a replica with log_slave_updates and the same GTIDs"
+        )
+    return SourceConnectionError(
+        f"reading the binlog of {options.host}:{options.port} from {start} failed: {message}"
+    )
+
+
 def _reached(assembler: TransactionAssembler, stop: GtidStart) -> bool:
     return reached(assembler.gtid_state, stop.gtid)
-
-
-def wanted_events() -> list[type]:
-    """The client's event classes :func:`feed` takes (the reader asks for these only)."""
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
-    return [
-        GtidEvent,
-        MariadbGtidEvent,
-        QueryEvent,
-        XidEvent,
-        WriteRowsEvent,
-        UpdateRowsEvent,
-        DeleteRowsEvent,
-    ]
 
 
 def _committed(
@@ -157,111 +186,106 @@ def _committed(
     return None if txn is None else replace(txn, schemas=tracker.state)
 
 
-class TableMaps:
-    """The columns of each table map read, described once per map rather than per row event.
+class StreamEvents:
+    """The native decoder's items into the assembler (driver, per read of the binlog).
 
-    A row event points at the table map before it (by table id); the client replaces the map
-    when the server writes a new one (after DDL, and in each binlog file), so a description is
-    reused only while the client's column list is the same object. Driver, per read.
+    Also the unit tests' entry for replayed packets (:meth:`BinlogDecoder.push_payload`).
     """
 
-    def __init__(self) -> None:
-        self._described: dict[int, tuple[object, dict[str, MySqlColumn], str]] = {}
+    def __init__(
+        self,
+        captured: frozenset[str],
+        assembler: TransactionAssembler,
+        tracker: SchemaTracker,
+        describer: TableMapColumns,
+        checksum: bool,
+    ) -> None:
+        from ._native import BinlogDecoder
 
-    def columns(self, event: Any) -> tuple[dict[str, MySqlColumn], str]:
-        """A row event's columns by name, and their ``column_types`` text (per row event)."""
-        known = self._described.get(event.table_id)
-        if known is not None and known[0] is event.columns:
-            return known[1], known[2]
-        described = tuple(_column(column) for column in event.columns)
-        by_name = {column.name: column for column in described}
-        self._described[event.table_id] = (event.columns, by_name, types_json(described))
-        return by_name, self._described[event.table_id][2]
+        self.assembler, self.tracker, self.describer = assembler, tracker, describer
+        self.decoder: BinlogDecoder = BinlogDecoder(sorted(captured), self._decode_text, checksum)
+        self._columns: dict[int, tuple[MySqlColumn, ...]] = {}
 
+    def handle(
+        self, item: tuple[Any, ...], options: Any = None, start: Any = None
+    ) -> BinlogTransaction | Statement | None:
+        """One decoded item into the assembler; what it completed, if anything."""
+        kind = item[0]
+        assembler = self.assembler
+        if kind == "rows":
+            _, table_id, name, rows = item
+            schema_change = self.tracker.observe(name, self._columns[table_id])
+            if schema_change is not None:
+                assembler.rows(Rows((RowChange(name, "s", None, None, None, schema_change),)))
+            assembler.stored(rows)
+            return None
+        if kind == "gtid":
+            _, gtid, mariadb, standalone = item
+            if mariadb and not standalone:
+                assembler.begin(Begin(gtid))  # MariaDB's GTID event opens the transaction
+            else:
+                # MySQL: BEGIN follows, or a DDL statement; MariaDB standalone: the statement
+                # after it advances the GTID state
+                assembler.open_gtid = gtid
+            return None
+        if kind == "xid":
+            _, file, pos, timestamp = item
+            return _committed(assembler, self.tracker, Commit(BinlogPosition(file, pos), timestamp))
+        if kind == "query":
+            return self._query(*item[1:])
+        if kind == "map":
+            _, table_id, name, payload, checksum = item
+            columns = self.describer.columns(payload, checksum)
+            self._columns[table_id] = columns
+            self.decoder.describe(
+                table_id,
+                [_described(c) for c in columns],
+                types_json(columns),
+                list(assembler.keys[name]),
+            )
+            return None
+        if kind == "fde":
+            self.describer.format_description(item[1], item[2])
+            return None
+        if kind == "error":
+            raise _read_error(item[1], item[2], options, start)
+        return None  # "eof", "stop": the decoder has ended
 
-def _column(column: Any) -> MySqlColumn:
-    """The client's column of a table map -> its description (``binlog_row_metadata=FULL``)."""
-    bits = getattr(column, "bits", None)
-    return MySqlColumn(
-        name=str(column.name),
-        code=int(column.type),
-        unsigned=bool(column.unsigned),
-        precision=getattr(column, "precision", None),
-        scale=getattr(column, "decimals", None),
-        charset=column.character_set_name,
-        bits=int(bits) if bits is not None else None,
-        fsp=int(getattr(column, "fsp", 0) or 0),
-        length=getattr(column, "max_length", None),
-        members=tuple(column.set_values or (column.enum_values or [""])[1:]),
-        primary=bool(getattr(column, "is_primary", False)),
-    )
-
-
-def feed(
-    assembler: TransactionAssembler,
-    event: Any,
-    end: BinlogPosition,
-    captured: frozenset[str],
-    table_maps: TableMaps,
-    tracker: SchemaTracker,
-) -> BinlogTransaction | Statement | None:
-    """One client event into the assembler; what it completed, if anything.
-
-    Driver, per event read (also the unit tests' entry for replayed events).
-    """
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
-
-    if isinstance(event, MariadbGtidEvent):
-        if event.flags & _MARIADB_STANDALONE:
-            assembler.open_gtid = event.gtid  # the statement after it advances the GTID state
-        else:
-            assembler.begin(Begin(event.gtid))
-        return None
-    if isinstance(event, GtidEvent):
-        assembler.open_gtid = event.gtid  # MySQL: BEGIN follows, or a DDL statement
-        return None
-    if isinstance(event, XidEvent):
-        return _committed(assembler, tracker, Commit(end, event.timestamp))
-    if isinstance(event, QueryEvent):
-        sql = event.query.strip() if isinstance(event.query, str) else str(event.query)
+    def _query(
+        self, sql: str, database: str, file: str, pos: int, timestamp: int
+    ) -> BinlogTransaction | Statement | None:
+        assembler = self.assembler
+        end = BinlogPosition(file, pos)
+        sql = sql.strip()
         word = sql.upper()
         if word == "BEGIN":
             assembler.begin(Begin(assembler.open_gtid))
             return None
         if word == "COMMIT":
-            return _committed(assembler, tracker, Commit(end, event.timestamp))
+            return _committed(assembler, self.tracker, Commit(end, timestamp))
         if assembler.is_open:
             return None  # a statement inside a transaction (SAVEPOINT): its rows come as rows
-        database = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
-        statement = Statement(sql, database, end, event.timestamp)
+        statement = Statement(sql, database, end, timestamp)
         assembler.statement(statement)
-        tracker.commit()
+        self.tracker.commit()
         return statement
-    name = f"{event.schema}.{event.table}"
-    if name not in captured:
-        return None
-    columns, types = table_maps.columns(event)
-    schema_change = tracker.observe(name, tuple(columns.values()))
-    if schema_change is not None:
-        assembler.rows(Rows((RowChange(name, "s", None, None, None, schema_change),)))
-    if isinstance(event, UpdateRowsEvent):
-        changes = tuple(
-            RowChange(
-                name,
-                "u",
-                row_values(row["before_values"], columns, row.get("before_none_sources")),
-                row_values(row["after_values"], columns, row.get("after_none_sources")),
-                types,
-            )
-            for row in event.rows
-        )
-    else:
-        op: Literal["c", "d"] = "d" if isinstance(event, DeleteRowsEvent) else "c"
-        images = [row_values(r["values"], columns, r.get("none_sources")) for r in event.rows]
-        changes = tuple(
-            RowChange(name, op, image if op == "d" else None, None if op == "d" else image, types)
-            for image in images
-        )
-    assembler.rows(Rows(changes))
-    return None
+
+    def _decode_text(self, table_id: int, index: int, raw: bytes) -> str:
+        """Text the native decoder leaves to Python's codecs (a character set not UTF-8)."""
+        column = self._columns[table_id][index]
+        return decoded_text(raw, column, text_codec(column.charset))
+
+
+def _described(column: MySqlColumn) -> Described:
+    """A column as the native decoder takes its description."""
+    return (
+        column.name,
+        column.code,
+        column.unsigned,
+        column.charset,
+        text_codec(column.charset),
+        column.bits,
+        column.fsp,
+        column.length,
+        list(column.members),
+    )

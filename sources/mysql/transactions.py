@@ -163,6 +163,20 @@ class TransactionAssembler:
                 self.first = position
             self.pending += 1
 
+    def stored(self, rows: list[tuple[str | None, ...]]) -> None:
+        """Changes of the open transaction, already in the store's columns.
+
+        The native decoder renders them (:mod:`._native`); row events open a transaction when
+        no BEGIN came first.
+        """
+        if not self.is_open:
+            self.begin(Begin())
+        for row in rows:
+            position = self.store.append(row)
+            if not self.pending:
+                self.first = position
+            self.pending += 1
+
     def commit(self, event: Commit) -> BinlogTransaction | None:
         """The open transaction, committed; None when it captured nothing."""
         size, gtid = self.pending, self.open_gtid

@@ -29,7 +29,7 @@ from spark_ckpt.errors import ChangeDecodeError
 
 from .types import FieldType, MySqlColumn
 
-__all__ = ["json_value", "queried_values", "row_values", "time_text"]
+__all__ = ["decoded_text", "json_value", "queried_values", "row_values", "time_text"]
 
 _EMPTY_SET = "empty set"
 """``mysql-replication``'s ``NONE_SOURCE.EMPTY_SET``: the None it decoded is a ``SET`` with no
@@ -166,6 +166,30 @@ def _padded(value: bytes, column: MySqlColumn) -> bytes:
     """A ``BINARY(n)`` value with the trailing zero bytes the binlog dropped."""
     length = column.fixed_binary_length
     return value.ljust(length, b"\0") if length else value
+
+
+def decoded_text(raw: bytes, column: MySqlColumn, codec: str | None) -> str:
+    """A text value from the binlog, decoded as the binlog client decodes it.
+
+    ``codec`` is the Python codec of the column's character set (None: UTF-8, the client's
+    default where the table map names none). A codec Python lacks falls back to the character
+    set's own name (:func:`_decoded`); bytes that are not text in it are an error.
+
+    Raises
+    ------
+    ChangeDecodeError
+        When the bytes are not text in the column's character set, or Python cannot decode it.
+    """
+    try:
+        return raw.decode(codec or "utf-8")
+    except LookupError:
+        return _decoded(raw, column)
+    except UnicodeDecodeError as e:
+        raise ChangeDecodeError(
+            f"column {column.name!r} holds bytes that are not {column.charset or 'utf8'} text "
+            f"in the binlog ({e}); check the column's character set against what is written "
+            f"to it"
+        ) from None
 
 
 def _decoded(value: bytes, column: MySqlColumn) -> str:

@@ -3,9 +3,10 @@
 The fixture (``bench/capture_mysql_types_fixture.py``) holds the replication stream a MariaDB
 server sent for ``every_type``, a table with a column of each type the connector decodes: the
 extremes of each type, a row of nulls, text in three character sets, an update and a delete. The
-packets go through ``mysql-replication``'s own event decoding and then the connector's
-(:func:`spark_ckpt.sources.mysql.binlog.feed_events`), exactly as a live read; the fixture's rows
-as a query returned them must give the same JSON values (a snapshot's and the binlog's agree).
+packets go through the native decoder and the client's table map description
+(:class:`spark_ckpt.sources.mysql.binlog.StreamEvents`), exactly as a live read; the fixture's
+rows as a query returned them must give the same JSON values (a snapshot's and the binlog's
+agree).
 """
 
 from __future__ import annotations
@@ -20,29 +21,27 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pymysql.protocol
 import pytest
-from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, TABLE_MAP_EVENT
-from pymysqlreplication.event import FormatDescriptionEvent
-from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import TableMapEvent
 
-from spark_ckpt.errors import ChangeDecodeError
-from spark_ckpt.sources.mysql import table_map_reuse, time2
-from spark_ckpt.sources.mysql.binlog import TableMaps, feed, wanted_events
-from spark_ckpt.sources.mysql.binlog_offset import BinlogPosition
+from spark_ckpt.errors import ChangeDecodeError, DataLossError
+from spark_ckpt.sources.mysql.binlog import StreamEvents
+from spark_ckpt.sources.mysql.binlog_offset import GtidStart
 from spark_ckpt.sources.mysql.rows import MySqlPartition, partitions, rows
 from spark_ckpt.sources.mysql.schemas import SchemaState, SchemaTracker
-from spark_ckpt.sources.mysql.transactions import BinlogTransaction, TransactionAssembler
+from spark_ckpt.sources.mysql.table_map_columns import TableMapColumns
+from spark_ckpt.sources.mysql.transactions import (
+    BinlogTransaction,
+    Statement,
+    TransactionAssembler,
+)
 from spark_ckpt.sources.mysql.types import FieldType, MySqlColumn, spark_type
-from spark_ckpt.sources.mysql.values import json_value, row_values
+from spark_ckpt.sources.mysql.values import decoded_text, json_value, row_values
 
 FIXTURE = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "mysql" / "types-mariadb-10.11.19.json").read_text()
 )
 TABLE = "types.every_type"
-_FED = frozenset(wanted_events())
-_EVENTS = _FED | {FormatDescriptionEvent, TableMapEvent}
+_TABLE_MAP = 19
 
 
 class _Control:
@@ -55,60 +54,65 @@ class _Control:
         return "mariadb"
 
 
-def _replayed_events(
-    kinds: frozenset[type] = _FED, edit: Callable[[int, bytes], bytes] | None = None
-) -> Iterator[Any]:
-    """The fixture's packets decoded by the client as its stream reader does.
+class _CountingColumns(TableMapColumns):
+    """The client's description of table maps, counting the maps it was asked to describe."""
 
-    This is the reader's loop minus the socket: the format description first, table maps kept
-    by table id, one control connection, only the events of ``kinds`` yielded (the connector's
-    by default). ``edit`` may change a packet (its index, its bytes) before it is decoded.
-    """
-    control = _Control()
-    table_map: dict[int, Any] = {}
-    version: tuple[int, ...] = tuple(FIXTURE["mysql_version"])
-    post_header: Any = None
-    for index, data in enumerate(FIXTURE["packets"]):
-        raw = bytes.fromhex(data)
-        packet = pymysql.protocol.MysqlPacket(edit(index, raw) if edit else raw, "utf8")
-        if not packet.is_ok_packet():
-            continue
-        wrapper = BinLogPacketWrapper(
-            packet,
-            table_map,
-            control,
-            version,
-            FIXTURE["use_checksum"],
-            _EVENTS,
-            None,
-            None,
-            None,
-            None,
-            False,
-            False,
-            False,
-            True,
-            False,
-            False,
-            post_header,
-        )
-        event = wrapper.event
-        if wrapper.event_type == FORMAT_DESCRIPTION_EVENT and event is not None:
-            version, post_header = event.mysql_version, event.post_header_len
-        if wrapper.event_type == TABLE_MAP_EVENT and event is not None:
-            table_map[event.table_id] = event.get_table()
-        if type(event) in kinds:
-            yield event
+    def __init__(self) -> None:
+        super().__init__(_Control())
+        self.described = 0
+
+    def columns(self, payload: bytes, checksum: bool) -> tuple[MySqlColumn, ...]:
+        self.described += 1
+        return super().columns(payload, checksum)
 
 
-def _transactions() -> list[BinlogTransaction]:
-    assembler = TransactionAssembler({TABLE: ("id",)})
-    maps, tracker = TableMaps(), SchemaTracker(SchemaState())
-    captured = frozenset({TABLE})
-    found = [
-        feed(assembler, event, BinlogPosition("mariadb-bin.000001", n), captured, maps, tracker)
-        for n, event in enumerate(_replayed_events())
-    ]
+def _packets(edit: Callable[[int, bytes], bytes] | None = None) -> list[bytes]:
+    """The fixture's packets (a payload each: the status byte, then the event)."""
+    raw = [bytes.fromhex(packet) for packet in FIXTURE["packets"]]
+    return [edit(n, packet) for n, packet in enumerate(raw)] if edit else raw
+
+
+def _kind(payload: bytes) -> int | None:
+    """An event packet's event type (after the status byte and the 4-byte timestamp)."""
+    return payload[5] if len(payload) > 5 and payload[0] == 0 else None
+
+
+def _framed(payloads: list[bytes]) -> bytes:
+    """The payloads as the connection carries them: length, sequence byte, payload."""
+    return b"".join(
+        len(p).to_bytes(3, "little") + bytes([n % 256]) + p for n, p in enumerate(payloads)
+    )
+
+
+def _replayed(
+    events: StreamEvents, chunks: list[bytes] | None = None
+) -> Iterator[BinlogTransaction | Statement]:
+    """What a live read yields for the fixture's packets (whole, or as stream ``chunks``)."""
+    if chunks is None:
+        for packet in _packets():
+            events.decoder.push_payload(packet)
+    else:
+        for chunk in chunks:
+            events.decoder.push(chunk)
+    while items := events.decoder.next_items():
+        for item in items:
+            found = events.handle(item)
+            if found is not None:
+                yield found
+
+
+def _events(describer: TableMapColumns | None = None) -> StreamEvents:
+    return StreamEvents(
+        frozenset({TABLE}),
+        TransactionAssembler({TABLE: ("id",)}),
+        SchemaTracker(SchemaState()),
+        describer or TableMapColumns(_Control()),
+        FIXTURE["use_checksum"],
+    )
+
+
+def _transactions(chunks: list[bytes] | None = None) -> list[BinlogTransaction]:
+    found = _replayed(_events(), chunks)
     return [txn for txn in found if isinstance(txn, BinlogTransaction)]
 
 
@@ -194,7 +198,6 @@ UPDATED = ORDINARY | {"vc": "changed", "st": "c", "d": "-0.0001", "bu": 1}
 
 
 def test_every_type_decodes_from_the_binlog_to_the_value_mysql_prints() -> None:
-    time2.install()
     changes = [change for txn in _transactions() for change in txn.rows()]
     assert [(c["op"], _loads(c["before"]), _loads(c["after"])) for c in changes] == [
         ("c", None, LOW),
@@ -207,64 +210,79 @@ def test_every_type_decodes_from_the_binlog_to_the_value_mysql_prints() -> None:
     assert {json.dumps(json.loads(c["column_types"] or "")) for c in changes} == {
         json.dumps(COLUMNS)
     }
+    assert [_loads(c["key"]) for c in changes] == [{"id": n} for n in (1, 2, 3, 4, 4, 2)]
+    assert {txn.end.file for txn in _transactions()} == {"mariadb-bin.000001"}
 
 
-def test_the_clients_own_time_decoding_is_what_install_corrects(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Without the corrected decoder a negative TIME with a fraction comes out wrong.
+def test_the_stream_decodes_the_same_whatever_its_reads_split() -> None:
+    """The connection's bytes arrive in any pieces: packets are framed across them."""
+    stream = _framed(_packets())
+    whole = [list(txn.rows()) for txn in _transactions()]
+    for size in (1, 7, 4096):
+        chunks = [stream[n : n + size] for n in range(0, len(stream), size)]
+        assert [list(txn.rows()) for txn in _transactions(chunks)] == whole, size
 
-    If the client ever fixes it, this says so (and the correction can go).
+
+def test_a_table_map_read_again_is_described_once() -> None:
+    """The server wrote a table map before each rows event: one description serves them all."""
+    counting = _CountingColumns()
+    kinds = [_kind(packet) for packet in _packets()]
+    assert kinds.count(_TABLE_MAP) == 6, "one table map before each of the six rows events"
+    assert len([t for t in _replayed(_events(counting)) if isinstance(t, BinlogTransaction)]) == 6
+    assert counting.described == 1
+
+
+def test_a_table_map_with_other_bytes_is_described_anew() -> None:
+    """A map that differs in any byte (here the table id; after DDL its columns) is its own.
+
+    The rows after it are read with it.
     """
-    from pymysqlreplication.row_event import RowsEvent
-
-    monkeypatch.setattr(RowsEvent, time2.CLIENT_READER, time2.client_reader())
-    changes = [change for txn in _transactions() for change in txn.rows()]
-    assert _loads(changes[0]["after"])["tm6"] == "-00:00:00.999999"
-
-
-def test_a_table_map_read_again_reuses_its_decoding_and_decodes_the_same(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The server wrote a table map before each rows event: one decoding serves them all."""
-    time2.install()
-    table_map_reuse.install()
-    maps = list(_replayed_events(frozenset({TableMapEvent})))
-    assert len(maps) == 6, "one table map before each of the fixture's six rows events"
-    assert all(m.table_obj is maps[0].table_obj for m in maps), "decoded once"
-    assert len({id(m.packet) for m in maps}) == 6, "each event keeps its own packet and header"
-    reused = _transactions()
-
-    monkeypatch.setattr(TableMapEvent, "__init__", table_map_reuse.client_init())
-    own = list(_replayed_events(frozenset({TableMapEvent})))
-    assert own[1].table_obj is not own[0].table_obj
-    assert own[1].table_obj == own[0].table_obj == maps[0].table_obj
-    assert [list(t.rows()) for t in _transactions()] == [list(t.rows()) for t in reused]
-
-
-def test_a_table_map_with_other_bytes_is_decoded_anew() -> None:
-    """A map that differs in any byte (here the table id; after DDL its columns) is its own."""
-    table_map_reuse.install()
-    kinds = [int(packet[10:12] or "0", 16) for packet in FIXTURE["packets"]]
-    first = kinds.index(TABLE_MAP_EVENT)
+    kinds = [_kind(packet) for packet in _packets()]
+    second = [n for n, kind in enumerate(kinds) if kind == _TABLE_MAP][1]
 
     def renumbered(index: int, raw: bytes) -> bytes:
-        return raw[:20] + bytes([raw[20] ^ 0x40]) + raw[21:] if index == first + 4 else raw
+        # the table id (6 bytes after the 20 of status and header), in the map and its rows
+        if index not in (second, second + 1):
+            return raw
+        return raw[:20] + bytes([raw[20] ^ 0x40]) + raw[21:]
 
-    maps = list(_replayed_events(frozenset({TableMapEvent}), renumbered))
-    ids = [m.table_id for m in maps]
-    assert ids[0] != ids[1], ids
-    assert ids[2] == ids[0], ids
-    assert maps[1].table_obj is not maps[0].table_obj
-    assert maps[2].table_obj is maps[0].table_obj
+    counting = _CountingColumns()
+    events = _events(counting)
+    for packet in _packets(renumbered):
+        events.decoder.push_payload(packet)
+    found = []
+    while items := events.decoder.next_items():
+        found += [f for f in map(events.handle, items) if isinstance(f, BinlogTransaction)]
+    assert counting.described == 2, "the first map and the renumbered one, once each"
+    assert [list(t.rows()) for t in found] == [list(t.rows()) for t in _transactions()]
+
+
+def test_a_server_that_lacks_the_gtid_start_is_data_loss() -> None:
+    """The server's error 1236 for a GTID start: the changes after it are not in its binlog."""
+    events = _events()
+    events.decoder.push(_framed([b"\xff\xd4\x04#HY000Could not find GTID state"]))
+    (item,) = events.decoder.next_items()
+    assert item == ("error", 1236, "Could not find GTID state")
+    assert events.decoder.ended
+
+    class _Options:
+        host, port = "db", 3306
+
+    with pytest.raises(DataLossError, match=r"0-1-9.*db:3306.*Could not find GTID state"):
+        events.handle(item, _Options(), GtidStart("0-1-9"))
 
 
 def test_a_queried_row_gives_the_same_values_as_the_binlog() -> None:
     """What a snapshot reads (PyMySQL, in UTC) and what the binlog holds agree, value by value."""
-    maps = TableMaps()
-    time2.install()
-    first = next(e for e in _replayed_events() if hasattr(e, "rows"))
-    columns, _ = maps.columns(first)
+    describer = TableMapColumns(_Control())
+    packets = _packets()
+    describer.format_description(
+        next(p for p in packets if _kind(p) == 15), FIXTURE["use_checksum"]
+    )
+    described = describer.columns(
+        next(p for p in packets if _kind(p) == _TABLE_MAP), FIXTURE["use_checksum"]
+    )
+    columns = {column.name: column for column in described}
     queried = {row["id"]: {k: _untagged(v) for k, v in row.items()} for row in FIXTURE["queried"]}
     assert sorted(queried) == [1, 3, 4]
     for expected in (LOW, _row(id=3), UPDATED):
@@ -307,25 +325,6 @@ def test_every_value_fits_its_mirror_column() -> None:
     assert wide == [Decimal(2**64 - 1)]
 
 
-@pytest.mark.parametrize(
-    ("raw", "fsp", "expected"),
-    [
-        ("800000", 0, dt.timedelta(0)),
-        ("7fffff", 0, -dt.timedelta(seconds=1)),
-        ("b46efb", 0, dt.timedelta(hours=838, minutes=59, seconds=59)),
-        ("4b9105", 0, -dt.timedelta(hours=838, minutes=59, seconds=59)),
-        ("7fffffffffff", 6, -dt.timedelta(microseconds=1)),
-        ("7fffffce", 1, -dt.timedelta(milliseconds=500)),
-        ("7fffff ff9c".replace(" ", ""), 4, -dt.timedelta(milliseconds=10)),
-        ("800001 32".replace(" ", ""), 2, dt.timedelta(seconds=1, milliseconds=500)),
-    ],
-)
-def test_time2_decodes_signs_and_fractions_as_mysql_packs_them(
-    raw: str, fsp: int, expected: dt.timedelta
-) -> None:
-    assert time2.time2_value(bytes.fromhex(raw), fsp) == expected
-
-
 def test_a_mysql_json_document_is_its_compact_text() -> None:
     """MySQL's binary JSON arrives decoded (keys as bytes); MariaDB's JSON is text (above)."""
     column = MySqlColumn("doc", FieldType.JSON)
@@ -339,6 +338,17 @@ def test_text_in_a_character_set_python_cannot_decode_is_a_typed_error() -> None
     column = MySqlColumn("legacy", FieldType.VARCHAR, charset="swe7")
     with pytest.raises(ChangeDecodeError, match=r"legacy.*swe7.*utf8mb4"):
         json_value(b"abc", column)
+    with pytest.raises(ChangeDecodeError, match=r"legacy.*swe7.*utf8mb4"):
+        decoded_text(b"abc", column, "swe7")
+
+
+def test_text_the_native_decoder_leaves_to_python_decodes_by_its_codec() -> None:
+    """A character set other than UTF-8 goes to Python's codec (``latin1`` is cp1252 there)."""
+    column = MySqlColumn("l1", FieldType.VARCHAR, charset="latin1")
+    assert decoded_text(b"caf\xe9 \x80", column, "cp1252") == "café €"
+    broken = MySqlColumn("u", FieldType.VARCHAR, charset="utf8mb4")
+    with pytest.raises(ChangeDecodeError, match=r"'u'.*not utf8mb4 text"):
+        decoded_text(b"\xff", broken, "utf8")
 
 
 def test_rows_carry_their_column_types_only_when_asked() -> None:
