@@ -23,7 +23,7 @@ from spark_ckpt.errors import DataLossError, SourceConnectionError
 from .binlog_offset import BinlogPosition, GtidStart
 from .gtid import is_mariadb_state, reached
 from .schemas import SchemaTracker
-from .table_map_columns import TableMapColumns, text_codec
+from .table_map_columns import TableMapColumns, described, text_codec
 from .transactions import (
     Begin,
     BinlogTransaction,
@@ -37,7 +37,7 @@ from .types import MySqlColumn, types_json
 from .values import decoded_text
 
 if TYPE_CHECKING:
-    from ._native import BinlogDecoder, Described
+    from ._native import BinlogDecoder
     from .options import MySqlOptions
 
 __all__ = ["StreamEvents", "read_transactions"]
@@ -239,7 +239,7 @@ class StreamEvents:
             self._columns[table_id] = columns
             self.decoder.describe(
                 table_id,
-                [_described(c) for c in columns],
+                [described(c, text_codec(c.charset)) for c in columns],
                 types_json(columns),
                 list(assembler.keys[name]),
             )
@@ -274,18 +274,3 @@ class StreamEvents:
         """Text the native decoder leaves to Python's codecs (a character set not UTF-8)."""
         column = self._columns[table_id][index]
         return decoded_text(raw, column, text_codec(column.charset))
-
-
-def _described(column: MySqlColumn) -> Described:
-    """A column as the native decoder takes its description."""
-    return (
-        column.name,
-        column.code,
-        column.unsigned,
-        column.charset,
-        text_codec(column.charset),
-        column.bits,
-        column.fsp,
-        column.length,
-        list(column.members),
-    )

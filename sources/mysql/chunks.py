@@ -35,13 +35,13 @@ from spark_ckpt.testing.faults import crash_point
 
 from ..chunk_spill import chunk_files, write_chunk_rows
 from ..chunks import ChunkBounds, Key, PendingChunk
-from ..schema import json_text
+from ..snapshot_spill import FILE_ROWS
 from .binlog_offset import BinlogPosition
 from .catalog import table_columns
+from .queried_rows import queried_rows
 from .schemas import ColumnsSignature, columns_signature
 from .snapshot import binlog_end
 from .types import FieldType, MySqlColumn
-from .values import queried_values
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
@@ -204,6 +204,8 @@ def read_chunk(
     conn: Connection[Any], bounds: ChunkBounds, key: tuple[str, ...]
 ) -> tuple[pa.Array, pa.Array, ChunkRead]:
     """Read a chunk's rows on ``conn`` (executor, once per chunk): keys, afters and the read."""
+    import pymysql.cursors
+
     with conn.cursor() as cursor:
         cursor.execute("SET SESSION time_zone = '+00:00'")
         cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -222,18 +224,18 @@ def read_chunk(
         by_name = {c.name: c for c in columns}
         where, params = _where([by_name[k] for k in key], bounds.after, bounds.upto)
         listed = ", ".join(_quoted(c.name) for c in columns)
-        cursor.execute(f"SELECT {listed} FROM {_table(bounds.table)}{where}", params)
-        keys, afters = [], []
-        for row in cursor.fetchall():
-            values = queried_values(dict(zip(by_name, row, strict=True)), by_name)
-            afters.append(json_text(values))
-            keys.append(json_text({k: values[k] for k in key}))
+        with conn.cursor(pymysql.cursors.SSCursor) as rows_cursor:
+            rows_cursor.execute(f"SELECT {listed} FROM {_table(bounds.table)}{where}", params)
+            server = f"{conn.host}:{conn.port}"
+            parts = list(queried_rows(rows_cursor, columns, key, FILE_ROWS, server))
         conn.rollback()
         high = low if exact else binlog_end(cursor)
     assert low is not None
     assert high is not None
+    keys = pa.concat_arrays([part[0] for part in parts]) if parts else pa.array([], pa.string())
+    afters = pa.concat_arrays([part[1] for part in parts]) if parts else pa.array([], pa.string())
     read = ChunkRead(len(keys), low.ordinal, high.ordinal, read_at, columns_signature(columns))
-    return pa.array(keys, pa.string()), pa.array(afters, pa.string()), read
+    return keys, afters, read
 
 
 @dataclass(frozen=True)

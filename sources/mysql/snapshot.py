@@ -30,21 +30,18 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from spark_ckpt.errors import SourceConnectionError, TableCaptureError
 from spark_ckpt.model.schema_changes import TableSchema
 from spark_ckpt.testing.faults import crash_point
 
-from ..schema import json_text
 from ..snapshot_spill import FILE_ROWS, SpillDirectory
 from ..snapshot_thread import SnapshotThread
 from .binlog_offset import BinlogPosition
 from .catalog import estimated_rows, table_columns
+from .queried_rows import queried_rows
 from .schemas import SchemaState, table_schema
 from .server import connection_settings
 from .types import MySqlColumn, types_json
-from .values import queried_values
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection
@@ -286,24 +283,15 @@ class SnapshotTask(SnapshotThread[SnapshotManifest]):
         import pymysql.cursors
 
         database, table = name.split(".")
-        by_name = {column.name: column for column in columns}
         listed = ", ".join(f"`{c.name.replace('`', '``')}`" for c in columns)
         key = self.keys[name]
-        # Unbuffered: the rows stream from the server, a file's worth at a time.
+        # Unbuffered: the rows stream from the server, a file's worth at a time, rendered
+        # natively as they arrive.
         with conn.cursor(pymysql.cursors.SSCursor) as cursor:
             cursor.execute(f"SELECT {listed} FROM `{database}`.`{table}`")
-            while rows := cursor.fetchmany(FILE_ROWS):
-                afters, keys = [], []
-                for row in rows:
-                    values = queried_values(dict(zip(by_name, row, strict=True)), by_name)
-                    afters.append(json_text(values))
-                    keys.append(json_text({k: values[k] for k in key}))
-                file_name = self.spill.write_file(
-                    name,
-                    pa.array(keys, pa.string()),
-                    pa.array(afters, pa.string()),
-                    len(manifest.files),
-                )
-                manifest.files.append((file_name, len(rows)))
-                self.rows_read += len(rows)
+            where = f"{self.options.host}:{self.options.port}"
+            for keys, afters in queried_rows(cursor, columns, key, FILE_ROWS, where):
+                file_name = self.spill.write_file(name, keys, afters, len(manifest.files))
+                manifest.files.append((file_name, len(keys)))
+                self.rows_read += len(keys)
                 self.log_progress("mysql snapshot")

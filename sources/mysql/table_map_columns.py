@@ -11,11 +11,14 @@ driver, per distinct table map, and per format description event.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .types import MySqlColumn
 
-__all__ = ["TableMapColumns", "column_of", "text_codec"]
+if TYPE_CHECKING:
+    from ._native import Described
+
+__all__ = ["TableMapColumns", "column_of", "described", "text_codec"]
 
 
 class TableMapColumns:
@@ -96,3 +99,18 @@ def text_codec(charset: str | None) -> str | None:
     from pymysqlreplication.row_event import RowsEvent
 
     return str(RowsEvent.charset_to_encoding(charset))
+
+
+def described(column: MySqlColumn, codec: str | None) -> Described:
+    """A column as the native decoder takes its description (``codec``: its text's codec)."""
+    return (
+        column.name,
+        column.code,
+        column.unsigned,
+        column.charset,
+        codec,
+        column.bits,
+        column.fsp,
+        column.length,
+        list(column.members),
+    )

@@ -1,4 +1,11 @@
-"""MySQL's and MariaDB's column values, as the binlog client decodes them, as JSON values.
+"""MySQL's and MariaDB's column values as JSON values: the rules, stated in Python.
+
+The native module renders the binlog's rows and the snapshot's (:mod:`._native`,
+``sources/mysql/native``) by these rules; :func:`json_value`, :func:`row_values` and
+:func:`queried_values` state them on the values PyMySQL and ``mysql-replication`` make, and the
+unit tests hold the native renderers to them (``tests/unit/test_mysql_types.py``,
+``tests/unit/test_mysql_queried_rows.py``). :func:`decoded_text` decodes the text the native
+decoder leaves to Python's codecs.
 
 The rules, per type, are the middle column of :mod:`.types`' table: integers (a ``BIGINT
 UNSIGNED`` above 2^63 included) stay exact JSON numbers; ``DECIMAL`` keeps every digit as text
@@ -12,7 +19,8 @@ commas; ``JSON`` is its compact text; ``BIT(1)`` a boolean, a wider ``BIT`` a nu
 What the client decodes as None is not always SQL's NULL (``mysql-replication``'s
 ``none_sources``): a ``SET`` with no member is the empty string, as MySQL prints it; a zero date
 (``0000-00-00``, allowed only outside strict SQL modes) is null, as in Debezium's MySQL
-connector. Pure Python; runs on the driver, per value.
+connector. Pure Python; :func:`decoded_text` runs on the driver, per value in a character set
+other than UTF-8.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import base64
 import json
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal, localcontext
 from typing import Any
@@ -45,6 +54,16 @@ _DATES = frozenset(
         FieldType.TIMESTAMP2,
     }
 )
+
+
+@dataclass(frozen=True)
+class _Document:
+    """A ``JSON`` document parsed from a query's text.
+
+    Its ``null`` is the document ``null``, not SQL's NULL, as the binlog's is.
+    """
+
+    value: Any
 
 
 def row_values(
@@ -81,7 +100,7 @@ def queried_values(row: Mapping[str, Any], columns: Mapping[str, MySqlColumn]) -
     for name, value in row.items():
         code = columns[name].code
         if isinstance(value, str) and code == FieldType.JSON:
-            value = json.loads(value)
+            value = _Document(json.loads(value))
         elif isinstance(value, str) and code in _DATES:
             value = None
         image[name] = value
@@ -99,7 +118,8 @@ def json_value(value: Any, column: MySqlColumn) -> Any:
         return None
     code = column.code
     if code == FieldType.JSON:
-        return json.dumps(_text_keys(value), separators=(",", ":"), ensure_ascii=False)
+        document = value.value if isinstance(value, _Document) else value
+        return json.dumps(_text_keys(document), separators=(",", ":"), ensure_ascii=False)
     if code == FieldType.BIT:
         return _bit(value, column)
     if code == FieldType.SET:

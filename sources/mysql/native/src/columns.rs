@@ -223,7 +223,7 @@ fn push_plain(out: &mut String, column: &Column, value: Value) -> Result<Rendere
         (_, Value::NULL) => out.push_str("null"),
         (Kind::Integer, Value::Int(n)) => out.push_str(&n.to_string()),
         (Kind::Integer, Value::UInt(n)) => out.push_str(&n.to_string()),
-        (Kind::Float, Value::Float(f)) => push_py_float(out, float32_value(f)),
+        (Kind::Float, Value::Float(f)) => push_py_float(out, float32_value(f64::from(f))),
         (Kind::Double, Value::Double(f)) => push_py_float(out, f),
         // every digit kept, as text (Debezium's decimal.handling.mode=string)
         (Kind::Decimal, Value::Bytes(text)) => {

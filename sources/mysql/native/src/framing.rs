@@ -11,6 +11,9 @@ pub enum Packet {
     Eof,
     /// The error code and its message (after the SQL state, where the server sent one).
     Error(u16, Vec<u8>),
+    /// A result set's row (any payload that is neither its end nor an error).
+    Row(Vec<u8>),
+    /// Anything else in a binlog stream.
     Other,
 }
 
@@ -41,13 +44,22 @@ impl Frames {
         self.whole.push_back(payload.to_vec());
     }
 
-    /// The next whole payload, or None until more bytes arrive.
+    /// The next whole payload of a binlog stream, or None until more bytes arrive.
     pub fn next_packet(&mut self) -> Option<Packet> {
         let payload = match self.whole.pop_front() {
             Some(payload) => payload,
             None => self.next_payload()?,
         };
-        Some(classify(payload))
+        Some(match classify(payload) {
+            Packet::Row(payload) if payload.first() == Some(&0x00) => Packet::Event(payload),
+            Packet::Row(_) => Packet::Other,
+            packet => packet,
+        })
+    }
+
+    /// The next whole payload of a result set: its end, an error, or a row (None: read more).
+    pub fn next_row(&mut self) -> Option<Packet> {
+        Some(classify(self.next_payload()?))
     }
 
     fn next_payload(&mut self) -> Option<Vec<u8>> {
@@ -77,7 +89,6 @@ impl Frames {
 
 fn classify(payload: Vec<u8>) -> Packet {
     match payload.first() {
-        Some(0x00) => Packet::Event(payload),
         Some(0xFE) if payload.len() < 9 => Packet::Eof,
         Some(0xFF) if payload.len() >= 3 => {
             let code = u16::from_le_bytes([payload[1], payload[2]]);
@@ -89,7 +100,7 @@ fn classify(payload: Vec<u8>) -> Packet {
             };
             Packet::Error(code, message)
         }
-        _ => Packet::Other,
+        _ => Packet::Row(payload),
     }
 }
 

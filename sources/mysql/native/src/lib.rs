@@ -18,12 +18,14 @@ use mysql_common::binlog::events::{
     Event, QueryEvent, RotateEvent, TableMapEvent, TransactionPayloadEvent,
 };
 use mysql_common::binlog::EventStreamReader;
+use mysql_common::constants::ColumnType;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 mod columns;
 mod framing;
+mod queried;
 mod rows;
 mod text;
 
@@ -95,6 +97,50 @@ type DescribedTuple = (
     Option<usize>,
     Vec<String>,
 );
+
+/// The columns of a table map (their binlog types and metadata from ``map``), or of a query's
+/// result (no map: the text protocol needs none), as described.
+fn columns_of(
+    described: Vec<DescribedTuple>,
+    map: Option<&TableMapEvent<'static>>,
+) -> PyResult<Vec<Column>> {
+    let mut columns = Vec::with_capacity(described.len());
+    for (index, d) in described.into_iter().enumerate() {
+        let described = Described {
+            name: d.0,
+            code: d.1,
+            unsigned: d.2,
+            charset: d.3,
+            codec: d.4,
+            bits: d.5,
+            fsp: d.6,
+            length: d.7,
+            members: d.8,
+        };
+        let (column_type, meta) = match map {
+            Some(map) => (
+                map.get_column_type(index)
+                    .map_err(|e| value_error(e.to_string()))?
+                    .ok_or_else(|| value_error("a column past the table map's"))?,
+                map.get_column_metadata(index).unwrap_or(&[]).to_vec(),
+            ),
+            None => (ColumnType::MYSQL_TYPE_NULL, Vec::new()),
+        };
+        let kind = Kind::of(&described)
+            .map_err(|e| value_error(format!("column {}: {e}", described.name)))?;
+        let mut label = String::new();
+        text::push_json_string(&mut label, &described.name);
+        label.push(':');
+        columns.push(Column {
+            label,
+            kind,
+            column_type,
+            meta,
+            unsigned: described.unsigned,
+        });
+    }
+    Ok(columns)
+}
 
 fn value_error(message: impl Into<String>) -> PyErr {
     PyValueError::new_err(message.into())
@@ -174,43 +220,8 @@ impl BinlogDecoder {
                 described.len()
             )));
         }
-        let mut columns = Vec::with_capacity(count);
-        for (index, d) in described.into_iter().enumerate() {
-            let described = Described {
-                name: d.0,
-                code: d.1,
-                unsigned: d.2,
-                charset: d.3,
-                codec: d.4,
-                bits: d.5,
-                fsp: d.6,
-                length: d.7,
-                members: d.8,
-            };
-            let column_type = state
-                .map
-                .get_column_type(index)
-                .map_err(|e| value_error(e.to_string()))?
-                .ok_or_else(|| value_error("a column past the table map's"))?;
-            let meta = state.map.get_column_metadata(index).unwrap_or(&[]).to_vec();
-            let kind = Kind::of(&described).map_err(|e| {
-                value_error(format!(
-                    "column {} of {}: {e}",
-                    described.name,
-                    state.name.bind(py)
-                ))
-            })?;
-            let mut label = String::new();
-            text::push_json_string(&mut label, &described.name);
-            label.push(':');
-            columns.push(Column {
-                label,
-                kind,
-                column_type,
-                meta,
-                unsigned: described.unsigned,
-            });
-        }
+        let columns = columns_of(described, Some(&state.map))
+            .map_err(|e| value_error(format!("{} (table {})", e, state.name.bind(py))))?;
         state.rendering = Some(rows::Rendering::new(
             columns,
             &key,
@@ -256,7 +267,7 @@ impl BinlogDecoder {
                         ))?;
                         break;
                     }
-                    Some(Packet::Other) => continue,
+                    Some(Packet::Other | Packet::Row(_)) => continue,
                     Some(Packet::Event(payload)) => {
                         let event = self
                             .reader
@@ -513,5 +524,6 @@ impl BinlogDecoder {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BinlogDecoder>()?;
+    m.add_class::<queried::QueriedRows>()?;
     Ok(())
 }

@@ -99,8 +99,17 @@ struct Image {
 
 impl Rendering {
     pub fn new(columns: Vec<Column>, key: &[String], types: Py<PyString>) -> Rendering {
-        let key = key
-            .iter()
+        let key = Rendering::key_positions(&columns, key);
+        Rendering {
+            columns,
+            key,
+            types,
+        }
+    }
+
+    /// Each key column's label and its position among ``columns`` (None: not one of them).
+    pub fn key_positions(columns: &[Column], key: &[String]) -> Vec<(String, Option<usize>)> {
+        key.iter()
             .map(|name| {
                 let mut label = String::new();
                 push_json_string(&mut label, name);
@@ -108,12 +117,7 @@ impl Rendering {
                 let position = columns.iter().position(|column| column.label == label);
                 (label, position)
             })
-            .collect();
-        Rendering {
-            columns,
-            key,
-            types,
-        }
+            .collect()
     }
 
     /// The event's rows as the change store's column tuples (driver, per rows event).

@@ -70,15 +70,18 @@ pub fn push_py_float(out: &mut String, value: f64) {
 
 /// A ``FLOAT`` as ``values._float32`` gives it: the first of 6 to 9 significant digits that
 /// reads back as the same 32-bit float (a query returns MySQL's own short text; both agree).
-pub fn float32_value(value: f32) -> f64 {
-    let wide = f64::from(value);
+///
+/// ``wide`` is the float as Python holds it: the 32-bit value widened (the binlog), or the
+/// double a query's text parses to.
+pub fn float32_value(wide: f64) -> f64 {
+    let single = wide as f32;
     if !wide.is_finite() {
         return wide;
     }
     for digits in 6..=9 {
         let text = format!("{:.*e}", digits - 1, wide);
         let candidate: f64 = text.parse().expect("a formatted float parses");
-        if (candidate as f32).to_bits() == value.to_bits() {
+        if (candidate as f32).to_bits() == single.to_bits() {
             return candidate;
         }
     }
@@ -211,11 +214,15 @@ mod tests {
     #[test]
     fn float32_takes_the_shortest_of_six_to_nine_digits() {
         // the values Python's values._float32 gives for the same floats
-        assert_eq!(float32_value(1.1), 1.1);
-        assert_eq!(float32_value(3.402_823_5e38), 3.402_823_5e38);
-        assert_eq!(float32_value(-1.175_494_4e-38), -1.175_494_4e-38);
-        assert_eq!(float32_value(-3.4e38), -3.4e38);
-        assert_eq!(float32_value(16_777_217.0), 16_777_216.0);
+        assert_eq!(float32_value(f64::from(1.1f32)), 1.1);
+        assert_eq!(float32_value(f64::from(3.402_823_5e38f32)), 3.402_823_5e38);
+        assert_eq!(
+            float32_value(f64::from(-1.175_494_4e-38f32)),
+            -1.175_494_4e-38
+        );
+        assert_eq!(float32_value(f64::from(-3.4e38f32)), -3.4e38);
+        // a query's double: the first digits that give the same 32-bit float, from the double
+        assert_eq!(float32_value(16_777_217.0), 16_777_217.0);
     }
 
     #[test]
