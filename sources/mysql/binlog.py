@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from spark_ckpt.errors import DataLossError, SourceConnectionError
+from spark_ckpt.errors import ChangeDecodeError, DataLossError, SourceConnectionError
 
 from .binlog_offset import BinlogPosition, GtidStart
 from .gtid import is_mariadb_state, reached
@@ -72,6 +72,8 @@ def read_transactions(
     ------
     SourceConnectionError
         When the server cannot be read (the message names the endpoint, never the password).
+    ChangeDecodeError
+        When an event cannot be decoded.
     DataLossError
         When the server does not have the binlog from a GTID ``start`` on (purged, or another
         GTID history).
@@ -103,7 +105,13 @@ def read_transactions(
         if isinstance(stop, BinlogPosition):
             events.decoder.set_stop(stop.file, stop.pos)
         while True:
-            items = events.decoder.next_items()
+            try:
+                items = events.decoder.next_items()
+            except ValueError as e:
+                raise ChangeDecodeError(
+                    f"the binlog of {options.host}:{options.port} read from {start} holds an "
+                    f"event that cannot be decoded: {e}; report it with the server's version"
+                ) from None
             if not items:
                 if events.decoder.ended:
                     return
@@ -123,16 +131,17 @@ def _connected(stream: Any, options: MySqlOptions, start: BinlogPosition | GtidS
     """The client's replication connection, registered and dumping from ``start``."""
     import pymysql
 
-    try:
-        # What the client's own fetchone does before its first packet (mysql-replication 1.0).
-        stream._BinLogStreamReader__connect_to_stream()
-        stream._BinLogStreamReader__connect_to_ctl()
-    except AttributeError:
+    steps = ("_BinLogStreamReader__connect_to_stream", "_BinLogStreamReader__connect_to_ctl")
+    if not all(callable(getattr(stream, step, None)) for step in steps):
         raise ImportError(
             "mysql-replication's BinLogStreamReader connects differently than the version "
             "spark-ckpt was written for; install the version spark-ckpt's mysql extra names "
             "(pip install 'spark-ckpt[mysql]')"
-        ) from None
+        )
+    try:
+        # What the client's own fetchone does before its first packet (mysql-replication 1.0).
+        for step in steps:
+            getattr(stream, step)()
     except pymysql.MySQLError as e:
         raise _read_error(
             e.args[0] if e.args else 0, str(e.args[-1] if e.args else e), options, start
@@ -141,7 +150,10 @@ def _connected(stream: Any, options: MySqlOptions, start: BinlogPosition | GtidS
 
 
 def _received(connection: Any, options: MySqlOptions, start: BinlogPosition | GtidStart) -> bytes:
-    """The next bytes the server sent (blocks until some arrive; the read timeout bounds it)."""
+    """The next bytes the server sent.
+
+    Blocks until some arrive: a non-blocking dump sends what the binlog has, then its end.
+    """
     try:
         data = connection._rfile.read1(_READ_SIZE)
     except OSError as e:

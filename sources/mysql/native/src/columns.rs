@@ -229,8 +229,11 @@ fn push_plain(out: &mut String, column: &Column, value: Value) -> Result<Rendere
         (Kind::Decimal, Value::Bytes(text)) => {
             push_json_string(out, std::str::from_utf8(&text).map_err(|e| e.to_string())?)
         }
+        // mysql_common gives 1900 + the stored byte; MySQL stores YEAR 0000 as 0 (1901 to 2155
+        // as year - 1900), and a query returns it as 0, so 1900 here is 0
         (Kind::Year, Value::Bytes(text)) => {
-            out.push_str(std::str::from_utf8(&text).map_err(|e| e.to_string())?)
+            let text = std::str::from_utf8(&text).map_err(|e| e.to_string())?;
+            out.push_str(if text == "1900" { "0" } else { text })
         }
         (Kind::Date, Value::Date(y, m, d, ..)) => {
             let (y, m, d) = (u32::from(y), u32::from(m), u32::from(d));
@@ -258,6 +261,7 @@ fn push_plain(out: &mut String, column: &Column, value: Value) -> Result<Rendere
                 out.push('"');
             }
         }
+        (Kind::Timestamp, Value::Int(0)) => out.push_str("null"), // the zero TIMESTAMP
         (Kind::Timestamp, Value::Int(seconds)) => {
             out.push('"');
             push_timestamp(out, seconds, 0, 0);
@@ -371,6 +375,12 @@ fn push_timestamp2(out: &mut String, buf: &mut ParseBuf<'_>, fsp: u8) -> Result<
         3 | 4 => raw * 100,
         _ => raw,
     };
+    if seconds == 0 && micros == 0 {
+        // '0000-00-00 00:00:00' (TIMESTAMP's range starts a second after the epoch): null, as
+        // a query returns it
+        out.push_str("null");
+        return Ok(());
+    }
     out.push('"');
     push_timestamp(out, seconds, micros, fsp);
     out.push('"');
@@ -527,6 +537,28 @@ mod tests {
         assert_eq!(time2("7fffffce", 1), "\"-00:00:00.5\"");
         assert_eq!(time2("7fffffff9c", 4), "\"-00:00:00.0100\"");
         assert_eq!(time2("80000132", 2), "\"00:00:01.50\"");
+    }
+
+    #[test]
+    fn the_zero_year_and_the_zero_timestamp_are_what_a_query_returns() {
+        let mut out = String::new();
+        push_timestamp2(&mut out, &mut ParseBuf(&[0, 0, 0, 0]), 0).expect("a TIMESTAMP");
+        assert_eq!(out, "null");
+        out.clear();
+        push_timestamp2(&mut out, &mut ParseBuf(&[0, 0, 0, 1]), 0).expect("a TIMESTAMP");
+        assert_eq!(out, "\"1970-01-01 00:00:01+00:00\"");
+        let year = Column {
+            label: "\"y\":".into(),
+            kind: Kind::Year,
+            column_type: ColumnType::MYSQL_TYPE_YEAR,
+            meta: vec![],
+            unsigned: true,
+        };
+        for (raw, expected) in [(0u8, "0"), (1, "1901"), (255, "2155")] {
+            out.clear();
+            push_value(&mut out, &year, &mut ParseBuf(&[raw])).expect("a YEAR");
+            assert_eq!(out, expected);
+        }
     }
 
     #[test]

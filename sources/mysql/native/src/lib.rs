@@ -234,7 +234,8 @@ impl BinlogDecoder {
     /// Decodes the packets pushed so far, in order, into items (a list; empty: push more).
     ///
     /// Items: ``("gtid", gtid, mariadb, standalone)``; ``("query", sql, database, file, pos,
-    /// timestamp)``; ``("xid", file, pos, timestamp)``; ``("map", table_id, table, ())`` for a
+    /// timestamp)``; ``("xid", file, pos, timestamp)``; ``("fde", payload, checksum)``, the
+    /// format description's packet; ``("map", table_id, table, payload, checksum)`` for a
     /// captured table's new table map, which ends the list: :meth:`describe` it before the
     /// next call; ``("rows", table_id, table, rows)``, each row the change store's columns;
     /// ``("eof",)``, ``("error", code, message)`` and ``("stop", file, pos)`` end the stream.
