@@ -1,72 +1,11 @@
 //! Values as the Python side of the connector prints them (``sources/mysql/values.py``), so that a
-//! change decoded here has the same text as one decoded in Python: numbers as Python's
-//! ``json.dumps`` writes them, dates and times as ``datetime.isoformat`` and MySQL print them.
+//! change decoded here has the same text as one decoded in Python: a ``FLOAT``'s digits as
+//! ``values._float32`` picks them, dates and times as ``datetime.isoformat`` and MySQL print
+//! them. JSON strings and floats are written as ``json.dumps`` writes them (the bridge's).
 
 use std::fmt::Write;
 
-/// Python's ``repr`` of a float (what ``json.dumps`` writes): the shortest digits that read back
-/// as the same double, positional from 1e-4 up to 1e16, scientific (``1e+16``) outside.
-pub fn push_py_float(out: &mut String, value: f64) {
-    if value == 0.0 {
-        out.push_str(if value.is_sign_negative() {
-            "-0.0"
-        } else {
-            "0.0"
-        });
-        return;
-    }
-    if !value.is_finite() {
-        // json.dumps writes these (allow_nan); MySQL never stores them.
-        out.push_str(if value.is_nan() {
-            "NaN"
-        } else if value > 0.0 {
-            "Infinity"
-        } else {
-            "-Infinity"
-        });
-        return;
-    }
-    // Rust's LowerExp without a precision is the shortest round-trip form, as repr's.
-    let scientific = format!("{value:e}");
-    let (mantissa, exponent) = scientific
-        .split_once('e')
-        .expect("LowerExp writes an exponent");
-    let exponent: i32 = exponent
-        .parse()
-        .expect("LowerExp writes an integer exponent");
-    let negative = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    if negative {
-        out.push('-');
-    }
-    let count = digits.len() as i32;
-    if (-4..16).contains(&exponent) {
-        if exponent >= 0 {
-            let whole = exponent + 1;
-            if count <= whole {
-                out.push_str(&digits);
-                out.extend(std::iter::repeat_n('0', (whole - count) as usize));
-                out.push_str(".0");
-            } else {
-                out.push_str(&digits[..whole as usize]);
-                out.push('.');
-                out.push_str(&digits[whole as usize..]);
-            }
-        } else {
-            out.push_str("0.");
-            out.extend(std::iter::repeat_n('0', (-exponent - 1) as usize));
-            out.push_str(&digits);
-        }
-    } else {
-        out.push_str(&digits[..1]);
-        if count > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let sign = if exponent < 0 { '-' } else { '+' };
-        let _ = write!(out, "e{sign}{:02}", exponent.abs());
-    }
-}
+pub use bridge::{push_json_string, push_py_float};
 
 /// A ``FLOAT`` as ``values._float32`` gives it: the first of 6 to 9 significant digits that
 /// reads back as the same 32-bit float (a query returns MySQL's own short text; both agree).
@@ -177,39 +116,9 @@ pub fn push_time(out: &mut String, negative: bool, total_micros: u64, fsp: u8) {
     push_fraction(out, fraction, fsp);
 }
 
-/// ``text`` as a JSON string (``json.dumps`` with ``ensure_ascii=False`` escapes the same
-/// characters as serde_json: quotes, backslashes and control characters).
-pub fn push_json_string(out: &mut String, text: &str) {
-    out.push_str(&serde_json::to_string(text).expect("a str serializes"));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn repr(value: f64) -> String {
-        let mut out = String::new();
-        push_py_float(&mut out, value);
-        out
-    }
-
-    #[test]
-    fn floats_print_as_python_repr() {
-        assert_eq!(repr(1.0), "1.0");
-        assert_eq!(repr(-2.5), "-2.5");
-        assert_eq!(repr(0.1), "0.1");
-        assert_eq!(repr(1e16), "1e+16");
-        assert_eq!(repr(1.5e16), "1.5e+16");
-        assert_eq!(repr(123456789012345678.0), "1.2345678901234568e+17");
-        assert_eq!(repr(9999999999999998.0), "9999999999999998.0");
-        assert_eq!(repr(0.0001), "0.0001");
-        assert_eq!(repr(0.00001), "1e-05");
-        assert_eq!(repr(1.5e-7), "1.5e-07");
-        assert_eq!(repr(-0.0), "-0.0");
-        assert_eq!(repr(1.7976931348623157e308), "1.7976931348623157e+308");
-        assert_eq!(repr(5e-324), "5e-324");
-        assert_eq!(repr(100.0), "100.0");
-    }
 
     #[test]
     fn float32_takes_the_shortest_of_six_to_nine_digits() {
