@@ -312,19 +312,22 @@ fn push_plain(out: &mut String, column: &Column, value: Value) -> Result<Rendere
                 .collect();
             push_json_string(out, &chosen.join(","));
         }
-        (Kind::Bit { one }, Value::Bytes(raw)) => {
-            let number = raw
-                .iter()
-                .fold(0u128, |acc, byte| (acc << 8) | u128::from(*byte));
-            if *one {
-                out.push_str(if number != 0 { "true" } else { "false" });
-            } else {
-                out.push_str(&number.to_string());
-            }
-        }
+        (Kind::Bit { one }, Value::Bytes(raw)) => push_bit(out, &raw, *one),
         (kind, value) => return Err(format!("a {kind:?} column read as {value:?}")),
     }
     Ok(Rendered::Done)
+}
+
+/// A ``BIT(n)`` value (big-endian bytes): a boolean for ``BIT(1)``, else a number.
+pub fn push_bit(out: &mut String, raw: &[u8], one: bool) {
+    let number = raw
+        .iter()
+        .fold(0u128, |acc, byte| (acc << 8) | u128::from(*byte));
+    if one {
+        out.push_str(if number != 0 { "true" } else { "false" });
+    } else {
+        out.push_str(&number.to_string());
+    }
 }
 
 const FRACTION_BYTES: [usize; 7] = [0, 1, 1, 2, 2, 3, 3];

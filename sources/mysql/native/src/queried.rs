@@ -16,7 +16,7 @@ use base64::Engine;
 use bridge::to_pyarrow;
 use pyo3::prelude::*;
 
-use crate::columns::{Column, Kind};
+use crate::columns::{push_bit, Column, Kind};
 use crate::framing::{Frames, Packet};
 use crate::text::{
     float32_value, is_valid_date, push_datetime, push_json_string, push_py_float, push_time,
@@ -330,16 +330,7 @@ fn push_queried(out: &mut String, column: &Column, raw: &[u8]) -> Result<(), Str
             out.push_str(&base64::engine::general_purpose::STANDARD.encode(&bytes));
             out.push('"');
         }
-        Kind::Bit { one } => {
-            let value = raw
-                .iter()
-                .fold(0u128, |acc, byte| (acc << 8) | u128::from(*byte));
-            if *one {
-                out.push_str(if value != 0 { "true" } else { "false" });
-            } else {
-                out.push_str(&value.to_string());
-            }
-        }
+        Kind::Bit { one } => push_bit(out, raw, *one),
         Kind::Json => {
             let text = ascii_or_text(raw)?;
             let document: serde_json::Value =
