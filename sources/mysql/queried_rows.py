@@ -84,9 +84,11 @@ def queried_rows(
         while rows.ready:
             yield rows.take(limit)
     except BaseException:
-        # The rest of the result is unread: PyMySQL must not read it as the next reply.
+        # The rest of the result is unread: PyMySQL must not read it as the next reply. The
+        # socket goes without COM_QUIT (_force_close), so the caller's own close() still
+        # succeeds instead of raising "Already closed" over this exception.
         result.unbuffered_active = False
-        connection.close()
+        connection._force_close()
         raise
     # The result's end was read here: the cursor has nothing left to drain.
     result.unbuffered_active = False

@@ -12,17 +12,21 @@ test (``test_typed_mirrors_equal_the_tables_value_for_value_while_the_query_stre
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import struct
 from decimal import Decimal
 from typing import Any
 
+import pymysql
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pymysql import converters
 
+from spark_ckpt.errors import SourceConnectionError
 from spark_ckpt.sources.mysql._native import QueriedRows
+from spark_ckpt.sources.mysql.queried_rows import queried_rows
 from spark_ckpt.sources.mysql.table_map_columns import described
 from spark_ckpt.sources.mysql.types import BINARY_CHARSET, FieldType, MySqlColumn
 from spark_ckpt.sources.mysql.values import queried_values
@@ -218,3 +222,53 @@ def test_the_servers_error_packet_is_its_code_and_message() -> None:
         native.push(len(error).to_bytes(3, "little") + b"\x01" + error)
     assert raised.value.args == (1064, "Query execution was interrupted")
     assert native.ended
+
+
+class _Result:
+    unbuffered_active = True
+    connection: object = None
+
+
+class _Connection:
+    """The parts of PyMySQL's connection queried_rows reads (a socket's bytes, its close)."""
+
+    def __init__(self, stream: bytes) -> None:
+        self._rfile = io.BufferedReader(io.BytesIO(stream))
+        self.forced = False
+
+    def _force_close(self) -> None:
+        self.forced = True
+
+
+class _Cursor:
+    def __init__(self, stream: bytes) -> None:
+        self._result = _Result()
+        self.connection = _Connection(stream)
+
+
+def test_queried_rows_come_a_file_at_a_time_and_leave_the_result_read() -> None:
+    rows = [[str(n).encode()] + [None] * (len(COLUMNS) - 1) for n in range(5)]
+    cursor = _Cursor(_packets(rows))
+    parts = list(queried_rows(cursor, COLUMNS, KEY, 2, "db:3306"))
+    assert [len(keys) for keys, _ in parts] == [2, 2, 1]
+    assert [json.loads(k)["id"] for keys, _ in parts for k in keys.to_pylist()] == list(range(5))
+    assert not cursor._result.unbuffered_active
+    assert not cursor.connection.forced
+
+
+def test_a_servers_error_mid_result_is_pymysqls_error_and_the_socket_is_dropped() -> None:
+    error = b"\xff\x28\x04#HY000Query execution was interrupted"
+    stream = _packets([[b"1"] + [None] * (len(COLUMNS) - 1)])[:-9]  # the rows, not the EOF
+    stream += len(error).to_bytes(3, "little") + b"\x02" + error
+    cursor = _Cursor(stream)
+    with pytest.raises(pymysql.err.OperationalError, match="interrupted"):
+        list(queried_rows(cursor, COLUMNS, KEY, 100, "db:3306"))
+    assert cursor.connection.forced, "what followed the error is unknown: the socket goes"
+    assert not cursor._result.unbuffered_active
+
+
+def test_a_connection_closed_mid_result_is_a_source_connection_error() -> None:
+    cursor = _Cursor(_packets([[b"1"] + [None] * (len(COLUMNS) - 1)])[:-9])
+    with pytest.raises(SourceConnectionError, match=r"db:3306 closed the connection"):
+        list(queried_rows(cursor, COLUMNS, KEY, 100, "db:3306"))
+    assert cursor.connection.forced
