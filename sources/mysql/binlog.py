@@ -107,6 +107,8 @@ def read_transactions(
         while True:
             try:
                 items = events.decoder.next_items()
+            except ChangeDecodeError:
+                raise  # a value Python's codecs refused (it names the column)
             except ValueError as e:
                 raise ChangeDecodeError(
                     f"the binlog of {options.host}:{options.port} read from {start} holds an "

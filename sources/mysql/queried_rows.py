@@ -60,8 +60,8 @@ def queried_rows(
     connection = cursor.connection
     if result is None or not result.unbuffered_active:
         raise ValueError("queried_rows needs an unbuffered cursor with a result set to read")
-    rows = QueriedRows([described(column, None) for column in columns], list(key))
     try:
+        rows = QueriedRows([described(column, None) for column in columns], list(key))
         while not rows.ended:
             try:
                 data = connection._rfile.read1(_READ_SIZE)

@@ -223,6 +223,17 @@ def test_the_stream_decodes_the_same_whatever_its_reads_split() -> None:
         assert [list(txn.rows()) for txn in _transactions(chunks)] == whole, size
 
 
+def test_a_read_with_a_stop_position_ends_after_the_event_that_reaches_it() -> None:
+    """A restart reads its logged batch again up to the batch's end: not an event more."""
+    ends = [txn.end for txn in _transactions()]
+    for stop in ends:
+        events = _events()
+        events.decoder.set_stop(stop.file, stop.pos)
+        found = [t for t in _replayed(events) if isinstance(t, BinlogTransaction)]
+        assert [t.end for t in found] == [end for end in ends if end.pos <= stop.pos]
+        assert events.decoder.ended
+
+
 def test_a_table_map_read_again_is_described_once() -> None:
     """The server wrote a table map before each rows event: one description serves them all."""
     counting = _CountingColumns()

@@ -187,6 +187,21 @@ pub fn push_value<'a>(
             push_time2(out, buf, *fsp)?;
             return Ok(Rendered::Done);
         }
+        Kind::Time => {
+            // the old TIME (before MySQL 5.6.4's TIME2; MariaDB without
+            // mysql56_temporal_format): a signed 3-byte HHMMSS, whose hours reach 838
+            // (mysql_common 0.38 keeps them in a u8)
+            let raw = take(buf, 3)?;
+            let packed = ((u32::from(raw[0]) | u32::from(raw[1]) << 8 | u32::from(raw[2]) << 16)
+                << 8) as i32
+                >> 8;
+            let hhmmss = u64::from(packed.unsigned_abs());
+            let seconds = hhmmss / 10_000 * 3600 + hhmmss / 100 % 100 * 60 + hhmmss % 100;
+            out.push('"');
+            push_time(out, packed < 0, seconds * 1_000_000, 0);
+            out.push('"');
+            return Ok(Rendered::Done);
+        }
         Kind::Timestamp2 { fsp } => {
             push_timestamp2(out, buf, *fsp)?;
             return Ok(Rendered::Done);
@@ -265,13 +280,6 @@ fn push_plain(out: &mut String, column: &Column, value: Value) -> Result<Rendere
         (Kind::Timestamp, Value::Int(seconds)) => {
             out.push('"');
             push_timestamp(out, seconds, 0, 0);
-            out.push('"');
-        }
-        (Kind::Time, Value::Time(negative, days, h, i, s, us)) => {
-            let seconds =
-                u64::from(days) * 86_400 + u64::from(h) * 3600 + u64::from(i) * 60 + u64::from(s);
-            out.push('"');
-            push_time(out, negative, seconds * 1_000_000 + u64::from(us), 0);
             out.push('"');
         }
         (Kind::Utf8, Value::Bytes(raw)) => match std::str::from_utf8(&raw) {
@@ -560,6 +568,26 @@ mod tests {
         for (raw, expected) in [(0u8, "0"), (1, "1901"), (255, "2155")] {
             out.clear();
             push_value(&mut out, &year, &mut ParseBuf(&[raw])).expect("a YEAR");
+            assert_eq!(out, expected);
+        }
+    }
+
+    #[test]
+    fn the_old_time_keeps_hours_past_255_and_its_sign() {
+        let column = Column {
+            label: "\"t\":".into(),
+            kind: Kind::Time,
+            column_type: ColumnType::MYSQL_TYPE_TIME,
+            meta: vec![],
+            unsigned: false,
+        };
+        for (value, expected) in [
+            (8_385_959i32, "\"838:59:59\""),
+            (-3_000_000, "\"-300:00:00\""),
+        ] {
+            let raw = value.to_le_bytes();
+            let mut out = String::new();
+            push_value(&mut out, &column, &mut ParseBuf(&raw[..3])).expect("a TIME");
             assert_eq!(out, expected);
         }
     }

@@ -47,7 +47,10 @@ const DELETE_ROWS: u8 = 32;
 const GTID: u8 = 33;
 const PARTIAL_UPDATE_ROWS: u8 = 39;
 const TRANSACTION_PAYLOAD: u8 = 40;
+const GTID_TAGGED: u8 = 42;
 const MARIADB_GTID: u8 = 162;
+/// MariaDB's compressed query and rows events (``log_bin_compress``; ``log_event.h``).
+const MARIADB_COMPRESSED: std::ops::RangeInclusive<u8> = 165..=171;
 
 /// A table map read: its table, and once the Python side described it, how to render its rows.
 struct TableState {
@@ -71,6 +74,8 @@ struct BinlogDecoder {
     decode_text: Py<PyAny>,
     /// Whether the server sends checksums (``@master_binlog_checksum``, set by the client).
     checksum: bool,
+    /// Whether a format description was read (the reader knows the events' checksum since).
+    described_format: bool,
     frames: Frames,
     reader: EventStreamReader,
     /// Events of a transaction payload (MySQL's compressed transactions) still to handle.
@@ -154,6 +159,7 @@ impl BinlogDecoder {
             captured: captured.into_iter().collect(),
             decode_text,
             checksum,
+            described_format: false,
             frames: Frames::default(),
             reader: EventStreamReader::new(BinlogVersion::Version4),
             pending: VecDeque::new(),
@@ -270,6 +276,7 @@ impl BinlogDecoder {
                     }
                     Some(Packet::Other | Packet::Row(_)) => continue,
                     Some(Packet::Event(payload)) => {
+                        check_size(&payload)?;
                         let event = self
                             .reader
                             .read(&payload[1..])
@@ -281,12 +288,16 @@ impl BinlogDecoder {
             };
             let header = event.header();
             let kind = header.event_type_raw();
+            if kind == FORMAT_DESCRIPTION {
+                self.described_format = true;
+            }
             if kind == ROTATE {
                 let rotate = read!(event, RotateEvent<'_>)?;
                 let mut name = rotate.name_raw();
                 // The server's first (artificial) rotate comes before the format description
                 // that tells the reader its events end with a checksum: its last 4 bytes are one.
-                if self.checksum && !self.checksummed() && name.len() >= 4 {
+                // Later rotates are read by the format description of their file.
+                if self.checksum && !self.described_format && name.len() >= 4 {
                     name = &name[..name.len() - 4];
                 }
                 self.file = String::from_utf8_lossy(name).into_owned();
@@ -295,8 +306,11 @@ impl BinlogDecoder {
                 self.position = u64::from(header.log_pos());
             }
             let paused = self.handle(py, &event, (&payload, checksum), &items)?;
-            if let Some((file, pos)) = &self.stop {
-                if (&self.file, self.position) >= (file, *pos) {
+            // A compressed transaction's events all carry its payload's end: the stop comes
+            // after the last of them (its commit), never between them.
+            let whole = self.pending.is_empty();
+            if let (true, Some((file, pos))) = (whole, &self.stop) {
+                if at_or_past((&self.file, self.position), (file, *pos)) {
                     self.ended = true;
                     items.append(("stop", self.file.clone(), self.position))?;
                     break;
@@ -308,6 +322,35 @@ impl BinlogDecoder {
         }
         Ok(items)
     }
+}
+
+/// Whether ``at`` is at or past ``stop``: binlog files by their number (``mysql-bin.000012``),
+/// then the offset; names without a number compare as text.
+fn at_or_past(at: (&str, u64), stop: (&str, u64)) -> bool {
+    let number = |file: &str| {
+        file.rsplit_once('.')
+            .and_then(|(_, n)| n.parse::<u64>().ok())
+    };
+    match (number(at.0), number(stop.0)) {
+        (Some(a), Some(b)) => (a, at.1) >= (b, stop.1),
+        _ => at >= stop,
+    }
+}
+
+/// An event packet must hold the whole event its header announces (``mysql_common`` would
+/// panic on a shorter one).
+fn check_size(payload: &[u8]) -> PyResult<()> {
+    let size = payload
+        .get(10..14)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+        .ok_or_else(|| value_error("a binlog event packet shorter than its header"))?;
+    if payload.len() - 1 < size {
+        return Err(value_error(format!(
+            "a binlog event of {size} bytes arrived in {}",
+            payload.len() - 1
+        )));
+    }
+    Ok(())
 }
 
 /// A packet's payload for an event that came without one (inside a compressed transaction):
@@ -413,7 +456,29 @@ impl BinlogDecoder {
             WRITE_ROWS_V1 | UPDATE_ROWS_V1 | DELETE_ROWS_V1 | WRITE_ROWS | UPDATE_ROWS
             | DELETE_ROWS => self.rows(py, event, items)?,
             PARTIAL_UPDATE_ROWS => {
-                return Err(value_error(columns::partial_json()));
+                let partial = read!(
+                    event,
+                    mysql_common::binlog::events::PartialUpdateRowsEvent<'_>
+                )?;
+                if self
+                    .tables
+                    .get(&partial.table_id())
+                    .is_some_and(|table| table.captured)
+                {
+                    return Err(value_error(columns::partial_json()));
+                }
+            }
+            GTID_TAGGED => {
+                return Err(value_error(
+                    "a tagged GTID (MySQL 8.4's GTID_TAGGED_LOG_EVENT) is not read by the mysql \
+                     connector: its transactions would have no GTID; use untagged GTIDs",
+                ));
+            }
+            kind if MARIADB_COMPRESSED.contains(&kind) => {
+                return Err(value_error(format!(
+                    "MariaDB's compressed binlog events (log_bin_compress=ON; event type {kind}) \
+                     are not read by the mysql connector: set log_bin_compress=OFF"
+                )));
             }
             TRANSACTION_PAYLOAD => {
                 let payload = read!(event, TransactionPayloadEvent<'_>)?;
@@ -519,6 +584,19 @@ impl BinlogDecoder {
             rendered,
         ))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_or_past;
+
+    #[test]
+    fn positions_compare_by_the_files_number_then_the_offset() {
+        assert!(at_or_past(("bin.000002", 4), ("bin.000001", 900)));
+        assert!(at_or_past(("bin.000001", 900), ("bin.000001", 900)));
+        assert!(!at_or_past(("bin.000001", 899), ("bin.000001", 900)));
+        assert!(at_or_past(("bin.1000000", 4), ("bin.999999", 900)));
     }
 }
 

@@ -251,11 +251,11 @@ fn push_queried(out: &mut String, column: &Column, raw: &[u8]) -> Result<(), Str
             out.push_str(&year.to_string());
         }
         Kind::Float => {
-            let value: f64 = number(ascii(raw)?).ok_or("a FLOAT that does not parse")?;
+            let value = finite(number(ascii(raw)?), "a FLOAT")?;
             push_py_float(out, float32_value(value));
         }
         Kind::Double => {
-            let value: f64 = number(ascii(raw)?).ok_or("a DOUBLE that does not parse")?;
+            let value = finite(number(ascii(raw)?), "a DOUBLE")?;
             push_py_float(out, value);
         }
         Kind::Decimal => push_json_string(out, ascii(raw)?),
@@ -343,6 +343,15 @@ fn push_queried(out: &mut String, column: &Column, raw: &[u8]) -> Result<(), Str
     Ok(())
 }
 
+/// A parsed float that is a number (MySQL stores no infinity or NaN; ``1e999`` in a JSON text
+/// would be one).
+fn finite(value: Option<f64>, what: &str) -> Result<f64, String> {
+    match value {
+        Some(value) if value.is_finite() => Ok(value),
+        _ => Err(format!("{what} that is not a finite number")),
+    }
+}
+
 fn ascii_or_text(raw: &[u8]) -> Result<&str, String> {
     std::str::from_utf8(raw).map_err(|_| "text that is not the connection's utf8mb4".to_owned())
 }
@@ -358,7 +367,7 @@ fn push_python_json(out: &mut String, value: &serde_json::Value) -> Result<(), S
             // arbitrary_precision (the workspace's serde_json): the number as written
             let text = n.to_string();
             if text.contains(['.', 'e', 'E']) {
-                let value: f64 = text.parse().map_err(|_| format!("a JSON number {text}"))?;
+                let value = finite(text.parse().ok(), "a JSON number")?;
                 push_py_float(out, value);
             } else {
                 out.push_str(&text);
