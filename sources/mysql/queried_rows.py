@@ -45,8 +45,8 @@ def queried_rows(
     Raises
     ------
     SourceConnectionError
-        When the connection fails (it is closed then, as after any error here: what it would
-        read next is not known).
+        When the connection fails. After any error here (or a consumer that stops early) the
+        connection's socket is dropped: what it would read next is not known.
     pymysql.err.OperationalError
         When the server ends the query with an error, as PyMySQL raises it.
     ChangeDecodeError
