@@ -187,12 +187,6 @@ impl BinlogDecoder {
         self.stop = Some((file, pos));
     }
 
-    /// The binlog coordinates after the last event decoded.
-    #[getter]
-    fn position(&self) -> (String, u64) {
-        (self.file.clone(), self.position)
-    }
-
     /// Whether the stream ended (the server's end-of-file, an error, or the stop position).
     #[getter]
     fn ended(&self) -> bool {
@@ -253,11 +247,10 @@ impl BinlogDecoder {
             )));
         }
         while !self.ended {
+            // An event of a compressed transaction came without a packet of its own: its
+            // payload is built only if Python needs it (a table map, a format description).
             let (event, payload, checksum) = match self.pending.pop_front() {
-                Some(event) => {
-                    let payload = unframed_payload(&event);
-                    (event, payload, false)
-                }
+                Some(event) => (event, None, false),
                 None => match self.frames.next_packet() {
                     None => break,
                     Some(Packet::Eof) => {
@@ -282,7 +275,7 @@ impl BinlogDecoder {
                             .read(&payload[1..])
                             .map_err(|e| value_error(format!("a binlog event: {e}")))?
                             .ok_or_else(|| value_error("an empty binlog event"))?;
-                        (event, payload, self.checksummed())
+                        (event, Some(payload), self.checksummed())
                     }
                 },
             };
@@ -305,7 +298,7 @@ impl BinlogDecoder {
             } else if header.log_pos() != 0 {
                 self.position = u64::from(header.log_pos());
             }
-            let paused = self.handle(py, &event, (&payload, checksum), &items)?;
+            let paused = self.handle(py, &event, (payload.as_deref(), checksum), &items)?;
             // A compressed transaction's events all carry its payload's end: the stop comes
             // after the last of them (its commit), never between them.
             let whole = self.pending.is_empty();
@@ -351,6 +344,14 @@ fn check_size(payload: &[u8]) -> PyResult<()> {
         )));
     }
     Ok(())
+}
+
+/// The packet an event came in, or one built for it (an event of a compressed transaction).
+fn packet_of<'a>(event: &Event, payload: Option<&'a [u8]>) -> std::borrow::Cow<'a, [u8]> {
+    match payload {
+        Some(payload) => std::borrow::Cow::Borrowed(payload),
+        None => std::borrow::Cow::Owned(unframed_payload(event)),
+    }
 }
 
 /// A packet's payload for an event that came without one (inside a compressed transaction):
@@ -399,13 +400,14 @@ impl BinlogDecoder {
         &mut self,
         py: Python<'_>,
         event: &Event,
-        (payload, checksum): (&[u8], bool),
+        (payload, checksum): (Option<&[u8]>, bool),
         items: &Bound<'_, PyList>,
     ) -> PyResult<bool> {
         let header = event.header();
         match header.event_type_raw() {
             FORMAT_DESCRIPTION => {
-                items.append(("fde", PyBytes::new(py, payload), checksum))?;
+                let payload = packet_of(event, payload);
+                items.append(("fde", PyBytes::new(py, &payload), checksum))?;
             }
             MARIADB_GTID => {
                 // MariaDB's log_event.h: seq_no (8 bytes), domain_id (4), flags2 (1), LE.
@@ -510,7 +512,7 @@ impl BinlogDecoder {
         &mut self,
         py: Python<'_>,
         event: &Event,
-        (payload, checksum): (&[u8], bool),
+        (payload, checksum): (Option<&[u8]>, bool),
         items: &Bound<'_, PyList>,
     ) -> PyResult<bool> {
         let map = read!(event, TableMapEvent<'_>)?;
@@ -541,7 +543,10 @@ impl BinlogDecoder {
             "map",
             table_id,
             py_name,
-            PyBytes::new(py, payload),
+            PyBytes::new(
+                py,
+                &payload.map_or_else(|| unframed_payload(event), <[u8]>::to_vec),
+            ),
             checksum,
         ))?;
         Ok(true)
