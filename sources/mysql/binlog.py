@@ -23,6 +23,7 @@ from spark_ckpt.errors import ChangeDecodeError, DataLossError, SourceConnection
 from .binlog_offset import BinlogPosition, GtidStart
 from .gtid import is_mariadb_state, reached
 from .schemas import SchemaTracker
+from .server import next_bytes
 from .table_map_columns import TableMapColumns, described, text_codec
 from .transactions import (
     Begin,
@@ -45,9 +46,6 @@ __all__ = ["StreamEvents", "read_transactions"]
 _GTID_NOT_FOUND = 1236
 """``ER_MASTER_FATAL_ERROR_READING_BINLOG``: what a server answers a replica whose start (file,
 or GTID state) is not in its binlog: purged, or another history."""
-
-_READ_SIZE = 1 << 18
-"""Bytes asked of the connection per read: whatever of it has arrived comes back at once."""
 
 
 def read_transactions(
@@ -117,7 +115,8 @@ def read_transactions(
             if not items:
                 if events.decoder.ended:
                     return
-                events.decoder.push(_received(connection, options, start))
+                server = f"{options.host}:{options.port}"
+                events.decoder.push(next_bytes(connection, server, f"the binlog (from {start})"))
                 continue
             for item in items:
                 found = events.handle(item, options, start)
@@ -149,25 +148,6 @@ def _connected(stream: Any, options: MySqlOptions, start: BinlogPosition | GtidS
             e.args[0] if e.args else 0, str(e.args[-1] if e.args else e), options, start
         ) from None
     return stream._stream_connection
-
-
-def _received(connection: Any, options: MySqlOptions, start: BinlogPosition | GtidStart) -> bytes:
-    """The next bytes the server sent.
-
-    Blocks until some arrive: a non-blocking dump sends what the binlog has, then its end.
-    """
-    try:
-        data = connection._rfile.read1(_READ_SIZE)
-    except OSError as e:
-        raise SourceConnectionError(
-            f"reading the binlog of {options.host}:{options.port} from {start} failed: {e}"
-        ) from None
-    if not data:
-        raise SourceConnectionError(
-            f"{options.host}:{options.port} closed the replication connection while sending "
-            f"the binlog from {start}"
-        )
-    return bytes(data)
 
 
 def _read_error(

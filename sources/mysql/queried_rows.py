@@ -16,17 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_ckpt.errors import ChangeDecodeError, SourceConnectionError
+from spark_ckpt.errors import ChangeDecodeError
 
+from .server import next_bytes
 from .table_map_columns import described
 
 if TYPE_CHECKING:
     from .types import MySqlColumn
 
 __all__ = ["queried_rows"]
-
-_READ_SIZE = 1 << 18
-"""Bytes asked of the connection per read: whatever of it has arrived comes back at once."""
 
 
 def queried_rows(
@@ -63,18 +61,9 @@ def queried_rows(
     try:
         rows = QueriedRows([described(column, None) for column in columns], list(key))
         while not rows.ended:
+            data = next_bytes(connection, where, "a snapshot's rows")
             try:
-                data = connection._rfile.read1(_READ_SIZE)
-            except OSError as e:
-                raise SourceConnectionError(
-                    f"reading a snapshot's rows from {where}: {e}"
-                ) from None
-            if not data:
-                raise SourceConnectionError(
-                    f"{where} closed the connection while sending a snapshot's rows"
-                )
-            try:
-                rows.push(bytes(data))
+                rows.push(data)
             except ValueError as e:
                 if len(e.args) == 2:  # the server's error packet: as PyMySQL raises it
                     raise pymysql.err.OperationalError(*e.args) from None

@@ -37,6 +37,7 @@ __all__ = [
     "connection_settings",
     "current_position",
     "identity",
+    "next_bytes",
     "primary_keys",
 ]
 
@@ -328,3 +329,27 @@ def added_column_default(
         cursor.execute(f"SELECT {default}")
         found = cursor.fetchone()
         return True, None if found is None else found[0]
+
+
+_READ_SIZE = 1 << 18
+"""Bytes asked of a connection per read: whatever of it has arrived comes back at once."""
+
+
+def next_bytes(connection: Any, where: str, reading: str) -> bytes:
+    """The next bytes the server sent on PyMySQL's ``connection``, read past PyMySQL.
+
+    For the streams the native module parses itself (the binlog, a snapshot's rows). Blocks
+    until some arrive; ``where`` names the server and ``reading`` what was read, in errors.
+
+    Raises
+    ------
+    SourceConnectionError
+        When the read fails or the server closed the connection.
+    """
+    try:
+        data = connection._rfile.read1(_READ_SIZE)
+    except OSError as e:
+        raise SourceConnectionError(f"reading {reading} from {where} failed: {e}") from None
+    if not data:
+        raise SourceConnectionError(f"{where} closed the connection while sending {reading}")
+    return bytes(data)
